@@ -28,7 +28,11 @@ timings) and the library's end-to-end re-measurement of the best few graphs
 process, interleaved with rotating order (:func:`time_interleaved`), at batch 1. ``max|diff|``
 is against the input's outputs on the timed batch. Search time includes the cost model's op
 timings (cache misses), the one-pass cleanup before the search and the re-measurement;
-``substitutions`` counts the search's steps, not the cleanup.
+``substitutions`` counts the search's steps, not the cleanup. A relaxed search runs greedy
+first and keeps greedy's graph unless its own is measured faster with confidence
+(:func:`optimizer.search.search.remeasure`), so its search time includes greedy's; ``vs greedy``
+gives the p50 speedup over the greedy variant with its 95 % interval, and says when the two are
+the same graph (then the figure is the noise of timing one graph twice).
 """
 
 from __future__ import annotations
@@ -97,7 +101,10 @@ def build_variants(name: str, workdir: Path, args) -> tuple[dict[str, Path], dic
 
     frozen = freeze(source_of(name, workdir))
     paths = {"input": write_saved_model(frozen, workdir / f"{name}_input", overwrite=True)}
-    info = {"input": {"nodes": len(frozen.graph_def.node)}}
+    from optimizer.search.search import canonical_hash
+
+    info = {"input": {"nodes": len(frozen.graph_def.node),
+                      "graph_hash": canonical_hash(frozen.graph_def)}}
     print(f"{name}: {len(frozen.graph_def.node)} nodes frozen", flush=True)
     for variant, (strategy, alpha) in VARIANTS.items():
         started = time.perf_counter()
@@ -116,7 +123,8 @@ def build_variants(name: str, workdir: Path, args) -> tuple[dict[str, Path], dic
             "search_seconds": seconds, "stats": search["stats"], "returned": search["returned"],
             "input_cost": search["input_cost"], "cost": search["cost"],
             "substitutions": [s["substitution"] for s in search["trace"]],
-            "measured": search["measured"], "nodes": len(candidate.model.graph_def.node)}
+            "measured": search["measured"], "nodes": len(candidate.model.graph_def.node),
+            "graph_hash": canonical_hash(candidate.model.graph_def)}
         paths[variant] = write_saved_model(candidate.model, workdir / f"{name}_{variant}",
                                            overwrite=True)
         stats = search["stats"]
@@ -135,6 +143,7 @@ def max_abs_diff(a: dict, b: dict) -> float:
 
 def time_model(name: str, paths: dict[str, Path], info: dict[str, dict], args) -> list[dict]:
     from optimizer.benchmark.interleaved import time_interleaved
+    from optimizer.benchmark.stats import p50_ratio_interval
     from optimizer.inputs import make_inputs
     from optimizer.runner import load_runner
 
@@ -150,13 +159,19 @@ def time_model(name: str, paths: dict[str, Path], info: dict[str, dict], args) -
         warmup=3, min_runs=args.min_rounds, min_seconds=args.seconds, rotate_order=True)
     rows = []
     input_cost = next((i["input_cost"] for i in info.values() if "input_cost" in i), None)
+    hashes = {v: i.get("graph_hash") for v, i in info.items()}
     for variant in ("input", *VARIANTS):
         row = {"model": name, "variant": variant, **info.get(variant, {})}
         model_cost = input_cost if variant == "input" else info.get(variant, {}).get("cost")
         if variant in samples:
             row.update(p50_ms=samples[variant].p50 * 1e3, model_cost=model_cost,
                        rounds=len(samples[variant].seconds),
-                       max_abs_diff=max_abs_diff(outputs[variant], outputs["input"]))
+                       max_abs_diff=max_abs_diff(outputs[variant], outputs["input"]),
+                       same_graph_as=next((v for v in ("input", "greedy") if v != variant
+                                           and hashes.get(v) == hashes.get(variant)), None))
+            if "greedy" in samples and variant != "greedy":
+                row["vs_greedy"] = p50_ratio_interval(
+                    samples["greedy"].seconds, samples[variant].seconds).to_dict()
         rows.append(row)
     runners.clear()
     gc.collect()
@@ -164,7 +179,7 @@ def time_model(name: str, paths: dict[str, Path], info: dict[str, dict], args) -
 
 
 def print_table(rows: list[dict]) -> None:
-    print("| model | variant | p50 ms | vs input | vs greedy | search s | expansions | "
+    print("| model | variant | p50 ms | vs input | vs greedy [95% CI] | search s | expansions | "
           "generated / kept | returned | substitutions | max\\|diff\\| |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|")
     p50 = {(r["model"], r["variant"]): r.get("p50_ms") for r in rows}
@@ -174,8 +189,15 @@ def print_table(rows: list[dict]) -> None:
             print(f"{head} - | - | - | - | - | - | failed | {r.get('error', '')[:120]} | - |")
             continue
         base, greedy = p50[(r["model"], "input")], p50.get((r["model"], "greedy"))
-        vs_greedy = (f"{greedy / r['p50_ms']:.2f}x" if greedy and r["variant"] != "input"
-                     else "-")
+        vs_greedy = "-"
+        if "vs_greedy" in r and r["variant"] != "input":
+            ratio = r["vs_greedy"]
+            vs_greedy = (f"{1 / ratio['ratio']:.2f}x [{1 / ratio['high']:.2f}, "
+                         f"{1 / ratio['low']:.2f}]")
+        elif greedy and r["variant"] != "input":
+            vs_greedy = f"{greedy / r['p50_ms']:.2f}x"
+        if r.get("same_graph_as"):
+            vs_greedy += f" (= {r['same_graph_as']}'s graph)"
         if r["variant"] == "input":
             print(f"{head} {r['p50_ms']:.3f} | 1.00x | - | - | - | - | - | - | "
                   f"{r['max_abs_diff']:.1e} |")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -195,8 +196,11 @@ def search_candidate(model: FrozenModel, strategy: str = "relaxed", alpha: float
     ``measured`` (every candidate timed end to end: slow). Every registered rule is used, after
     :data:`SEARCH_CLEANUP` (free rewrites, one pass each, first in the trace). With
     ``remeasure_top`` > 0 the returned graph, the input and the next cheapest candidates are
-    timed end to end, interleaved, and the fastest that passes the equivalence check is kept
-    (the cost model can misrank graphs).
+    timed end to end, interleaved, and one that passes the equivalence check replaces the
+    returned graph when it is measured faster with confidence (the cost model can misrank
+    graphs). A relaxed search with re-measurement runs greedy
+    first and keeps greedy's graph unless its own is measured faster with confidence (see
+    :func:`optimizer.search.search.remeasure`).
     """
     settings = SearchSettings(strategy, alpha, budget, time_budget, cost, remeasure_top)
     return _search(model, settings, tolerance or Tolerance(), cost_cache)
@@ -206,7 +210,16 @@ def search_candidate(model: FrozenModel, strategy: str = "relaxed", alpha: float
 # of the removable Identity nodes and mergeable duplicates is a distinct graph of the same cost,
 # and on a Keras graph those equal-cost variants fill the queue (and its pruning) ahead of any
 # slightly costlier step: the relaxed search then never expands the step it exists for.
-SEARCH_CLEANUP = "remove_nodes(op=Identity, op=Snapshot, op=StopGradient) merge_duplicate_nodes"
+# Batch-norm folding is done here too, for the same reason: each fold is cheaper on its own and
+# independent of the others, so the search would spend one expansion per batch norm (53 in
+# ResNet50, each expansion costing every other fold as a child) before reaching the merges and
+# enlargements whose trade-offs it is for. The fold_conv_batchnorm rule still applies to what
+# this pass leaves (a batch norm it cannot fold in one pass).
+SEARCH_CLEANUP = ("remove_nodes(op=Identity, op=Snapshot, op=StopGradient) merge_duplicate_nodes "
+                  "fold_batch_norms")
+
+# Of a relaxed search's time budget, what the greedy baseline run before it may use at most.
+GREEDY_SHARE_OF_TIME = 0.25
 
 
 def _search(model: FrozenModel, settings: SearchSettings, tolerance: Tolerance,
@@ -232,16 +245,30 @@ def _search(model: FrozenModel, settings: SearchSettings, tolerance: Tolerance,
              settings.time_budget)
     max_queue = max(4, min(SEARCH_MAX_QUEUE,
                            SEARCH_QUEUE_BYTES // (2 * max(model.graph_def.ByteSize(), 1))))
+    started = time.perf_counter()
+    greedy = None
+    if settings.alpha > 1.0 and settings.remeasure_top > 0:
+        # Greedy's graph is the one to beat: the relaxed result replaces it only when measured
+        # faster with confidence, so relaxed is never slower than greedy. Greedy keeps only
+        # strictly cheaper graphs, so it usually exhausts its queue in a fraction of the budget.
+        log.info("search: greedy first, as the baseline the relaxed result must beat")
+        greedy = relaxed_search(model, None, cost, alpha=1.0, budget=settings.budget,
+                                time_budget=settings.time_budget * GREEDY_SHARE_OF_TIME,
+                                progress=progress, tolerance=tolerance, max_queue=max_queue)
+    remaining = max(settings.time_budget - (time.perf_counter() - started),
+                    settings.time_budget * (1 - GREEDY_SHARE_OF_TIME))
     result = relaxed_search(model, None, cost, alpha=settings.alpha, budget=settings.budget,
-                            time_budget=settings.time_budget, progress=progress,
+                            time_budget=remaining, progress=progress,
                             tolerance=tolerance, max_queue=max_queue)
     if settings.remeasure_top > 0:
-        result = remeasure(result, model, top_k=settings.remeasure_top, tolerance=tolerance)
+        result = remeasure(result, model, top_k=settings.remeasure_top, tolerance=tolerance,
+                           incumbent=("greedy", greedy) if greedy is not None else None)
     trace = tuple(cleanup) + tuple(result.trace)
     # The search started from the cleaned-up graph ("input" in its result means that graph);
     # the report's input cost and trace start from the frozen model.
     search = {**result.to_dict(), "input_cost": input_cost,
-              "trace": [step.to_dict() for step in trace], "cleanup": SEARCH_CLEANUP}
+              "trace": [step.to_dict() for step in trace], "cleanup": SEARCH_CLEANUP,
+              "greedy_baseline": greedy.to_dict() if greedy is not None else None}
     return Candidate(model=result.model, recipe=settings.describe(), backend=SEARCH_BACKEND,
                      trace=trace, search=search)
 

@@ -116,7 +116,7 @@ def test_greedy_search_writes_a_valid_model_and_remeasures_end_to_end(
     # every cost on its trace falls.
     trace = search["trace"]
     cleanup = [s for s in trace if s["substitution"].startswith("cleanup:")]
-    assert trace[:len(cleanup)] == cleanup and len(cleanup) == 2
+    assert trace[:len(cleanup)] == cleanup and len(cleanup) == 3
     costs = [s["cost"] for s in trace[len(cleanup) - 1:]]
     assert all(b < a for a, b in itertools.pairwise(costs)), costs
 

@@ -14,6 +14,7 @@ from graph_testing import build_graph, op_counts, run_graph, tf
 from optimizer.frozen import FrozenModel
 from optimizer.graph.names import node_name_from_input
 from optimizer.search.search import (
+    HASHED_CONSTANT_BYTES,
     SearchResult,
     canonical_hash,
     greedy_search,
@@ -130,14 +131,23 @@ class Explodes(Substitution):
 RULES = [InsertMarker(), CancelNegations()]
 
 
-def _negations_model():
+def _negations_model(matmuls: int = 0):
+    """x -> Neg -> Neg -> Relu; with ``matmuls``, x first goes through that many 1024x1024
+    MatMuls, so that a call does real work and per-call overheads are small beside it."""
+    width = 1024 if matmuls else 4
+
     def body():
-        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
-        tf.nn.relu(tf.negative(tf.negative(x, name="neg1"), name="neg2"), name="out")
+        x = tf.compat.v1.placeholder(tf.float32, [None, width], name="x")
+        rng = np.random.default_rng(0)
+        hidden = x
+        for _ in range(matmuls):
+            hidden = tf.matmul(hidden, tf.constant(
+                rng.standard_normal((width, width)) / np.sqrt(width), tf.float32))
+        tf.nn.relu(tf.negative(tf.negative(hidden, name="neg1"), name="neg2"), name="out")
     signature = SignatureInfo(
         name="serving_default",
-        inputs=(TensorSpecInfo("x", "x:0", "float32", (None, 4)),),
-        outputs=(TensorSpecInfo("out", "out:0", "float32", (None, 4)),))
+        inputs=(TensorSpecInfo("x", "x:0", "float32", (None, width)),),
+        outputs=(TensorSpecInfo("out", "out:0", "float32", (None, width)),))
     return FrozenModel(build_graph(body), signature)
 
 
@@ -268,6 +278,24 @@ def test_the_canonical_hash_ignores_node_order_but_not_content():
     assert canonical_hash(changed) != canonical_hash(graph)
 
 
+def _const_graph(values):
+    def body():
+        tf.constant(values, name="c")
+    return build_graph(body)
+
+
+def test_small_constants_are_hashed_by_value_and_large_ones_by_dtype_shape_and_size():
+    small = np.arange(4, dtype=np.int32)
+    assert canonical_hash(_const_graph(small)) != canonical_hash(_const_graph(small[::-1]))
+    weights = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    assert weights.nbytes > HASHED_CONSTANT_BYTES
+    # same structure and size: the same graph to a search that holds only equivalent graphs
+    assert canonical_hash(_const_graph(weights)) == canonical_hash(_const_graph(weights * 2))
+    assert canonical_hash(_const_graph(weights)) != canonical_hash(_const_graph(weights.T[:32]))
+    assert canonical_hash(_const_graph(weights)) != canonical_hash(
+        _const_graph(weights.astype(np.float64)))
+
+
 def test_remeasure_times_the_input_and_the_result_end_to_end():
     model = _negations_model()
     result = relaxed_search(model, RULES, FakeCost(), alpha=1.1, budget=50)
@@ -278,8 +306,64 @@ def test_remeasure_times_the_input_and_the_result_end_to_end():
     assert measured.measured_seconds > 0
     assert measured.measured_seconds == {n: s for n, _, s in measured.measured}["returned"]
     assert measured.returned == "best" and measured.trace == result.trace
-    fastest = remeasure(result, model, top_k=2, min_runs=5, min_seconds=0.05)
-    assert fastest.measured_seconds == min(s for _, _, s in fastest.measured)
+
+
+def _slowed(model):
+    """The same outputs, plus a 384x384 MatMul multiplied by zero: several times slower per
+    call. The MatMul depends on the input, so Grappler cannot fold it away."""
+    graph = _copy(model.graph_def)
+    _node(graph, "out").name = "out_before"
+
+    def body():
+        tf.compat.v1.import_graph_def(graph, name="")
+        default = tf.compat.v1.get_default_graph()
+        x, before = (default.get_tensor_by_name(n) for n in ("x:0", "out_before:0"))
+        weights = tf.constant(np.random.default_rng(1).standard_normal((384, 384)),
+                              tf.float32)
+        scaled = weights * tf.reduce_mean(x)
+        waste = tf.reduce_sum(tf.matmul(scaled, weights)) * 0.0
+        tf.add(before, waste, name="out")
+    return model.with_graph(build_graph(body), step="slowed")
+
+
+def _timed_twice(result, model, **kwargs):
+    return remeasure(result, model, top_k=0, min_runs=60, min_seconds=1.0, **kwargs)
+
+
+def test_remeasure_replaces_a_returned_graph_that_the_input_beats_with_confidence():
+    model = _negations_model()
+    result = relaxed_search(model, RULES, FakeCost(), alpha=1.1, budget=50)
+    slow = SearchResult(**{**vars(result), "model": _slowed(model)})
+    chosen = _timed_twice(slow, model)
+    assert chosen.returned == "input" and chosen.model is model and chosen.trace == ()
+    p50 = {name: seconds for name, _, seconds in chosen.measured}
+    assert p50["input"] < p50["returned"]
+
+
+def test_a_graph_measured_identical_to_another_is_timed_once():
+    model = _negations_model()
+    result = relaxed_search(model, RULES, FakeCost(), alpha=1.1, budget=50)
+    same = remeasure(result, model, top_k=0, min_runs=5, min_seconds=0.05,
+                     incumbent=("greedy", result))
+    assert [name for name, _, _ in same.measured] == ["input", "returned"]
+    assert same.returned == "best"
+
+
+def test_the_incumbent_is_kept_unless_the_result_is_faster_with_confidence():
+    model = _negations_model(matmuls=3)
+    relaxed = relaxed_search(model, RULES, FakeCost(), alpha=1.1, budget=50)
+    greedy = greedy_search(model, RULES, FakeCost(), budget=50)
+    slow_relaxed = SearchResult(**{**vars(relaxed), "model": _slowed(model)})
+    kept = _timed_twice(slow_relaxed, model, incumbent=("greedy", greedy))
+    assert greedy.returned == "input"  # greedy finds nothing here: its graph is the input's
+    assert kept.returned == "input" and kept.trace == () and kept.model is model
+    # an incumbent with a graph of its own is returned under its own name, with its trace
+    kept = _timed_twice(slow_relaxed, model, incumbent=("greedy", relaxed))
+    assert kept.returned == "greedy" and kept.trace == relaxed.trace
+
+    slow_greedy = SearchResult(**{**vars(greedy), "model": _slowed(model), "returned": "best"})
+    replaced = _timed_twice(relaxed, model, incumbent=("greedy", slow_greedy))
+    assert replaced.returned == "best" and replaced.trace == relaxed.trace
 
 
 class ReluToMatMul(Substitution):
