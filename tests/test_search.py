@@ -386,3 +386,38 @@ def test_a_candidate_that_does_not_run_is_rejected_not_fatal():
     result = greedy_search(model, [ReluToMatMul()], FakeCost(), budget=5)
     assert result.returned == "input"
     assert len(result.rejected) == 1 and "does not run" in result.rejected[0]
+
+
+class DropMarker(Substitution):
+    """Removes one Snapshot marker (cheaper by 1); markers are independent of each other."""
+
+    name = "drop_marker"
+    commutes = True
+
+    def matches(self, graph_def, context):
+        return [Match(self.name, (n.name,)) for n in graph_def.node if n.op == "Snapshot"]
+
+    def apply(self, graph_def, match, context):
+        graph = _copy(graph_def)
+        marker = _node(graph, match.nodes[0])
+        for node in graph.node:
+            node.input[:] = [marker.input[0] if i == marker.name else i for i in node.input]
+        kept = [n for n in graph.node if n.name != marker.name]
+        del graph.node[:]
+        graph.node.extend(kept)
+        return graph
+
+
+def test_a_commuting_rule_is_also_applied_at_all_its_matches_in_one_step():
+    model = _negations_model()
+    with_markers = _copy(model.graph_def)
+    for neg in ("neg1", "neg2"):
+        node = _node(with_markers, neg)
+        marker = with_markers.node.add(name=f"{neg}/marker", op="Snapshot", input=[node.input[0]])
+        marker.attr["T"].CopyFrom(node.attr["T"])
+        node.input[0] = marker.name
+    start = model.with_graph(with_markers, step="markers")
+    result = greedy_search(start, [DropMarker()], FakeCost(), budget=1)
+    assert result.substitutions == ["drop_marker(all 2 matches)"]
+    assert result.cost == START_COST
+    np.testing.assert_array_equal(_outputs(result), _outputs(model))

@@ -297,7 +297,8 @@ def greedy_search(model: FrozenModel, rules: Sequence[Substitution] | None, cost
 
 def _children(graph_def, rules: Sequence[Substitution], context, stats: SearchStats):
     """Every graph one substitution away, with the substitution's description, in rule order
-    then match order. A rule that raises is counted and skipped, never fatal."""
+    then match order; for a rule that ``commutes``, first the graph with all its disjoint
+    matches applied. A rule that raises is counted and skipped, never fatal."""
     for rule in rules:
         try:
             matches = rule.matches(graph_def, context)
@@ -305,6 +306,12 @@ def _children(graph_def, rules: Sequence[Substitution], context, stats: SearchSt
             stats.failed += 1
             log.warning("rule %s failed to match: %s", rule.name, exc)
             continue
+        if rule.commutes and len(matches) > 1:
+            try:
+                yield _apply_disjoint(rule, graph_def, matches, context)
+            except Exception as exc:  # noqa: BLE001
+                stats.failed += 1
+                log.warning("rule %s failed to apply at all its matches: %s", rule.name, exc)
         for match in matches:
             try:
                 child = rule.apply(graph_def, match, context)
@@ -314,6 +321,19 @@ def _children(graph_def, rules: Sequence[Substitution], context, stats: SearchSt
                             exc)
                 continue
             yield child, match.describe()
+
+
+def _apply_disjoint(rule: Substitution, graph_def, matches, context) -> tuple[object, str]:
+    """``rule`` applied at every match that shares no node with one applied before it."""
+    used: set[str] = set()
+    applied = 0
+    for match in matches:
+        if used.intersection(match.nodes):
+            continue
+        graph_def = rule.apply(graph_def, match, context)
+        used.update(match.nodes)
+        applied += 1
+    return graph_def, f"{rule.name}(all {applied} matches)"
 
 
 def _checked_result(model: FrozenModel, start: Candidate, best_few: list[Candidate],

@@ -34,6 +34,7 @@ _FUSED = "batch_norm_op"
 class FoldConvBatchNorm(Substitution):
     name = "fold_conv_batchnorm"
     description = "fold a batch norm (Mul/Add arithmetic or FusedBatchNorm) into the conv weights"
+    commutes = True
 
     def matches(self, graph_def, context: TransformContext) -> list[Match]:
         found = []

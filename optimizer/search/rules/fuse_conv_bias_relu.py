@@ -37,6 +37,7 @@ def fusable_conv(conv) -> bool:
 class FuseConvBiasRelu(Substitution):
     name = "fuse_conv_bias_relu"
     description = "Conv2D + BiasAdd(const) + Relu/Relu6 -> _FusedConv2D named like the activation"
+    commutes = True
 
     def matches(self, graph_def, context: TransformContext) -> list[Match]:
         by_name = nodes_by_name(graph_def)

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 class MergeDuplicateSubgraphs(Substitution):
     name = "merge_duplicate_subgraphs"
     description = "drop a node that duplicates another; its consumers read the kept copy"
+    commutes = True
 
     def matches(self, graph_def, context: TransformContext) -> list[Match]:
         groups: dict[tuple, list[str]] = {}

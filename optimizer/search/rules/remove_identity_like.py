@@ -45,6 +45,7 @@ _CANDIDATES = _FORWARDING | frozenset({"Reshape", "Cast", "Transpose"}) | frozen
 class RemoveIdentityLike(Substitution):
     name = "remove_identity_like"
     description = "bypass an op that returns its input unchanged (Identity, x*1, x+0, ...)"
+    commutes = True
 
     def matches(self, graph_def, context: TransformContext) -> list[Match]:
         if not any(n.op in _CANDIDATES for n in graph_def.node):
