@@ -29,7 +29,8 @@ process, interleaved with rotating order (:func:`time_interleaved`), at batch 1.
 is against the input's outputs on the timed batch. Search time includes the cost model's op
 timings (cache misses), the one-pass cleanup before the search and the re-measurement;
 ``substitutions`` counts the search's steps, not the cleanup. A relaxed search runs greedy
-first and keeps greedy's graph unless its own is measured faster with confidence
+first, continues from greedy's graph, and keeps greedy's graph unless its own is measured
+faster with confidence
 (:func:`optimizer.search.search.remeasure`), so its search time includes greedy's; ``vs greedy``
 gives the p50 speedup over the greedy variant with its 95 % interval, and says when the two are
 the same graph (then the figure is the noise of timing one graph twice).

@@ -218,15 +218,15 @@ def search_candidate(model: FrozenModel, strategy: str = "relaxed", alpha: float
 SEARCH_CLEANUP = ("remove_nodes(op=Identity, op=Snapshot, op=StopGradient) merge_duplicate_nodes "
                   "fold_batch_norms")
 
-# Of a relaxed search's time budget, what the greedy baseline run before it may use at most.
-GREEDY_SHARE_OF_TIME = 0.25
+# Of a relaxed search's time budget, what the greedy run it continues from may use at most.
+GREEDY_SHARE_OF_TIME = 0.5
 
 
 def _search(model: FrozenModel, settings: SearchSettings, tolerance: Tolerance,
             cost_cache=None) -> Candidate:
     from optimizer.search.cost import MeasuredCost, OpCostModel
     from optimizer.search.search import TraceStep as SearchStep
-    from optimizer.search.search import relaxed_search, remeasure
+    from optimizer.search.search import continued_from, relaxed_search, remeasure
 
     cost = OpCostModel(cache_path=cost_cache) if settings.cost == "model" else MeasuredCost(model)
     input_cost = cost.cost(model.graph_def)
@@ -247,19 +247,26 @@ def _search(model: FrozenModel, settings: SearchSettings, tolerance: Tolerance,
                            SEARCH_QUEUE_BYTES // (2 * max(model.graph_def.ByteSize(), 1))))
     started = time.perf_counter()
     greedy = None
+    start = model
+    budget, time_budget = settings.budget, settings.time_budget
     if settings.alpha > 1.0 and settings.remeasure_top > 0:
-        # Greedy's graph is the one to beat: the relaxed result replaces it only when measured
-        # faster with confidence, so relaxed is never slower than greedy. Greedy keeps only
-        # strictly cheaper graphs, so it usually exhausts its queue in a fraction of the budget.
-        log.info("search: greedy first, as the baseline the relaxed result must beat")
+        # Relaxed continues from greedy's graph, and greedy's graph is the one to beat: the
+        # relaxed result replaces it only when measured faster with confidence, so relaxed is
+        # never slower than greedy. Greedy keeps only strictly cheaper graphs, so it usually
+        # exhausts its queue in a fraction of the budget.
+        log.info("search: greedy first; the relaxed search continues from its graph")
         greedy = relaxed_search(model, None, cost, alpha=1.0, budget=settings.budget,
                                 time_budget=settings.time_budget * GREEDY_SHARE_OF_TIME,
                                 progress=progress, tolerance=tolerance, max_queue=max_queue)
-    remaining = max(settings.time_budget - (time.perf_counter() - started),
-                    settings.time_budget * (1 - GREEDY_SHARE_OF_TIME))
-    result = relaxed_search(model, None, cost, alpha=settings.alpha, budget=settings.budget,
-                            time_budget=remaining, progress=progress,
+        start = greedy.model
+        budget = max(1, settings.budget - greedy.stats.expansions)
+        time_budget = max(settings.time_budget - (time.perf_counter() - started),
+                          settings.time_budget * (1 - GREEDY_SHARE_OF_TIME))
+    result = relaxed_search(start, None, cost, alpha=settings.alpha, budget=budget,
+                            time_budget=time_budget, progress=progress,
                             tolerance=tolerance, max_queue=max_queue)
+    if greedy is not None:
+        result = continued_from(greedy, result)
     if settings.remeasure_top > 0:
         result = remeasure(result, model, top_k=settings.remeasure_top, tolerance=tolerance,
                            incumbent=("greedy", greedy) if greedy is not None else None)

@@ -17,6 +17,7 @@ from optimizer.search.search import (
     HASHED_CONSTANT_BYTES,
     SearchResult,
     canonical_hash,
+    continued_from,
     greedy_search,
     relaxed_search,
     remeasure,
@@ -408,15 +409,37 @@ class DropMarker(Substitution):
         return graph
 
 
-def test_a_commuting_rule_is_also_applied_at_all_its_matches_in_one_step():
-    model = _negations_model()
+def _with_markers(model):
+    """Every Neg preceded by a Snapshot marker: cost +1 each, the same values."""
     with_markers = _copy(model.graph_def)
     for neg in ("neg1", "neg2"):
         node = _node(with_markers, neg)
         marker = with_markers.node.add(name=f"{neg}/marker", op="Snapshot", input=[node.input[0]])
         marker.attr["T"].CopyFrom(node.attr["T"])
         node.input[0] = marker.name
-    start = model.with_graph(with_markers, step="markers")
+    return model.with_graph(with_markers, step="markers")
+
+
+def test_a_search_continued_from_another_reads_as_one_search_from_its_input():
+    model = _negations_model()
+    start = _with_markers(model)
+    first = greedy_search(start, [DropMarker()], FakeCost(), budget=5)
+    then = relaxed_search(first.model, RULES, FakeCost(), alpha=1.1, budget=50)
+    joined = continued_from(first, then)
+    assert joined.substitutions == first.substitutions + then.substitutions
+    assert joined.input_cost == first.input_cost == START_COST + 2
+    assert joined.cost == CANCELLED_COST and joined.model is then.model
+    assert joined.stats.expansions == first.stats.expansions + then.stats.expansions
+    assert all(c.trace[:len(first.trace)] == first.trace for c in joined.candidates)
+    # nothing better found after greedy: greedy's graph, under greedy's name
+    idle = relaxed_search(first.model, [DropMarker()], FakeCost(), alpha=1.1, budget=5)
+    assert idle.returned == "input"
+    assert continued_from(first, idle).returned == first.returned == "best"
+
+
+def test_a_commuting_rule_is_also_applied_at_all_its_matches_in_one_step():
+    model = _negations_model()
+    start = _with_markers(model)
     result = greedy_search(start, [DropMarker()], FakeCost(), budget=1)
     assert result.substitutions == ["drop_marker(all 2 matches)"]
     assert result.cost == START_COST

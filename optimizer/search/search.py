@@ -381,6 +381,24 @@ def _result(model, chosen: Candidate, start: Candidate, returned: str, rejected:
         stats=stats, candidates=kept)
 
 
+def continued_from(first: SearchResult, then: SearchResult) -> SearchResult:
+    """``then`` (a search started from ``first``'s graph) as one search from ``first``'s input:
+    traces joined, costs and stats relative to that input. When ``then`` found nothing
+    better, the graph is ``first``'s and so is ``returned``."""
+    if first.returned == "input":
+        return then
+    candidates = tuple(replace(c, trace=first.trace + c.trace) for c in then.candidates)
+    stats = replace(then.stats)
+    for name in ("expansions", "generated", "kept", "duplicates", "invalid", "oversized",
+                 "failed", "dropped"):
+        setattr(stats, name, getattr(first.stats, name) + getattr(then.stats, name))
+    stats.wall_seconds = first.stats.wall_seconds + then.stats.wall_seconds
+    returned = then.returned if then.returned != "input" else first.returned
+    return replace(then, trace=first.trace + then.trace, input_cost=first.input_cost,
+                   returned=returned, candidates=candidates, stats=stats,
+                   rejected=first.rejected + then.rejected)
+
+
 def remeasure(result: SearchResult, original: FrozenModel, top_k: int = 3,
               tolerance: Tolerance | None = None, choose_fastest: bool = True,
               seed: int = 0, batch_size: int = 1, min_runs: int = 30,
