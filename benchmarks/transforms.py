@@ -63,12 +63,9 @@ def _first_line(exc: BaseException) -> str:
 
 
 def bf16_optimizers() -> list[str]:
-    from optimizer.transforms.grappler import BF16_OPTIMIZER, DEFAULT_OPTIMIZERS
+    from optimizer.bf16 import BF16_PASSES
 
-    # After constant folding, as in Grappler's default pass order.
-    passes = [p for p in DEFAULT_OPTIMIZERS if p != "remap"]
-    passes.insert(passes.index("constfold") + 1, BF16_OPTIMIZER)
-    return passes
+    return list(BF16_PASSES)
 
 
 def build_variants(name: str, workdir: Path) -> tuple[dict[str, Path], dict[str, str]]:

@@ -7,6 +7,7 @@ models themselves stay on disk or in object storage and are referred to by path 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any, Self, TypeVar
 
 T = TypeVar("T", bound="Record")
@@ -36,15 +37,39 @@ class PulledModel(Record):
 
 @dataclass(frozen=True)
 class CandidateModel(Record):
-    """A SavedModel made from the source, checked for equivalence before it was written."""
+    """A model made from the source. The frozen and optimized float32 SavedModels were checked
+    for equivalence before they were written; the ones derived from the optimized one (bf16,
+    XLA, LiteRT: ``derived`` of the optimize step's output, see optimizer/candidates.py) are
+    judged by the evaluation's accuracy instead."""
 
     label: str
-    path: str
-    kind: str  # frozen | optimized
+    path: str  # a SavedModel directory, or a .tflite file
+    kind: str  # frozen | optimized | derived
     digest: str
     recipe: str | None = None
     equivalence: dict[str, Any] = field(default_factory=dict)
     trace: list[dict[str, Any]] = field(default_factory=list)
+    target: str = "savedmodel"  # savedmodel | litert
+    variant: str = "fp32"  # fp32 | bf16 | xla | the LiteRT flavour
+    format: str = "savedmodel"  # savedmodel | tflite
+    runtime: str = "tensorflow"  # tensorflow | tensorflow+xla | ai-edge-litert
+    how_to_load: str = ""
+    derived: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # {label, reason}
+
+    @property
+    def artifact_dir(self) -> str:
+        """The directory holding everything of this candidate: what gets published."""
+        return str(Path(self.path).parent) if self.format == "tflite" else self.path
+
+
+def candidate_models(*models: CandidateModel) -> list[CandidateModel]:
+    """Every candidate to measure: each model, then the ones derived from it."""
+    out = []
+    for model in models:
+        out.append(model)
+        out.extend(CandidateModel.from_dict(d) for d in model.derived)
+    return out
 
 
 @dataclass(frozen=True)
@@ -80,6 +105,7 @@ class GateOutput(Record):
     summary: str
     verdict_path: str
     report_dir: str | None = None
+    runtime_settings_path: str | None = None  # the chosen model's tuned threads and batch
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,86 @@ class ScheduleConfig(_Section):
     retry_delay_seconds: int = Field(60, ge=1, description="first retry delay")
 
 
+class CandidatesConfig(_Section):
+    """Which runtimes the result may need; optimizer/candidates.py builds the candidates."""
+
+    targets: list[Literal["savedmodel", "litert"]] = Field(
+        default_factory=lambda: ["savedmodel"],
+        description="savedmodel (TF Serving, tf.saved_model.load) and/or litert "
+                    "(ai-edge-litert); a TF Serving site allows only savedmodel")
+    savedmodel_variants: list[Literal["bf16", "xla"]] = Field(
+        default_factory=lambda: ["bf16", "xla"],
+        description="besides the optimized fp32 graph: bf16 (native bfloat16 CPUs only), xla")
+    litert_flavours: list[Literal["fp32", "fp16", "dynamic_int8", "full_int8"]] = Field(
+        default_factory=lambda: ["fp32", "fp16", "dynamic_int8", "full_int8"],
+        description="with the litert target; full_int8 calibrates on evaluation.data")
+    calibration_samples: int = Field(100, ge=1, description="eval rows that calibrate full_int8")
+
+    @field_validator("targets")
+    @classmethod
+    def _some_target(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one target is needed: savedmodel, litert")
+        return value
+
+    def settings(self):
+        from optimizer.candidates import CandidateSettings
+
+        return CandidateSettings(targets=tuple(self.targets),
+                                 savedmodel_variants=tuple(self.savedmodel_variants),
+                                 litert_flavours=tuple(self.litert_flavours),
+                                 calibration_samples=self.calibration_samples)
+
+
+class TuningConfig(_Section):
+    """Thread settings and batch size measured for the chosen model, recorded with it
+    (optimizer/runtime_tuning.py): MLflow tags and runtime_settings.json beside the model."""
+
+    enabled: bool = Field(True, description="tune the chosen candidate after the gate")
+    rounds: int = Field(6, ge=1, description="interleaved rounds of the thread search")
+    seconds_per_probe: float = Field(0.3, gt=0, description="timed seconds per setting per "
+                                                            "round")
+    time_budget_seconds: float = Field(15.0, gt=0, description="bounds the batch-size curve")
+    throughput_target: float | None = Field(
+        None, gt=0, description="items/s: recommend the smallest batch size reaching it")
+    latency_slo_ms: float | None = Field(
+        None, gt=0, description="recommend the largest batch size whose p50 is within it")
+
+
+class SecurityConfig(_Section):
+    """What a model from outside may be; optimizer/op_scan.py lists the refused op types."""
+
+    extra_denied_ops: list[str] = Field(
+        default_factory=list, description="op types refused besides the built-in list")
+    allow_ops: list[str] = Field(
+        default_factory=list, description="op types the model scan refuses that this site "
+                                          "trusts, e.g. [PrintV2]")
+    max_saved_model_mb: int = Field(2048, ge=1, le=2048,
+                                    description="largest saved_model.pb parsed (protobuf's "
+                                                "own limit is 2 GiB)")
+    max_parse_memory_mb: int = Field(8192, ge=64,
+                                     description="most memory a saved_model.pb may take to "
+                                                 "parse")
+
+    @field_validator("allow_ops")
+    @classmethod
+    def _deniable(cls, value: list[str], info) -> list[str]:
+        from optimizer.op_scan import ScanPolicy, ScanPolicyError
+
+        try:
+            ScanPolicy.create(value, info.data.get("extra_denied_ops", ()))
+        except ScanPolicyError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    def scan_policy(self):
+        from optimizer.op_scan import MIB, ScanPolicy
+
+        return ScanPolicy.create(self.allow_ops, self.extra_denied_ops,
+                                 max_pb_bytes=self.max_saved_model_mb * MIB,
+                                 max_parse_memory_bytes=self.max_parse_memory_mb * MIB)
+
+
 class PipelineConfig(_Section):
     source: str = Field(description="s3://bucket/prefix, a local path, or models:/name@alias")
     signature: str = Field("serving_default", description="the signature to optimize")
@@ -135,6 +215,9 @@ class PipelineConfig(_Section):
     s3: S3Config = Field(default_factory=S3Config)
     execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    security: SecurityConfig = Field(default_factory=SecurityConfig)
+    candidates: CandidatesConfig = Field(default_factory=CandidatesConfig)
+    tuning: TuningConfig = Field(default_factory=TuningConfig)
 
     @field_validator("source")
     @classmethod
@@ -157,45 +240,60 @@ def _describe_error(exc: ValidationError, where: str) -> str:
     error = exc.errors()[0]
     key = ".".join(str(p) for p in error["loc"]) or "(top level)"
     if error["type"] == "extra_forbidden":
-        return f"{where}: unknown key '{key}'"
+        return f"{where}: unknown key {key!r}"
     if error["type"] == "missing":
-        return f"{where}: missing required key '{key}'"
-    return f"{where}: key '{key}': {error['msg']} (got {error.get('input')!r})"
+        return f"{where}: missing required key {key!r}"
+    return f"{where}: key {key!r}: {error['msg']} (got {error.get('input')!r})"
 
 
 def _set_path(data: dict, dotted: str, raw: str) -> None:
     import yaml
 
     keys = dotted.split(".")
+    # repr: the text is the user's, and an error message stays on one line.
     if not all(keys):
-        raise ConfigError(f"--set {dotted}={raw}: empty key")
+        raise ConfigError(f"--set {dotted!r}: empty key")
     node = data
     for key in keys[:-1]:
         child = node.setdefault(key, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"--set {dotted}={raw}: '{key}' is not a section")
+            raise ConfigError(f"--set {dotted!r}: {key!r} is not a section")
         node = child
     try:
         node[keys[-1]] = yaml.safe_load(raw) if raw != "" else ""
     except yaml.YAMLError:
         node[keys[-1]] = raw
+    except RecursionError:
+        raise ConfigError(f"--set {dotted!r}: the value is nested too deeply") from None
 
 
-def apply_overrides(data: dict, overrides: list[str] | dict | None) -> dict:
+def _plain_copy(data: Any, where: str) -> Any:
+    """A deep copy, refusing what YAML can hold but a config cannot: dates, sets, binary and
+    anchors that make a value contain itself."""
+    try:
+        return json.loads(json.dumps(data))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ConfigError(f"{where}: the config holds a value that is not plain data "
+                          f"({str(exc).splitlines()[0]}); quote dates, and use strings, "
+                          f"numbers, true/false, null, lists and mappings") from None
+
+
+def apply_overrides(data: dict, overrides: list[str] | dict | None,
+                    where: str = "config") -> dict:
     """``["a.b=1", ...]`` or ``{"a.b": 1}`` applied on top of a config mapping."""
-    data = json.loads(json.dumps(data))  # deep copy of plain data
+    data = _plain_copy(data, where)
     if not overrides:
         return data
     if isinstance(overrides, dict):
         for key, value in overrides.items():
             _set_path(data, key, json.dumps(value) if not isinstance(value, str) else value)
-        return data
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--set takes key=value, got '{item}'")
-        _set_path(data, key.strip(), value)
-    return data
+    else:
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ConfigError(f"--set takes key=value, got {item!r}")
+            _set_path(data, key.strip(), value)
+    return _plain_copy(data, where)  # an override's YAML value may be a date, too
 
 
 def config_from_mapping(data: Any, where: str = "config",
@@ -206,7 +304,7 @@ def config_from_mapping(data: Any, where: str = "config",
         raise ConfigError(f"{where}: the config is a mapping of keys to values, "
                           f"got {type(data).__name__}")
     try:
-        return PipelineConfig.model_validate(apply_overrides(data, overrides))
+        return PipelineConfig.model_validate(apply_overrides(data, overrides, where))
     except ValidationError as exc:
         raise ConfigError(_describe_error(exc, where)) from None
 

@@ -66,7 +66,10 @@ def _show_outcome(tracking_uri: str, experiment: str, model: str, run_id: str | 
           f"{tags.get('tfopt.gate_summary', '')}")
     try:
         champion = client.get_model_version_by_alias(model, "champion")
-        print(f"registry     {model}: alias 'champion' -> version {champion.version}")
+        print(f"registry     {model}: alias 'champion' -> version {champion.version} "
+              f"({champion.tags.get('tfopt.candidate', '?')}, "
+              f"{champion.tags.get('tfopt.format', '?')} on "
+              f"{champion.tags.get('tfopt.runtime', '?')})")
     except Exception:  # noqa: BLE001 - no champion yet is a normal outcome
         print(f"registry     {model}: no champion")
     report = Path(client.download_artifacts(run.info.run_id, "report/report.md",

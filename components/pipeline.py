@@ -19,6 +19,7 @@ from components.artifacts import (
     GateOutput,
     PublishOutput,
     PulledModel,
+    candidate_models,
 )
 from components.config import PipelineConfig
 from components.workspace import Workspace
@@ -53,6 +54,15 @@ def workspace_for(config: PipelineConfig, pulled: PulledModel) -> Workspace:
 
 def run_pipeline(config: PipelineConfig, run_context: dict[str, Any] | None = None,
                  publish_results: bool = True) -> PipelineOutcome:
+    from optimizer.op_scan import using_policy
+
+    # Every model read in this run (the pull's scan first) applies the config's security.
+    with using_policy(config.security.scan_policy()):
+        return _run_pipeline(config, run_context, publish_results)
+
+
+def _run_pipeline(config: PipelineConfig, run_context: dict[str, Any] | None,
+                  publish_results: bool) -> PipelineOutcome:
     from components.steps.benchmark import benchmark
     from components.steps.evaluate import evaluate
     from components.steps.freeze import freeze
@@ -73,7 +83,7 @@ def run_pipeline(config: PipelineConfig, run_context: dict[str, Any] | None = No
     frozen = freeze(config, pulled, ws)
     step(3, "optimize")
     optimized = optimize(config, pulled, ws)
-    candidates = [frozen, optimized]
+    candidates = candidate_models(frozen, optimized)
     step(4, "benchmark")
     champion = None
     if publish_results:

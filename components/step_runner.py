@@ -16,6 +16,7 @@ from components.artifacts import (
     EvaluationOutput,
     GateOutput,
     PulledModel,
+    candidate_models,
 )
 from components.config import PipelineConfig
 from components.pipeline import STEPS, workspace_for
@@ -46,6 +47,15 @@ def _require(name: str, inputs: dict[str, Any]) -> None:
 
 def run_step(name: str, config: PipelineConfig, inputs: dict[str, Any] | None = None,
              run_context: dict[str, Any] | None = None) -> dict[str, Any]:
+    from optimizer.op_scan import using_policy
+
+    # Every model this step reads applies the config's security (see optimizer.op_scan).
+    with using_policy(config.security.scan_policy()):
+        return _run_step(name, config, inputs, run_context)
+
+
+def _run_step(name: str, config: PipelineConfig, inputs: dict[str, Any] | None,
+              run_context: dict[str, Any] | None) -> dict[str, Any]:
     if name not in STEPS:
         raise StepInputError(f"unknown step '{name}'; steps: {', '.join(STEPS)}")
     inputs = inputs or {}
@@ -80,7 +90,7 @@ def _optimize(config, pulled, ws):
 
 
 def _candidates(inputs) -> list[CandidateModel]:
-    return [CandidateModel.from_dict(inputs[n]) for n in ("freeze", "optimize")]
+    return candidate_models(*(CandidateModel.from_dict(inputs[n]) for n in ("freeze", "optimize")))
 
 
 def _benchmark(config, pulled, inputs, ws, run_context):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from components.artifacts import Record
+from optimizer.errors import DestinationError
 
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound=Record)
@@ -74,8 +75,13 @@ class Workspace:
     def record(self, step: str, result: Record) -> None:
         target = self.step_dir(step) / RESULT_FILE
         partial = target.with_name(f".{RESULT_FILE}.partial-{os.getpid()}")
-        partial.write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
-        os.replace(partial, target)
+        try:
+            partial.write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
+            os.replace(partial, target)
+        except OSError as exc:
+            # A full disk: the step's work stays unrecorded, so it runs again once there is room.
+            partial.unlink(missing_ok=True)
+            raise DestinationError(f"cannot write {target}: {exc.strerror or exc}") from None
 
     def reuse_or_run(self, step: str, kind: type[R], run: Callable[[Path], R]) -> R:
         """The recorded result of ``step`` if it finished before, else ``run(step_dir)``."""

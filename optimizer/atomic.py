@@ -1,4 +1,4 @@
-"""Write a directory all at once: build it beside the destination, then rename it into place.
+"""Write a directory (or a file) all at once: build it beside the destination, then rename it.
 
 A crash, an error or a kill leaves either the old destination or the new one, never a mix; the
 staging directory is a hidden sibling so that the final rename stays on one filesystem.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -22,6 +23,11 @@ def _check_destination(dst: Path, overwrite: bool) -> None:
             raise DestinationError(f"{dst} exists and is not a directory")
         if not overwrite:
             raise DestinationError(f"{dst} already exists; pass --overwrite to replace it")
+    _check_parent_writable(dst)
+
+
+def _check_parent_writable(dst: Path) -> None:
+    """The nearest existing ancestor of ``dst`` is a directory this process may write in."""
     for ancestor in dst.parents:
         if ancestor.exists():
             if not ancestor.is_dir():
@@ -63,3 +69,41 @@ def atomic_directory(dst: str | os.PathLike, overwrite: bool = False) -> Iterato
         raise DestinationError(f"cannot write {dst}: {exc.strerror or exc}") from exc
     finally:
         shutil.rmtree(staging_root, ignore_errors=True)
+
+
+def _check_file_destination(dst: Path, overwrite: bool) -> None:
+    if dst.is_dir():
+        raise DestinationError(f"{dst} exists and is a directory, not a file")
+    if (dst.exists() or dst.is_symlink()) and not overwrite:
+        raise DestinationError(f"{dst} already exists; pass --overwrite to replace it")
+    _check_parent_writable(dst)
+
+
+def check_file_writable(dst: str | os.PathLike, overwrite: bool = False) -> Path:
+    """:func:`check_writable` for a single file."""
+    dst = Path(dst).absolute()
+    _check_file_destination(dst, overwrite)
+    return dst
+
+
+@contextlib.contextmanager
+def atomic_file(dst: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a hidden sibling path to write; on success it replaces ``dst`` in one rename."""
+    dst = check_file_writable(dst, overwrite)
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DestinationError(f"cannot write {dst}: {exc.strerror or exc}") from None
+    # Named, not created (as mkstemp would, mode 0600): the writer creates it with the umask's
+    # permissions, which the renamed file keeps.
+    staging = dst.parent / f".{dst.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        yield staging
+        if not staging.is_file():
+            raise RuntimeError(f"nothing was written to the staging file for {dst}")
+        _check_file_destination(dst, overwrite)
+        os.replace(staging, dst)
+    except OSError as exc:
+        raise DestinationError(f"cannot write {dst}: {exc.strerror or exc}") from exc
+    finally:
+        staging.unlink(missing_ok=True)

@@ -7,6 +7,14 @@ subclass of :class:`TfoptError`; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 
+def shown(text: object) -> str:
+    """User text for an error message: non-printable characters escaped, so that the message
+    stays one line (a key read from YAML may hold a newline or a carriage return)."""
+    text = str(text)
+    return text if text.isprintable() else "".join(
+        c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class TfoptError(Exception):
     """Bad input or an operation refused for a stated reason. ``exit_code`` is the CLI's."""
 
@@ -23,6 +31,16 @@ class NotASavedModelError(TfoptError):
 
 class CorruptSavedModelError(TfoptError):
     pass
+
+
+class OversizedSavedModelError(CorruptSavedModelError):
+    """saved_model.pb is larger, or would take more memory to parse, than the limits allow."""
+
+
+class DangerousOpError(TfoptError):
+    """The model holds an op that could touch files, the network or Python: refused unread."""
+
+    exit_code = 5
 
 
 class UnknownSignatureError(TfoptError):

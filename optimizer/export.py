@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from optimizer.atomic import atomic_directory
+from optimizer.errors import DestinationError
 from optimizer.frozen import FrozenModel
 from optimizer.signature import SignatureInfo, TensorSpecInfo, dtype_enum
 from optimizer.tf_runtime import import_tensorflow
@@ -63,7 +64,14 @@ def write_saved_model(
                     signature_def_map={model.signature.name: signature_def(model.signature)},
                     strip_default_attrs=True,
                 )
-                builder.save()
+                try:
+                    builder.save()
+                except tf.errors.OpError as exc:
+                    # TensorFlow's own file system reports a full disk or a failed write this
+                    # way, not as OSError: "<staging path>; No space left on device".
+                    reason = exc.message.rsplit("; ", 1)[-1]
+                    raise DestinationError(f"cannot write {Path(dst).absolute()}: {reason}"
+                                           ) from None
         provenance = {
             "source": model.source,
             "signature": model.signature.name,

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optimizer.errors import TfoptError
+from optimizer.errors import TfoptError, shown
 from optimizer.tolerance import Tolerance
 from optimizer.transforms.base import Param, Transform, TransformConfigError
 from optimizer.yaml_files import parse_yaml, read_yaml_file
@@ -272,7 +272,7 @@ def _yaml_params(raw: Any, where: str) -> dict[str, list[str]]:
     for key, value in raw.items():
         key = str(key)
         if not key or not set(key) <= _NAME_CHARS:
-            raise RecipeSyntaxError(f"{where}: '{key}' is not a parameter name")
+            raise RecipeSyntaxError(f"{where}: '{shown(key)}' is not a parameter name")
         values = value if isinstance(value, list) else [value]
         if not values or any(v is None for v in values):
             raise RecipeSyntaxError(f"{where}: parameter '{key}' has no value")
@@ -289,10 +289,10 @@ def _spec_from_yaml_mapping(item: dict, where: str) -> TransformSpec:
     else:
         raise RecipeSyntaxError(
             f"{where}: a mapping item is either {{name: TRANSFORM, PARAM: VALUE, ...}} or "
-            f"{{TRANSFORM: {{PARAM: VALUE, ...}}}}, got keys {', '.join(map(str, item))}")
+            f"{{TRANSFORM: {{PARAM: VALUE, ...}}}}, got keys {', '.join(map(shown, item))}")
     name = str(name)
     if not name or not set(name) <= _NAME_CHARS:
-        raise RecipeSyntaxError(f"{where}: '{name}' is not a transform name")
+        raise RecipeSyntaxError(f"{where}: '{shown(name)}' is not a transform name")
     return TransformSpec(name, _yaml_params(raw, f"{where} ({name})"))
 
 
@@ -337,7 +337,7 @@ def load_recipe_file(path: str | os.PathLike) -> Recipe:
     if isinstance(data, list):
         items = data
     elif isinstance(data, dict):
-        unknown = [str(k) for k in data if k not in RECIPE_FILE_KEYS]
+        unknown = [shown(k) for k in data if k not in RECIPE_FILE_KEYS]
         if unknown:
             raise RecipeFileError(f"{where}: unknown key(s) {', '.join(unknown)}; "
                                   f"valid: {', '.join(RECIPE_FILE_KEYS)}")

@@ -1,4 +1,5 @@
-"""Run a model in this process: a SavedModel directory or a :class:`FrozenModel`, same interface.
+"""Run a model in this process: a SavedModel directory, a :class:`FrozenModel` or a LiteRT
+``.tflite`` file (:mod:`optimizer.litert.runner`), all with the same interface.
 
 ``runner(feeds) -> outputs`` takes and returns ``{signature key: numpy array}``, so the
 equivalence check and the benchmark treat every kind of model the same way.
@@ -63,8 +64,15 @@ def _frozen_function(model: FrozenModel):
 
 
 def load_runner(model: Model, signature_name: str = DEFAULT_SIGNATURE) -> ModelRunner:
+    """A runner for a SavedModel directory, a :class:`FrozenModel` or a ``.tflite`` file."""
     if isinstance(model, ModelRunner):
         return model
+    from optimizer.litert import is_litert_path
+
+    if is_litert_path(model):
+        from optimizer.litert.runner import LiteRTRunner
+
+        return LiteRTRunner(model, signature_name)
     if isinstance(model, FrozenModel):
         return ModelRunner(model.signature, _frozen_function(model), by_keyword=False,
                            description=f"frozen graph of {model.source or 'a model'}")
@@ -73,3 +81,15 @@ def load_runner(model: Model, signature_name: str = DEFAULT_SIGNATURE) -> ModelR
     signature = get_signature(model, signature_name)
     fn = load_signature_function(model, signature_name)
     return ModelRunner(signature, fn, by_keyword=True, description=f"SavedModel {model}")
+
+
+def read_signature(model: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE
+                   ) -> SignatureInfo:
+    """The signature of a SavedModel directory or a ``.tflite`` file, without running it."""
+    from optimizer.litert import is_litert_path
+
+    if is_litert_path(model):
+        from optimizer.litert.runner import read_litert_signature
+
+        return read_litert_signature(model, signature_name)
+    return get_signature(model, signature_name)

@@ -11,12 +11,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from optimizer.bounded_parse import parse_file
 from optimizer.errors import (
     CorruptSavedModelError,
     NotASavedModelError,
     SourceNotFoundError,
     UnknownSignatureError,
 )
+from optimizer.op_scan import ScanPolicy, check_saved_model, current_policy
 from optimizer.signature import SignatureInfo
 
 DEFAULT_SIGNATURE = "serving_default"
@@ -24,11 +26,17 @@ SERVE_TAG = "serve"
 _INTERNAL_SIGNATURES = ("__saved_model_init_op", "__saved_model_train_op")
 
 
-def read_saved_model_proto(path: str | os.PathLike):
-    """Parse ``saved_model.pb`` (or ``.pbtxt``) under ``path``; typed errors for bad input."""
-    from google.protobuf import message, text_format
+def read_saved_model_proto(path: str | os.PathLike, policy: ScanPolicy | None = None):
+    """Parse ``saved_model.pb`` (or ``.pbtxt``) under ``path`` and scan it; typed errors.
+
+    Every reader of a model comes through here before TensorFlow touches it, so the bounded
+    parse (:mod:`optimizer.bounded_parse`) and the op scan (:mod:`optimizer.op_scan`, under
+    ``policy`` or the policy in force) guard every entry point: inspect, freeze, optimize,
+    benchmark, the pipeline's pull and every load after it.
+    """
     from tensorflow.core.protobuf import saved_model_pb2
 
+    policy = policy or current_policy()
     root = Path(path)
     if not root.exists():
         raise SourceNotFoundError(f"no such SavedModel directory: {root}")
@@ -36,20 +44,18 @@ def read_saved_model_proto(path: str | os.PathLike):
         raise NotASavedModelError(f"{root} is a file, not a SavedModel directory")
     pb, pbtxt = root / "saved_model.pb", root / "saved_model.pbtxt"
     proto = saved_model_pb2.SavedModel()
-    try:
-        if pb.is_file():
-            proto.ParseFromString(pb.read_bytes())
-        elif pbtxt.is_file():
-            text_format.Parse(pbtxt.read_text(), proto)
-        else:
-            raise NotASavedModelError(
-                f"{root} is not a SavedModel: it has no saved_model.pb or saved_model.pbtxt")
-    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, RuntimeError) as exc:
-        raise CorruptSavedModelError(
-            f"corrupt saved_model.pb in {root}: {str(exc).splitlines()[0] or type(exc).__name__}"
-        ) from None
+    if pb.is_file():
+        file, text = pb, False
+    elif pbtxt.is_file():
+        file, text = pbtxt, True
+    else:
+        raise NotASavedModelError(
+            f"{root} is not a SavedModel: it has no saved_model.pb or saved_model.pbtxt")
+    parse_file(file, proto, text=text, label=f"{file.name} in {root}",
+               max_bytes=policy.max_pb_bytes, max_memory_bytes=policy.max_parse_memory_bytes)
     if not proto.meta_graphs:
-        raise CorruptSavedModelError(f"corrupt saved_model.pb in {root}: it holds no MetaGraph")
+        raise CorruptSavedModelError(f"corrupt {file.name} in {root}: it holds no MetaGraph")
+    check_saved_model(proto, str(root), policy)
     return proto
 
 

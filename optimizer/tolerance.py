@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from optimizer.equivalence import EquivalenceReport
-from optimizer.errors import TfoptError
+from optimizer.errors import TfoptError, shown
 
 DEFAULT_ATOL = 1e-4
 
@@ -46,7 +46,7 @@ class Tolerance:
             raise ToleranceError(f"{where} must be a mapping of atol/rtol/min_top1, "
                                  f"got {type(data).__name__}")
         known = ("atol", "rtol", "min_top1")
-        unknown = [str(k) for k in data if k not in known]
+        unknown = [shown(k) for k in data if k not in known]
         if unknown:
             raise ToleranceError(f"{where}: unknown key(s) {', '.join(unknown)}; "
                                  f"valid: {', '.join(known)}")

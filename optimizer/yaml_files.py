@@ -25,6 +25,8 @@ def parse_yaml(text: str, where: str, error: type[TfoptError]) -> Any:
         raise error(f"{where}: invalid YAML{at}: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
         raise error(f"{where}: invalid YAML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise error(f"{where}: invalid YAML: nested too deeply") from None
 
 
 def read_yaml_file(path: str | os.PathLike, what: str, error: type[TfoptError]) -> Any:

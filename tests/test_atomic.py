@@ -1,8 +1,8 @@
-"""atomic_directory: the destination appears whole or not at all."""
+"""atomic_directory and atomic_file: the destination appears whole or not at all."""
 
 import pytest
 
-from optimizer.atomic import atomic_directory
+from optimizer.atomic import atomic_directory, atomic_file
 from optimizer.errors import DestinationError
 
 
@@ -40,4 +40,27 @@ def test_existing_destination_is_refused_without_overwrite(tmp_path):
     (tmp_path / "model").mkdir()
     with pytest.raises(DestinationError, match="already exists"), \
             atomic_directory(tmp_path / "model"):
+        pass
+
+
+def test_atomic_file_appears_whole_with_nothing_beside_it(tmp_path):
+    dst = tmp_path / "model.tflite"
+    with atomic_file(dst) as staging:
+        staging.write_bytes(b"flatbuffer")
+        assert not dst.exists() and staging.parent == tmp_path
+    assert dst.read_bytes() == b"flatbuffer"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.tflite"]
+
+
+def test_atomic_file_failure_midway_keeps_the_previous_file(tmp_path):
+    dst = tmp_path / "model.tflite"
+    dst.write_bytes(b"v1")
+    with pytest.raises(RuntimeError, match="crash"), atomic_file(dst, overwrite=True) as staging:
+        staging.write_bytes(b"half of v2")
+        raise RuntimeError("crash while writing v2")
+    assert dst.read_bytes() == b"v1"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.tflite"]
+    with pytest.raises(DestinationError, match="already exists"), atomic_file(dst):
+        pass
+    with pytest.raises(DestinationError, match="is a directory"), atomic_file(tmp_path):
         pass

@@ -1,6 +1,7 @@
 """tfopt run / tfopt step: the pipeline from the command line, on local files and sqlite MLflow."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,9 +16,53 @@ def local_config(tmp_path, model_dir):
         f"source: {model_dir('keras_cnn')}\n"
         f"workdir: {tmp_path / 'work'}\n"
         "benchmark: {batch_sizes: [1], min_runs: 30, min_seconds: 0.5, warmup: 3}\n"
+        "tuning: {enabled: false}\n"
         f"mlflow: {{tracking_uri: 'sqlite:///{tmp_path / 'mlflow.db'}', experiment: cli, "
         "registered_model: cnn}\n")
     return config
+
+
+def test_with_litert_allowed_the_registry_version_says_its_format_and_how_to_run_it(
+        tmp_path, capsys):
+    from components.digits import train_digits_model
+
+    digits = train_digits_model(tmp_path / "digits", epochs=8)
+    config = tmp_path / "litert.yaml"
+    config.write_text(
+        f"source: {digits.saved_model}\n"
+        f"workdir: {tmp_path / 'work'}\n"
+        f"evaluation: {{data: {digits.eval_data}}}\n"
+        "benchmark: {batch_sizes: [1], min_runs: 30, min_seconds: 1, warmup: 3}\n"
+        "gate: {max_accuracy_drop_abs: 0.005}\n"
+        "candidates: {targets: [savedmodel, litert], savedmodel_variants: []}\n"
+        "tuning: {rounds: 3, seconds_per_probe: 0.2, time_budget_seconds: 5}\n"
+        f"mlflow: {{tracking_uri: 'sqlite:///{tmp_path / 'mlflow.db'}', experiment: cli, "
+        "registered_model: digits}\n")
+    code = main(["run", "--config", str(config), "--run-id", "litert-1", "--json"])
+    outcome = json.loads(capsys.readouterr().out)
+    assert code == 0
+    labels = [c["label"] for c in outcome["candidates"]]
+    assert labels == ["frozen", "optimized", "litert_fp32", "litert_fp16",
+                      "litert_dynamic_int8", "litert_full_int8"]
+    chosen = outcome["gate"]["chosen"]
+    assert chosen.startswith("litert_")  # ~10x on this model, at the same held-out accuracy
+    report = json.loads((Path(outcome["gate"]["report_dir"]) / "report.json").read_text())
+    rows = {r["label"]: r for r in report["candidates"]}
+    assert rows[chosen]["speedup"] == max(r["speedup"] for r in rows.values()
+                                          if r["verdict"] in ("chosen", "passed"))
+    assert (Path(outcome["gate"]["report_dir"]) / "pareto.png").stat().st_size > 0
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    version = client.get_model_version("digits", outcome["publish"]["version"])
+    assert version.tags["tfopt.format"] == "tflite"
+    assert version.tags["tfopt.runtime"] == "ai-edge-litert"
+    assert "Interpreter(model_path='model.tflite'" in version.tags["tfopt.load"]
+    assert int(version.tags["tfopt.runtime.num_threads"]) >= 1
+    files = {a.path for a in client.list_artifacts(version.run_id, "model")}
+    assert files == {"model/model.tflite", "model/model.tflite.json",
+                     "model/runtime_settings.json"}
 
 
 def test_run_executes_every_step_and_reports_the_verdict(local_config, tmp_path, capsys):

@@ -90,6 +90,8 @@ def stack(tmp_path_factory, moto_endpoint, mlflow_server):
         # The wiring is under test here, not the threshold: the digits model freezes to about
         # 1.25x faster, so 1.02x with 95% confidence passes on a busy machine too.
         "gate: {min_speedup: 1.02}\n"
+        # tuning is covered by tests/test_pipeline_cli.py; here it would only add minutes
+        "tuning: {enabled: false}\n"
         f"s3: {{endpoint_url: '{moto_endpoint}', region: us-east-1}}\n"
         f"mlflow: {{tracking_uri: '{mlflow_server}', experiment: e2e, "
         f"registered_model: {MODEL}}}\n"

@@ -9,11 +9,13 @@ config (min_speedup 100) on the same measurements makes the rejected case.
 
 import json
 import socket
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from benchmark_testing import with_output_neutral_work
+from fault_proxy import FaultProxy
 from mlflow import MlflowClient
 
 from components.artifacts import CandidateModel, EvaluationOutput, GateOutput, PulledModel
@@ -294,3 +296,90 @@ def test_an_unreachable_server_fails_fast_with_one_line_and_records_nothing(made
     assert "\n" not in message and message.startswith(f"MLflow at {closed} is unreachable")
     assert down.ws.finished(publish_step._step_name({"dag_run_id": "during"})) is None
     assert reachable.champion_version() == "1" and len(reachable.runs()) == 1
+
+
+HUNG_TIMEOUT_SECONDS, HUNG_RETRIES = 5, 1
+# (1 + retries) waits for an answer, a backoff, and room for a busy CI machine.
+HUNG_BOUND_SECONDS = (1 + HUNG_RETRIES) * HUNG_TIMEOUT_SECONDS + 1 + 10
+
+
+def _short_mlflow_timeouts(monkeypatch) -> None:
+    """What an operator sets to bound a hung server; the environment wins over the pipeline's
+    own 30 s x 3 tries (components/tracking)."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", str(HUNG_TIMEOUT_SECONDS))
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(HUNG_RETRIES))
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+
+
+def test_a_server_that_accepts_connections_but_never_answers_fails_in_bounded_time(
+        made, mlflow_server, monkeypatch):
+    reachable = Pipeline(made, mlflow_server, "hung")
+    reachable.publish({"dag_run_id": "before"})
+    _short_mlflow_timeouts(monkeypatch)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)  # the kernel completes the handshake; nothing ever reads or answers
+        hung = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        down = Pipeline(made, hung, "hung")
+
+        started = time.monotonic()
+        with pytest.raises(TrackingError) as caught:
+            down.publish({"dag_run_id": "during"})
+        elapsed = time.monotonic() - started
+
+    assert elapsed < HUNG_BOUND_SECONDS
+    assert str(caught.value) == f"MLflow at {hung} is unreachable: no answer in time"
+    assert down.ws.finished(publish_step._step_name({"dag_run_id": "during"})) is None
+    assert reachable.champion_version() == "1" and len(reachable.runs()) == 1
+
+
+def test_an_unanswered_registration_fails_in_bounded_time_and_its_rerun_keeps_one_version(
+        made, mlflow_server, monkeypatch):
+    direct = Pipeline(made, mlflow_server, "stalled")
+    direct.publish({"dag_run_id": "before"})
+    with FaultProxy(mlflow_server) as proxy:
+        # The server registers the version; its answer is held until the client gives up.
+        # MLflow's client retries the POST after the timeout, so the server registers twice.
+        proxy.add("stall_after_forward", r"/model-versions/create$", method="POST")
+        through = Pipeline(made, proxy.url, "stalled")
+        with monkeypatch.context() as short:
+            _short_mlflow_timeouts(short)
+            started = time.monotonic()
+            with pytest.raises(TrackingError) as caught:
+                through.publish({"dag_run_id": "during"})
+            elapsed = time.monotonic() - started
+        sent = len(proxy.seen("POST", r"/model-versions/create$"))
+        proxy.clear()
+        proxy.release()
+        assert elapsed < HUNG_BOUND_SECONDS
+        assert sent == HUNG_RETRIES + 1
+        assert str(caught.value) == f"MLflow at {proxy.url} is unreachable: no answer in time"
+        assert direct.champion_version() == "1"
+        assert len(direct.versions()) == 1 + sent  # the duplicates the retry made
+
+        rerun = through.publish({"dag_run_id": "during"})
+
+    during = [v for v in direct.versions() if v.tags.get("tfopt.dag_run_id") == "during"]
+    assert [v.version for v in during] == [rerun.version] == ["2"]  # the lowest one kept
+    assert direct.champion_version() == "2" and len(direct.versions()) == 2
+
+
+def test_an_older_publish_whose_alias_move_lands_late_gives_the_alias_back(made, mlflow_server):
+    # Monday's publish reads the alias, then its move is held on the wire while Tuesday's
+    # publish registers a newer version and moves the alias; Monday's move then lands last.
+    tuesday = Pipeline(made, mlflow_server, "late_alias")
+    with FaultProxy(mlflow_server) as proxy:
+        proxy.add("hold", r"/registered-models/alias$", method="POST", times=1)
+        monday = Pipeline(made, proxy.url, "late_alias")
+        outcome = {}
+        held = threading.Thread(
+            target=lambda: outcome.update(out=monday.publish({"dag_run_id": "monday"})))
+        held.start()
+        assert proxy.wait_for_stall(timeout=120)
+        newer = tuesday.publish({"dag_run_id": "tuesday"})
+        assert tuesday.champion_version() == newer.version == "2"
+        proxy.release()
+        held.join(timeout=120)
+
+    assert outcome["out"].version == "1" and not outcome["out"].alias_moved
+    assert tuesday.champion_version() == "2"

@@ -5,7 +5,8 @@ line with their exit code; an unexpected failure prints one line too and keeps t
 ``TFOPT_DEBUG=1``.
 
 Exit codes: 0 success; 1 internal error; 2 bad input; 3 the gate rejected the candidate;
-4 a candidate's outputs diverge beyond tolerance (nothing written); 130 interrupted.
+4 a candidate's outputs diverge beyond tolerance (nothing written); 5 the model holds an op that
+could touch files, the network or Python (refused before loading); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import logging
 import os
 import sys
 
-from components.cli import native_log_filter
+from components.cli import model_scan_flags, native_log_filter
 
 # Command name -> module under components.cli. Adding a command: a module and a line here.
 COMMANDS = {
@@ -37,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tfopt",
         description="Make a trained TensorFlow SavedModel faster, with the evidence to trust it.",
         epilog="Exit codes: 0 ok, 1 internal error, 2 bad input, 3 gate rejected, "
-               "4 outputs diverge (nothing written). TFOPT_DEBUG=1 shows tracebacks.",
+               "4 outputs diverge (nothing written), 5 model refused by the op scan. "
+               "TFOPT_DEBUG=1 shows tracebacks.",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="more progress output (-vv for debug)")
@@ -62,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     _configure_logging(args.verbose)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        return int(args.run(args) or 0)
+        with model_scan_flags.scan_policy_for(args):
+            return int(args.run(args) or 0)
     except TfoptError as exc:
         print(f"tfopt: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from components.cli.model_scan_flags import add_allow_op_argument
 from components.cli.output import human_bytes, table
 
 
@@ -63,6 +64,7 @@ def add_parser(sub) -> None:
     p.add_argument("--confidence", type=float, default=0.95,
                    help="two-sided level of the speedup interval (default 0.95)")
     p.add_argument("--signature", default="serving_default", help="signature to call")
+    add_allow_op_argument(p)
     p.set_defaults(run=run)
 
 

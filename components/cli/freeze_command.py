@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from components.cli.model_scan_flags import add_allow_op_argument
 from components.cli.output import human_bytes
 
 
@@ -17,6 +18,7 @@ def add_parser(sub) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     p.add_argument("--atol", type=float, default=1e-5,
                    help="largest absolute output difference accepted (default 1e-5)")
+    add_allow_op_argument(p)
     p.set_defaults(run=run)
 
 

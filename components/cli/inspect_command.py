@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from components.cli.model_scan_flags import add_allow_op_argument
 from components.cli.output import human_bytes, op_histogram_table
 
 
@@ -14,6 +15,7 @@ def add_parser(sub) -> None:
     p.add_argument("src", help="SavedModel directory")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--top", type=int, default=25, help="ops to list in the histogram")
+    add_allow_op_argument(p)
     p.set_defaults(run=run)
 
 

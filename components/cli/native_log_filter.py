@@ -2,7 +2,8 @@
 
 TF 2.21 writes absl log lines (oneDNN notices, CPU feature hints, Grappler session starts) to
 file descriptor 2 before absl logging is initialised, so ``TF_CPP_MIN_LOG_LEVEL`` cannot stop
-them. The CLI routes fd 2 through a pipe and drops only those lines; errors (``E``/``F``) and
+them; LiteRT's interpreter announces its XNNPACK delegate the same way. The CLI routes fd 2
+through a pipe and drops only those lines; errors (``E``/``F``, LiteRT's ``ERROR:``) and
 everything Python prints pass through unchanged.
 """
 
@@ -17,7 +18,8 @@ import threading
 _NATIVE_NOISE = re.compile(
     rb"^(?:[IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [\w.]+:\d+\]"
     rb"|WARNING: All log messages before absl::InitializeLog"
-    rb"|To enable the following instructions:)"
+    rb"|To enable the following instructions:"
+    rb"|INFO: Created TensorFlow Lite XNNPACK delegate)"
 )
 
 

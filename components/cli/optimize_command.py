@@ -7,6 +7,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+from components.cli.model_scan_flags import add_allow_op_argument
+from components.cli.optimize_targets import add_arguments as add_target_arguments
 from components.cli.output import human_bytes, op_histogram_table, table
 
 
@@ -23,7 +25,8 @@ def add_parser(sub) -> None:
                'tfopt optimize model/ fast/ --strategy relaxed --alpha 1.05 --budget 500 '
                '--time-budget 600')
     p.add_argument("src", help="SavedModel directory")
-    p.add_argument("dst", help="SavedModel directory to create")
+    p.add_argument("dst", help="SavedModel directory to create (with --targets: a directory "
+                               "holding the chosen candidate)")
     recipe = p.add_mutually_exclusive_group()
     recipe.add_argument("--transforms", metavar="RECIPE",
                         help="transforms in GTT syntax, e.g. 'fold_constants(ignore_errors=true) "
@@ -63,6 +66,8 @@ def add_parser(sub) -> None:
     p.add_argument("--trace", metavar="FILE.json",
                    help="write what each transform did (nodes, ops, bytes, seconds) as JSON")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
+    add_allow_op_argument(p)
+    add_target_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -87,9 +92,11 @@ def _search_settings(args):
 
 
 def _recipe(args):
-    from optimizer.recipe import Recipe, load_recipe_file
+    from optimizer.recipe import INFERENCE_RECIPE, Recipe, load_recipe_file
     from optimizer.transforms.base import TransformConfigError
 
+    if args.targets is not None and args.transforms is None and args.config is None:
+        return Recipe.from_string(INFERENCE_RECIPE, source="the inference recipe")
     if (args.transforms is None) == (args.config is None):
         raise TransformConfigError("give the recipe with exactly one of --transforms or --config")
     if args.config is not None:
@@ -180,10 +187,20 @@ def run(args) -> int:
     from optimizer.recipe import Recipe
     from optimizer.savedmodel import directory_size
 
+    if args.targets is not None:
+        from optimizer.candidates import parse_targets
+
+        parse_targets(args.targets)  # a bad target is an error before any work
     search = _search_settings(args)
     recipe = _recipe(args) if search is None else None
     tolerance = _tolerance(args, recipe or Recipe(()))
     check_writable(args.dst, args.overwrite)
+    runtime = None
+    if args.targets is not None:
+        from optimizer.benchmark.runtime import apply_runtime_settings, default_runtime_settings
+
+        # thread pools are sized when TensorFlow starts, which optimizing does
+        runtime = apply_runtime_settings(default_runtime_settings())
     result = optimize(args.src, recipe, signature_name=args.signature, tolerance=tolerance,
                       backend=args.backend, search=search)
     if args.trace:
@@ -202,6 +219,10 @@ def run(args) -> int:
             print(f"SavedModel   {human_bytes(src_bytes)} (source); nothing written")
         raise EquivalenceError(result.divergence())
 
+    if args.targets is not None:
+        from components.cli.optimize_targets import run_with_targets
+
+        return run_with_targets(args, result, runtime)
     written = write_optimized(result, args.dst, overwrite=args.overwrite)
     dst_bytes = directory_size(written)
     if args.json:

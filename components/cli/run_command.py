@@ -27,6 +27,8 @@ def load_config_from_args(args):
             raise ConfigError(f"--conf is not JSON: {exc}") from None
         if not isinstance(conf, dict):
             raise ConfigError("--conf must be a JSON object")
+        if not isinstance(conf.get("overrides") or {}, dict):
+            raise ConfigError('--conf: "overrides" must be a JSON object of dotted keys')
         overrides.update(conf.get("overrides") or {})
         if conf.get("source"):
             overrides["source"] = conf["source"]

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 EVAL_BATCH = 64
 
 
-def _local_eval_data(config: PipelineConfig, step_dir: Path) -> Path:
+def local_eval_data(config: PipelineConfig, step_dir: Path) -> Path:
     location = config.evaluation.data
     if location.startswith("s3://"):
         from components.storage.s3 import download_file
@@ -47,7 +47,7 @@ def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
 
         metric = get_metric(config.evaluation.metric)
         runners = {m.label: load_runner(m.path, config.signature) for m in result.models}
-        data = load_labelled_data(_local_eval_data(config, step_dir),
+        data = load_labelled_data(local_eval_data(config, step_dir),
                                   runners[result.baseline.label].signature)
         scores, updated = {}, []
         for model in result.models:

@@ -21,6 +21,7 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace) ->
         from optimizer.report.profile import profile_baseline_and_candidate
         from optimizer.report.write import write_report
         from optimizer.runner import load_runner
+        from optimizer.selection import candidate_rows
 
         result = load_result(evaluation.result_path)
         decision = evaluate_gate(result, config.gate)
@@ -36,14 +37,42 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace) ->
             profiles = profile_baseline_and_candidate(result, shown, feeds)
         except Exception as exc:  # noqa: BLE001 - the profile is an aid, never a blocker
             log.warning("gate: op profile skipped: %s", exc)
-        report = write_report(result, step_dir / "report", decision, profiles)
+        rows = candidate_rows(result, decision)
+        report = write_report(result, step_dir / "report", decision, profiles,
+                              candidate_rows=rows)
         summary = (f"promote {decision.chosen}" if decision.promote
                    else "reject: " + "; ".join(
                        f"{v.candidate}: {v.summary()}" for v in decision.verdicts))
         log.info("gate: %s", summary)
         chosen_path = result.candidate(decision.chosen).path if decision.chosen else None
+        tuned = _tune(config, chosen_path, step_dir) if chosen_path else None
         return GateOutput(promote=decision.promote, chosen=decision.chosen,
                           chosen_path=chosen_path, summary=summary,
-                          verdict_path=str(verdict_path), report_dir=str(report.directory))
+                          verdict_path=str(verdict_path), report_dir=str(report.directory),
+                          runtime_settings_path=str(tuned) if tuned else None)
 
     return ws.reuse_or_run(Workspace.keyed("gate", evaluation.result_path), GateOutput, run)
+
+
+def _tune(config: PipelineConfig, model_path: str, step_dir: Path) -> Path | None:
+    """The chosen model's thread settings and batch size, as ``runtime_settings.json``.
+
+    Tuning informs how to serve the model; it never changes the verdict, so a failure is
+    logged and the model is published without it."""
+    from optimizer.errors import TfoptError
+    from optimizer.runtime_tuning import RUNTIME_SETTINGS_FILE, tune_runtime
+
+    section = config.tuning
+    if not section.enabled:
+        return None
+    try:
+        settings = tune_runtime(
+            model_path, throughput_target=section.throughput_target,
+            latency_slo_ms=section.latency_slo_ms, signature=config.signature,
+            rounds=section.rounds, seconds_per_probe=section.seconds_per_probe,
+            time_budget_seconds=section.time_budget_seconds,
+            progress=lambda message: log.info("tuning: %s", message))
+    except TfoptError as exc:
+        log.warning("gate: runtime tuning skipped: %s", exc)
+        return None
+    return settings.to_json(step_dir / RUNTIME_SETTINGS_FILE, overwrite=True)

@@ -37,6 +37,7 @@ def search_settings_of(config: PipelineConfig):
 def optimize(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> CandidateModel:
     def run(step_dir: Path) -> CandidateModel:
         from optimizer.benchmark.environment import model_digest
+        from optimizer.candidates import savedmodel_load_instructions
         from optimizer.optimize import optimize as optimize_model
         from optimizer.optimize import write_optimized
         from optimizer.tolerance import Tolerance
@@ -55,9 +56,45 @@ def optimize(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> Cand
                                     search=search)
         target = step_dir / "savedmodel"
         write_optimized(result, target, overwrite=True)  # refuses diverging outputs
+        derived, skipped = derive(config, pulled, result.candidate.model, step_dir)
         return CandidateModel(
             label=LABEL, path=str(target), kind="optimized", digest=model_digest(target),
             recipe=result.candidate.recipe, equivalence=result.report.to_dict(),
-            trace=[step.to_dict() for step in result.candidate.trace])
+            trace=[step.to_dict() for step in result.candidate.trace],
+            how_to_load=savedmodel_load_instructions(config.signature),
+            derived=[d.to_dict() for d in derived], skipped=[s.to_dict() for s in skipped])
 
     return ws.reuse_or_run("optimize", CandidateModel, run)
+
+
+def derive(config: PipelineConfig, pulled: PulledModel, optimized, step_dir: Path
+           ) -> tuple[list[CandidateModel], list]:
+    """The candidates ``candidates.targets`` allows besides the optimized graph (bf16, XLA,
+    LiteRT), built under ``step_dir/candidates``; full int8 calibrates on evaluation.data."""
+    from optimizer.benchmark.environment import model_digest
+    from optimizer.candidates import derive_candidates
+
+    settings = config.candidates.settings()
+    made, skipped = derive_candidates(
+        pulled.path, optimized, step_dir / "candidates", settings, signature=config.signature,
+        calibration=_calibration(config, pulled, step_dir, settings.calibration_samples),
+        source_digest=pulled.digest)
+    models = [CandidateModel(label=c.label, path=c.path, kind="derived",
+                             digest=model_digest(c.artifact_dir), target=c.target,
+                             variant=c.variant, format=c.format, runtime=c.runtime,
+                             how_to_load=c.how_to_load) for c in made]
+    return models, skipped
+
+
+def _calibration(config: PipelineConfig, pulled: PulledModel, step_dir: Path, samples: int):
+    if ("litert" not in config.candidates.targets
+            or "full_int8" not in config.candidates.litert_flavours or not config.evaluation.data):
+        return None
+    from components.steps.evaluate import local_eval_data
+    from optimizer.candidates import calibration_inputs
+    from optimizer.evaluation import load_labelled_data
+    from optimizer.savedmodel import get_signature
+
+    signature = get_signature(pulled.path, config.signature)
+    data = load_labelled_data(local_eval_data(config, step_dir), signature)
+    return calibration_inputs(signature, data.x, samples)

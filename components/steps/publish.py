@@ -10,11 +10,13 @@ What a reviewer finds in the experiment ``mlflow.experiment``, for each pipeline
   with ``<label>.speedup_ci_{low,high}_b<batch>`` at the gate's confidence (the baseline's label
   is ``baseline``, whatever it was benchmarked as); whose tags hold the verdict and its summary,
   the source URI and digest and the environment fingerprint (``env.*``); and whose artifacts are
-  ``model/`` (the chosen SavedModel, or when the gate rejected, the fastest candidate, for
-  review), ``report/`` (Markdown, JSON and charts), ``trace.json`` (the transforms applied, in
+  ``model/`` (the chosen candidate: a SavedModel, or ``model.tflite`` with its JSON sidecar;
+  when the gate rejected, the fastest candidate, for review; with ``runtime_settings.json``,
+  the thread settings and batch size tuned for it, also as ``tfopt.runtime.*`` tags), ``report/`` (Markdown, JSON and charts), ``trace.json`` (the transforms applied, in
   order) and ``verdict.json`` (every check of the gate);
 - when the gate promoted: a version of ``mlflow.registered_model`` made from that ``model/``,
-  tagged with the verdict, the source, the DAG run and how to load it, and the alias
+  tagged with the verdict, the source, the DAG run, the format and runtime it needs
+  (``tfopt.format``, ``tfopt.runtime``), how to load it (``tfopt.load``), and the alias
   ``mlflow.alias`` moved to it.
 
 A rejected candidate is a run only. Registry versions are the models that passed the gate, so
@@ -27,8 +29,22 @@ for its result before acting. A rerun of the same DAG run makes no second run or
 one killed midway is completed: a run without its ``tfopt.logged`` tag is logged again (params
 and tags rewritten with the same values, metrics with the same timestamp, which the store
 deduplicates), a promoted run without a version gets one, a version the alias misses gets the
-alias. An alias already on a newer version stays there: an old DAG run re-executed does not take
-production back.
+alias. An alias already on a newer version stays there, and the alias does not move while a
+newer version exists: an old DAG run re-executed does not take production back.
+
+MLflow has no atomic create-if-absent, so two publishes of the same key at once (a task started
+twice, a retry while the first attempt still runs) or one retried request (MLflow's HTTP client
+retries a POST whose answer timed out) can make two runs or versions. Both are settled by a
+deterministic claim, read back after every create: of the versions carrying the key, the lowest
+number wins and the others are deleted, by whichever publish sees them (numbers are given in
+commit order, so whoever made a higher one sees the lowest); of the runs, the earliest (start
+time, then id) wins, and a publish whose own run lost deletes it and logs into the winner, once
+after creating it and again after logging. Only own runs are deleted, since another publish may
+still be logging into its run; two runs remain only if the earlier-starting one is committed
+after the later one's whole logging, and never two versions. Racing publishes also write the
+same tags, params and alias at once, and the server's insert-or-update of a row is a read then
+an insert: one of two such writes fails on the unique constraint although the row then holds the
+same value, so a write that fails that way is tried once more (it then updates the row).
 """
 
 from __future__ import annotations
@@ -53,7 +69,7 @@ from components.artifacts import (
     PulledModel,
 )
 from components.config import PipelineConfig
-from components.tracking import TrackingError, local_artifact_location, mlflow_client
+from components.tracking import TrackingError, is_missing, local_artifact_location, mlflow_client
 from components.workspace import Workspace
 from optimizer.errors import TfoptError
 
@@ -62,8 +78,8 @@ log = logging.getLogger(__name__)
 PUBLISH_KEY_TAG = "tfopt.publish_key"
 LOGGED_TAG = "tfopt.logged"
 MODEL_ARTIFACT = "model"
-MODEL_FORMAT = "savedmodel"
 _TAG_LIMIT = 5000  # MLflow takes 8000 characters per tag value; summaries stay well below
+_ALIAS_CHECKS = 5  # rounds of "was a newer version registered while the alias moved?"
 
 
 class PublishInputError(TfoptError):
@@ -95,7 +111,18 @@ class Publication:
 
     @property
     def load_instructions(self) -> str:
-        return f'tf.saved_model.load(path).signatures["{self.config.signature}"]'
+        return (self.model.how_to_load
+                or f'tf.saved_model.load(path).signatures["{self.config.signature}"]')
+
+    @property
+    def runtime_tags(self) -> dict[str, str]:
+        """The chosen model's tuned thread settings and batch size (``tfopt.runtime.*``)."""
+        path = self.gate.runtime_settings_path
+        if not path or not Path(path).is_file():
+            return {}
+        from optimizer.runtime_tuning import TunedRuntimeSettings
+
+        return TunedRuntimeSettings.from_json(path).to_tags()
 
 
 def _candidate_list(candidates: Candidates | Sequence[CandidateModel | dict]
@@ -136,8 +163,9 @@ def _publication(config: PipelineConfig, pulled: PulledModel,
         raise PublishInputError(f"cannot read the gate verdict {gate.verdict_path}: {exc}"
                                 ) from None
     model = _model_to_log(_candidate_list(candidates), gate, decision)
-    if not Path(model.path).is_dir():
-        raise PublishInputError(f"candidate '{model.label}' has no SavedModel at {model.path}")
+    if not Path(model.artifact_dir).is_dir() or not Path(model.path).exists():
+        raise PublishInputError(f"candidate '{model.label}' has no {model.format} model at "
+                                f"{model.path}")
     run_context = dict(run_context or {})
     dag_run_id = run_context.get("dag_run_id")
     return Publication(config=config, pulled=pulled, model=model, gate=gate, decision=decision,
@@ -259,7 +287,9 @@ def run_tags(pub: Publication) -> dict[str, str]:
         "tfopt.baseline_role": result.baseline.role,
         "tfopt.baseline_digest": result.baseline.digest,
         "mlflow.note.content": f"**{pub.verdict.upper()}** {pub.gate.summary}"[:_TAG_LIMIT],
+        "tfopt.logged_format": pub.model.format,
         **environment_tags(result.environment),
+        **pub.runtime_tags,
     }
 
 
@@ -271,13 +301,44 @@ def version_tags(pub: Publication) -> dict[str, str]:
         "tfopt.candidate": pub.model.label,
         "tfopt.recipe": (pub.model.recipe or "")[:_TAG_LIMIT],
         "tfopt.model_digest": pub.model.digest,
-        "tfopt.format": MODEL_FORMAT,
+        "tfopt.format": pub.model.format,
+        "tfopt.runtime": pub.model.runtime,
+        "tfopt.variant": pub.model.variant,
         "tfopt.signature": pub.config.signature,
-        "tfopt.load": pub.load_instructions,
+        "tfopt.load": pub.load_instructions[:_TAG_LIMIT],
+        **pub.runtime_tags,
     }
 
 
 # --- the stages --------------------------------------------------------------------------------
+
+_WRITE_CONFLICTS = ("IntegrityError", "UNIQUE constraint", "UniqueViolation", "Duplicate entry",
+                    "duplicate key")
+
+
+class _RaceTolerantClient:
+    """An MlflowClient whose calls are tried once more after losing a unique-constraint race."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def __getattr__(self, name: str):
+        from mlflow.exceptions import MlflowException
+
+        attribute = getattr(self._client, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args, **kwargs):
+            try:
+                return attribute(*args, **kwargs)
+            except MlflowException as exc:
+                if not any(marker in str(exc) for marker in _WRITE_CONFLICTS):
+                    raise
+                log.info("publish: %s raced a concurrent write of the same row; once more", name)
+                return attribute(*args, **kwargs)
+
+        return call
 
 
 def _experiment_id(client, name: str, tracking_uri: str) -> str:
@@ -299,13 +360,29 @@ def _experiment_id(client, name: str, tracking_uri: str) -> str:
 
 
 def _find_run(client, experiment_id: str, key: str):
+    """The run holding ``key``: the earliest by (start time, id), which every publish agrees on."""
     runs = client.search_runs([experiment_id], filter_string=f"tags.`{PUBLISH_KEY_TAG}` = '{key}'",
-                              max_results=1, order_by=["attributes.start_time ASC"])
-    return runs[0] if runs else None
+                              max_results=100)
+    return min(runs, key=lambda r: (r.info.start_time, r.info.run_id), default=None)
+
+
+def _settle_run(client, experiment_id: str, key: str, run, created: bool):
+    """The winning run for ``key``; ``run`` is deleted if this publish created it and it lost."""
+    winner = _find_run(client, experiment_id, key)
+    if winner is None or winner.info.run_id == run.info.run_id:
+        return run
+    log.warning("publish: a concurrent publish of the same key made MLflow run %s first; "
+                "using it%s", winner.info.run_id,
+                f" and deleting run {run.info.run_id}" if created else "")
+    if created:
+        client.delete_run(run.info.run_id)
+    return winner
 
 
 def _log_artifacts(client, run_id: str, pub: Publication) -> None:
-    client.log_artifacts(run_id, pub.model.path, MODEL_ARTIFACT)
+    client.log_artifacts(run_id, pub.model.artifact_dir, MODEL_ARTIFACT)
+    if pub.runtime_tags:  # beside the model, so that it travels with the registered version
+        client.log_artifact(run_id, pub.gate.runtime_settings_path, MODEL_ARTIFACT)
     report_dir = pub.gate.report_dir
     if report_dir and Path(report_dir).is_dir():
         client.log_artifacts(run_id, report_dir, "report")
@@ -326,35 +403,55 @@ def _log_run(client, pub: Publication) -> tuple[str, Any]:
 
     experiment_id = _experiment_id(client, pub.config.mlflow.experiment,
                                    pub.config.mlflow.tracking_uri)
-    run = _find_run(client, experiment_id, pub.key)
+    run, created = _find_run(client, experiment_id, pub.key), False
     if run is None:
         run = client.create_run(experiment_id, run_name=f"{pub.model.label}-{pub.run_key}",
                                 tags=_identity_tags(pub))
         log.info("publish: created MLflow run %s", run.info.run_id)
-    elif run.data.tags.get(LOGGED_TAG) == "true":
-        log.info("publish: MLflow run %s is already logged", run.info.run_id)
-        if run.data.tags.get("tfopt.verdict") != pub.verdict:
-            # Only when the workspace was lost and the benchmark measured again meanwhile.
-            log.warning("publish: run %s was logged with the verdict '%s', this attempt's is "
-                        "'%s'; the run keeps its first measurements", run.info.run_id,
-                        run.data.tags.get("tfopt.verdict"), pub.verdict)
-        return experiment_id, run
-    else:
-        log.info("publish: completing MLflow run %s, left unfinished", run.info.run_id)
-    run_id, stamp = run.info.run_id, run.info.start_time
-    client.log_batch(
-        run_id,
-        metrics=[Metric(k, v, stamp, 0) for k, v in sorted(run_metrics(pub).items())],
-        params=[Param(k, v) for k, v in sorted(run_params(pub).items())],
-        tags=[RunTag(k, v) for k, v in sorted(run_tags(pub).items())])
-    _log_artifacts(client, run_id, pub)
+        created = True
+        settled = _settle_run(client, experiment_id, pub.key, run, created)
+        run, created = settled, settled is run
+    while True:
+        if run.data.tags.get(LOGGED_TAG) == "true":
+            log.info("publish: MLflow run %s is already logged", run.info.run_id)
+            if run.data.tags.get("tfopt.verdict") != pub.verdict:
+                # Only when the workspace was lost and the benchmark measured again meanwhile.
+                log.warning("publish: run %s was logged with the verdict '%s', this attempt's "
+                            "is '%s'; the run keeps its first measurements", run.info.run_id,
+                            run.data.tags.get("tfopt.verdict"), pub.verdict)
+            return experiment_id, run
+        if not created:
+            log.info("publish: completing MLflow run %s, left unfinished", run.info.run_id)
+        run_id, stamp = run.info.run_id, run.info.start_time
+        client.log_batch(
+            run_id,
+            metrics=[Metric(k, v, stamp, 0) for k, v in sorted(run_metrics(pub).items())],
+            params=[Param(k, v) for k, v in sorted(run_params(pub).items())],
+            tags=[RunTag(k, v) for k, v in sorted(run_tags(pub).items())])
+        _log_artifacts(client, run_id, pub)
+        # A racing publish's earlier run may have become visible while this one was logged.
+        settled = _settle_run(client, experiment_id, pub.key, run, created)
+        if settled is run:
+            break
+        run, created = settled, False
     client.set_tag(run_id, LOGGED_TAG, "true")
     return experiment_id, client.get_run(run_id)
 
 
 def _find_version(client, name: str, key: str):
+    """The lowest version carrying ``key``; any higher one is a duplicate and is deleted."""
+    from mlflow.exceptions import MlflowException
+
     versions = client.search_model_versions(f"tags.`{PUBLISH_KEY_TAG}` = '{key}'")
     mine = sorted((v for v in versions if v.name == name), key=lambda v: int(v.version))
+    for duplicate in mine[1:]:
+        log.warning("publish: '%s' version %s duplicates version %s (same DAG run); deleting it",
+                    name, duplicate.version, mine[0].version)
+        try:
+            client.delete_model_version(name, duplicate.version)
+        except MlflowException as exc:
+            if not is_missing(exc):  # deleted meanwhile by a racing publish
+                raise
     return mine[0] if mine else None
 
 
@@ -374,30 +471,63 @@ def _register(client, pub: Publication, run) -> str:
     except MlflowException as exc:
         if exc.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
-    version = client.create_model_version(
-        name, source=f"{run.info.artifact_uri}/{MODEL_ARTIFACT}", run_id=run.info.run_id,
-        tags=version_tags(pub), await_creation_for=60,
-        description=f"{pub.gate.summary[:_TAG_LIMIT]}\n\nLoad with {pub.load_instructions}.")
-    log.info("publish: registered '%s' version %s", name, version.version)
-    return str(version.version)
+    try:
+        version = client.create_model_version(
+            name, source=f"{run.info.artifact_uri}/{MODEL_ARTIFACT}", run_id=run.info.run_id,
+            tags=version_tags(pub), await_creation_for=60,
+            description=f"{pub.gate.summary[:_TAG_LIMIT]}\n\nLoad with {pub.load_instructions}.")
+        log.info("publish: registered '%s' version %s", name, version.version)
+    except MlflowException as exc:
+        if not is_missing(exc):
+            raise
+        # A racing publish of the same key deleted it as a duplicate while it was awaited.
+    winner = _find_version(client, name, pub.key)
+    if winner is None:
+        raise TrackingError(f"'{name}': the version registered for this run is gone; "
+                            f"run the publish again")
+    return str(winner.version)
+
+
+def _distinct_versions(client, name: str) -> set[int]:
+    """The version numbers of ``name``, less duplicates about to be deleted (see _find_version)."""
+    lowest: dict[str, int] = {}
+    for found in client.search_model_versions(f"name = '{name}'"):
+        key = found.tags.get(PUBLISH_KEY_TAG) or f"untagged {found.version}"
+        lowest[key] = min(lowest.get(key, int(found.version)), int(found.version))
+    return set(lowest.values())
 
 
 def _move_alias(client, pub: Publication, version: str) -> bool:
-    """Whether the alias now points at ``version``; never moved back from a newer version."""
+    """Whether the alias now points at ``version``; never moved back from a newer version.
+
+    The alias is read, then set: a publish of a newer version racing this one may set it in
+    between, and this one would take it back. So the alias only moves to the newest version, and
+    once moved, it is checked again against the versions registered meanwhile (which are newer,
+    and concurrent: an older version a person moved the alias away from is never brought back).
+    """
     name, alias = pub.config.mlflow.registered_model, pub.config.mlflow.alias
+    known = _distinct_versions(client, name)
     current = client.get_registered_model(name).aliases.get(alias)
     if current is not None and str(current) == version:
         return True
-    if current is not None and int(current) > int(version):
-        log.warning("publish: '%s@%s' is on version %s, newer than this run's %s; left there",
-                    name, alias, current, version)
+    newer = max([v for v in known if v > int(version)] + [int(current or 0)])
+    if newer > int(version):
+        log.warning("publish: '%s' has version %s, newer than this run's %s; '%s@%s' left on %s",
+                    name, newer, version, name, alias, current)
         return False
     if current is not None:
         client.set_model_version_tag(name, version, "tfopt.replaced_version", str(current))
     client.set_registered_model_alias(name, alias, version)
     log.info("publish: '%s@%s' moved from %s to version %s", name, alias,
              f"version {current}" if current is not None else "nowhere", version)
-    return True
+    for _ in range(_ALIAS_CHECKS):
+        target = max(_distinct_versions(client, name) - known | {int(version)})
+        current = client.get_registered_model(name).aliases.get(alias)
+        if current is not None and int(current) >= target:
+            return str(current) == version
+        log.info("publish: '%s@%s' goes to version %s, registered meanwhile", name, alias, target)
+        client.set_registered_model_alias(name, alias, str(target))
+    return False
 
 
 def _step_name(run_context: dict[str, Any] | None) -> str:
@@ -415,7 +545,8 @@ def publish(config: PipelineConfig, pulled: PulledModel,
     def run(_step_dir: Path) -> PublishOutput:
         pub = _publication(config, pulled, candidates, evaluation, gate, ws, run_context)
         settings = config.mlflow
-        with mlflow_client(settings.tracking_uri) as client:
+        with mlflow_client(settings.tracking_uri) as plain_client:
+            client = _RaceTolerantClient(plain_client)
             experiment_id, mlflow_run = _log_run(client, pub)
             run_id = mlflow_run.info.run_id
             version, moved = None, False

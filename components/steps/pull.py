@@ -9,8 +9,10 @@ A pulled source lives in ``<workdir>/sources/<key>/``, its key named after what 
 for S3, a hash of endpoint, bucket and listing (key, size and ETag of every object), so an
 unchanged prefix is reused after one LIST and no download, and a changed one is pulled again;
 for a local path, the digest of its content. The directory is built beside its final place,
-checked to be a SavedModel, given its marker (``pulled.json``) last, and renamed into place: a
-pull killed midway leaves no marker, and the next pull starts over.
+checked to be a SavedModel (parsed within limits and scanned for ops that touch files, the
+network or Python: :mod:`optimizer.op_scan`), given its marker (``pulled.json``) last, and
+renamed into place: a pull killed midway leaves no marker, and the next pull starts over. A
+local directory is checked before anything is copied; a refused download leaves nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -32,6 +35,7 @@ from optimizer.atomic import atomic_directory
 from optimizer.benchmark.environment import model_digest
 from optimizer.errors import (
     CorruptSavedModelError,
+    DangerousOpError,
     DestinationError,
     NotASavedModelError,
     SourceNotFoundError,
@@ -83,7 +87,7 @@ def find_savedmodel_root(directory: Path, uri: str) -> Path:
                 f"top-level directory")
     try:
         read_saved_model_proto(root)
-    except (CorruptSavedModelError, NotASavedModelError) as exc:
+    except (CorruptSavedModelError, NotASavedModelError, DangerousOpError) as exc:
         # The staging path in the message is gone by the time anyone reads it; the URI is not.
         raise type(exc)(str(exc).replace(str(root), uri)) from None
     return root
@@ -139,10 +143,14 @@ def _store(target: Path, uri: str, fill: Callable[[Path], object], *,
             relative = root.relative_to(staging).as_posix()
             _write_marker(staging, {"source": uri, "model": relative, "digest": digest,
                                     "version": version})
-    except DestinationError:
+    except DestinationError as exc:
         done = _reuse(target, uri)
         if done is None:
-            raise
+            # The staging path in the message is gone by the time anyone reads it (a full disk
+            # while extracting names it); the target is where the space is missing.
+            staged = re.escape(f"{target.parent}/.{target.name}.partial-")
+            raise DestinationError(re.sub(rf"{staged}[^/]+/{re.escape(target.name)}",
+                                          str(target), str(exc))) from None
         log.info("pull: a concurrent pull of %s finished first; using it", uri)
         return done
     pulled = PulledModel(uri=uri, path=str(target / relative), digest=digest, version=version)
@@ -157,6 +165,24 @@ def _reused(target: Path, uri: str) -> PulledModel | None:
     return done
 
 
+class _CopyFailed(Exception):
+    """Not an OSError, so that shutil.copytree stops at it instead of noting it and going on."""
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    """shutil.copytree, stopping at the first file that fails (on a full disk, all would)."""
+    def copy(source, target):
+        try:
+            return shutil.copy2(source, target)
+        except OSError as exc:
+            raise _CopyFailed(exc) from None
+
+    try:
+        shutil.copytree(src, dst, copy_function=copy)
+    except _CopyFailed as failed:
+        raise failed.args[0] from None
+
+
 def _pull_local(source: str, sources: Path) -> PulledModel:
     path = Path(source).expanduser()
     if not path.exists():
@@ -166,7 +192,7 @@ def _pull_local(source: str, sources: Path) -> PulledModel:
         digest = model_digest(root)
         target = sources / f"dir-{_short(digest)}"
         return _reused(target, source) or _store(
-            target, source, lambda model_dir: shutil.copytree(root, model_dir),
+            target, source, lambda model_dir: _copy_tree(root, model_dir),
             expected_digest=digest)
     if is_archive(path.name):
         target = sources / f"tar-{file_checksums(path).sha256_hex[:_KEY_HEX]}"

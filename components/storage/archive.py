@@ -19,7 +19,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 
 from optimizer.atomic import atomic_directory
-from optimizer.errors import TfoptError
+from optimizer.errors import DestinationError, TfoptError
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +96,9 @@ def extract_archive(archive: str | os.PathLike, dest: str | os.PathLike, *,
                     tar.extractall(staging, members=members, filter="data")
                 except tarfile.FilterError as exc:
                     raise UnsafeArchiveError(f"{archive.name}: {exc}") from None
-                except OSError as exc:
-                    raise TfoptError(
-                        f"cannot extract {archive.name}: {exc.strerror or exc}") from None
+                except OSError as exc:  # the destination's fault (a full disk), not the archive's
+                    raise DestinationError(f"cannot extract {archive.name} into {dest}: "
+                                           f"{exc.strerror or exc}") from None
     except FileNotFoundError:
         raise CorruptArchiveError(f"no such archive: {archive}") from None
     except (tarfile.ReadError, tarfile.CompressionError, gzip.BadGzipFile, EOFError,

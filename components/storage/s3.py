@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Self
 
 from components.config import S3Config
 from components.storage.digest import file_checksums
@@ -114,8 +114,12 @@ def transfer_config(settings: S3Config):
 
     # "classic" is the s3transfer manager whose subscribers and errors this module relies on;
     # "auto" would switch to the CRT client whenever awscrt happens to be installed.
+    # num_download_attempts: how often a download whose body breaks (reset, cut short, read
+    # timeout) starts over; botocore's own retries cover a GET that fails before its headers.
+    # A read timeout counts in both, so one object takes at most max_attempts**2 GETs.
     return TransferConfig(multipart_threshold=settings.multipart_threshold_mb * 2**20,
                           max_concurrency=settings.max_concurrency,
+                          num_download_attempts=settings.max_attempts,
                           preferred_transfer_client="classic")
 
 
@@ -349,6 +353,41 @@ def _subscriber(obj: S3Object, progress: TransferProgress):
     return Subscriber()
 
 
+class _GetAttempts:
+    """Counts the GET requests sent per key while a download runs, and logs every retry.
+
+    Both botocore and s3transfer retry quietly (at debug level); the task log should show that
+    the network is failing, and the final error says how often it did.
+    """
+
+    def __init__(self, client, bucket: str, keys: Iterable[str]):
+        self.events, self.bucket, self.keys = client.meta.events, bucket, set(keys)
+        self.sent: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._id = f"tfopt-get-attempts-{id(self)}"
+
+    def __enter__(self) -> Self:
+        self.events.register("before-send.s3.GetObject", self, unique_id=self._id)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.events.unregister("before-send.s3.GetObject", unique_id=self._id)
+
+    def __call__(self, request, **_kwargs) -> None:
+        from urllib.parse import unquote, urlsplit
+
+        path = unquote(urlsplit(request.url).path)
+        matches = [k for k in self.keys if path.endswith("/" + k)]
+        if not matches:
+            return
+        key = max(matches, key=len)  # "p/x" and "p/q/p/x" both end ".../p/x"
+        with self._lock:
+            self.sent[key] = attempt = self.sent.get(key, 0) + 1
+        if attempt > 1:
+            log.info("s3://%s/%s: retrying the download (GET %d; the previous one failed)",
+                     self.bucket, key, attempt)
+
+
 def download_objects(client, bucket: str, plan: list[tuple[S3Object, PurePosixPath]],
                      dest: Path, settings: S3Config) -> None:
     """Download each planned object to ``dest / relative path`` and verify it.
@@ -372,7 +411,8 @@ def download_objects(client, bucket: str, plan: list[tuple[S3Object, PurePosixPa
 
     progress = TransferProgress(f"s3://{bucket}", len(targets), sum(o.size for o, _ in targets))
     started = time.monotonic()
-    with create_transfer_manager(client, transfer_config(settings)) as manager:
+    with _GetAttempts(client, bucket, [obj.key for obj, _ in targets]) as attempts, \
+            create_transfer_manager(client, transfer_config(settings)) as manager:
         futures = [(obj, target, manager.download(bucket, obj.key, str(target),
                                                   subscribers=[_subscriber(obj, progress)]))
                    for obj, target in targets]
@@ -387,7 +427,11 @@ def download_objects(client, bucket: str, plan: list[tuple[S3Object, PurePosixPa
                 raise describe_error(exc, where, bucket) from None
             except FlexibleChecksumError as exc:
                 raise ChecksumMismatchError(f"{where}: {exc}") from None
-            except (BotoCoreError, RetriesExceededError) as exc:
+            except RetriesExceededError as exc:
+                last = " ".join(str(exc.last_exception).split())
+                raise S3AccessError(f"{where}: {attempts.sent.get(obj.key, 0)} download attempts "
+                                    f"failed; the last: {last}") from None
+            except BotoCoreError as exc:
                 raise describe_error(exc, where, bucket) from None
             verify_object(client, bucket, obj, target)
     log.info("downloaded %d objects (%.1f MiB) from s3://%s in %.1fs", len(targets),

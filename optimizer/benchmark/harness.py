@@ -56,7 +56,7 @@ from optimizer.benchmark.stats import LatencySummary, p50_ratio_interval
 from optimizer.errors import InvalidInputsError
 from optimizer.evaluation import LabelledData, evaluate, get_metric, load_labelled_data
 from optimizer.inputs import make_inputs
-from optimizer.runner import ModelRunner, load_runner
+from optimizer.runner import ModelRunner, load_runner, read_signature
 from optimizer.savedmodel import DEFAULT_SIGNATURE, directory_size
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,8 @@ EVAL_BATCH = 64
 
 @dataclass(frozen=True)
 class Subject:
-    """A model to benchmark: a SavedModel directory, a display label and its role."""
+    """A model to benchmark: a SavedModel directory or a LiteRT ``.tflite`` file (its size is
+    the file's), a display label and its role."""
 
     path: Path
     role: str
@@ -195,9 +196,7 @@ def run_benchmark(
     subjects = [baseline, *candidates]
     labels = _unique_labels(subjects)
     if isinstance(eval_data, (str, os.PathLike)):
-        from optimizer.savedmodel import get_signature
-
-        eval_data = load_labelled_data(eval_data, get_signature(baseline.path, config.signature))
+        eval_data = load_labelled_data(eval_data, read_signature(baseline.path, config.signature))
 
     loaded: list[_Loaded] = []
     for subject, label in zip(subjects, labels):

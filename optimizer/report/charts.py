@@ -6,6 +6,8 @@
 - :func:`speedup_chart`: per candidate and batch size, the p50 speedup over the baseline
   (``1 / ratio``) with the confidence interval as error bars, and the gate's required speedup
   as a dashed line when given.
+- :func:`pareto_chart`: every candidate's latency against its accuracy, with the Pareto front
+  and the accuracy budget: which candidates trade how much accuracy for how much speed.
 """
 
 from __future__ import annotations
@@ -89,6 +91,55 @@ def speedup_chart(result: BenchmarkResult, path: str | os.PathLike,
     ax.set_title(f"p50 speedup over the baseline\nerror bars: {ci}", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, format="png", dpi=110)
+    plt.close(fig)
+    return path
+
+
+def pareto_chart(rows, path: str | os.PathLike, baseline_p50: float | None = None,
+                 baseline_accuracy: float | None = None,
+                 accuracy_budget: float | None = None) -> Path:
+    """Latency against accuracy, one point per measured candidate (rows of
+    :func:`optimizer.selection.candidate_rows`): the chosen one starred, the ones the gate
+    rejected hollow, the Pareto front (no other candidate both faster and more accurate) as a
+    line, the baseline and the lowest accuracy the budget allows as dashed lines."""
+    plt = _pyplot()
+    measured = [r for r in rows if r.get("p50_seconds") and r.get("accuracy") is not None]
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for row in measured:
+        x, y = row["p50_seconds"] * 1e3, row["accuracy"]
+        if row["verdict"] == "chosen":
+            ax.scatter([x], [y], marker="*", s=220, color="tab:green", zorder=3)
+        elif row["verdict"] == "passed":
+            ax.scatter([x], [y], s=50, color="tab:blue", zorder=3)
+        else:
+            ax.scatter([x], [y], s=50, facecolors="none", edgecolors="tab:red", zorder=3)
+        ax.annotate(row["label"], (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
+    front, best = [], -float("inf")
+    for row in sorted(measured, key=lambda r: (r["p50_seconds"], -r["accuracy"])):
+        if row["accuracy"] > best:
+            front.append(row)
+            best = row["accuracy"]
+    if len(front) > 1:
+        ax.step([r["p50_seconds"] * 1e3 for r in front], [r["accuracy"] for r in front],
+                where="post", color="gray", linewidth=1, alpha=0.7, label="Pareto front")
+    if baseline_p50:
+        ax.axvline(baseline_p50 * 1e3, color="black", linestyle=":", linewidth=1,
+                   label="baseline p50")
+    if baseline_accuracy is not None and accuracy_budget is not None:
+        ax.axhline(baseline_accuracy - accuracy_budget, color="tab:red", linestyle="--",
+                   linewidth=1, label="accuracy budget")
+    kind = next((r["accuracy_kind"] for r in measured), "accuracy")
+    ax.set_xscale("log")
+    ax.set_xlabel("p50 latency (ms, log scale)")
+    ax.set_ylabel(kind.replace("_", " "))
+    ax.set_title("Candidates: latency vs accuracy\n* chosen, o rejected by the gate",
+                 fontsize=10)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, format="png", dpi=110)

@@ -133,10 +133,30 @@ def _profile_section(profiles: Sequence[OpProfile], top: int) -> list[str]:
     return lines
 
 
+def candidates_table(rows: Sequence[dict]) -> list[str]:
+    """Every candidate, fastest first: format, runtime, speedup, accuracy, size, verdict."""
+    table_rows = []
+    for r in rows:
+        if r["verdict"] == "skipped":
+            table_rows.append([r["label"], "-", "-", "-", "-", "-", "skipped",
+                               "; ".join(r["reasons"])])
+            continue
+        interval = r.get("ratio_interval")
+        speedup = (f"{r['speedup']:.2f}x [{1 / interval[1]:.2f}, {1 / interval[0]:.2f}]"
+                   if r.get("speedup") and interval else "-")
+        accuracy = "-" if r.get("accuracy") is None else f"{r['accuracy']:.4f}"
+        table_rows.append([r["label"], r["format"], r["runtime"], speedup, accuracy,
+                           human_bytes(r.get("size_bytes")), r["verdict"],
+                           "; ".join(r["reasons"]) or "-"])
+    return _table(["candidate", "format", "runtime", "p50 speedup [CI]", "accuracy", "size",
+                   "verdict", "why not"], table_rows)
+
+
 def render_markdown(result: BenchmarkResult, decision=None,
                     profiles: Sequence[OpProfile] = (), charts: Sequence[str] = (),
-                    top_ops: int = 12) -> str:
-    """The whole report. ``decision`` is an optional :class:`optimizer.gate.GateDecision`."""
+                    top_ops: int = 12, candidate_rows: Sequence[dict] = ()) -> str:
+    """The whole report. ``decision`` is an optional :class:`optimizer.gate.GateDecision`;
+    ``candidate_rows`` (:func:`optimizer.selection.candidate_rows`) adds the candidates table."""
     lines = ["# Benchmark report", ""]
     base = result.baseline
     lines.append(f"Baseline **{base.label}** ({base.role}) against "
@@ -149,6 +169,8 @@ def render_markdown(result: BenchmarkResult, decision=None,
         else:
             lines.append("**Gate: REJECT: no candidate passes; keep the baseline.**")
         lines.append("")
+    if candidate_rows:
+        lines += ["## Candidates", ""] + candidates_table(candidate_rows) + [""]
     # The chosen candidate's table comes first: it is the one a reviewer is asked to accept.
     chosen = decision.chosen if decision is not None else None
     for candidate in sorted(result.candidates, key=lambda c: c.label != chosen):

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optimizer.benchmark.result import BenchmarkResult
+from optimizer.errors import DestinationError
 from optimizer.report.markdown import render_markdown
 from optimizer.report.profile import OpProfile
 
 LATENCY_CHART = "latency_distribution.png"
 SPEEDUP_CHART = "speedup.png"
+PARETO_CHART = "pareto.png"
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,32 @@ def report_payload(result: BenchmarkResult, decision=None,
 
 
 def write_report(result: BenchmarkResult, directory: str | os.PathLike, decision=None,
-                 profiles: Sequence[OpProfile] = (), charts: bool = True) -> ReportFiles:
-    from optimizer.report.charts import latency_distribution_chart, speedup_chart
+                 profiles: Sequence[OpProfile] = (), charts: bool = True,
+                 candidate_rows: Sequence[dict] = ()) -> ReportFiles:
+    """``candidate_rows`` (:func:`optimizer.selection.candidate_rows`) add the candidates table
+    and, with a decision, the latency-vs-accuracy Pareto chart.
+
+    When a write fails (a full disk), the files this call added are removed again, and so is
+    ``directory`` if this call made it: no half report is left for a reader to trust.
+    """
+    directory = Path(directory)
+    created = not directory.exists()
+    before = set() if created else set(directory.iterdir())
+    try:
+        return _write_report(result, directory, decision, profiles, charts, candidate_rows)
+    except OSError as exc:
+        added = set(directory.iterdir()) - before if directory.is_dir() else set()
+        for path in added:
+            path.unlink(missing_ok=True)
+        if created and directory.is_dir():
+            directory.rmdir()
+        raise DestinationError(f"cannot write the report {directory}: {exc.strerror or exc}"
+                               ) from None
+
+
+def _write_report(result: BenchmarkResult, directory: Path, decision, profiles: Sequence,
+                  charts: bool, candidate_rows: Sequence[dict]) -> ReportFiles:
+    from optimizer.report.charts import latency_distribution_chart, pareto_chart, speedup_chart
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -49,8 +75,20 @@ def write_report(result: BenchmarkResult, directory: str | os.PathLike, decision
             result, directory / SPEEDUP_CHART,
             intervals=decision.intervals if decision is not None else None,
             min_speedup=decision.config.min_speedup if decision is not None else None))
+        if candidate_rows and decision is not None:
+            batch = decision.latency_batch_size
+            base = result.baseline
+            measured = [r for r in candidate_rows if r.get("accuracy") is not None]
+            written.append(pareto_chart(
+                candidate_rows, directory / PARETO_CHART,
+                baseline_p50=base.latency[batch].p50 if batch in base.latency else None,
+                baseline_accuracy=measured[0]["baseline_accuracy"] if measured else None,
+                accuracy_budget=decision.config.max_accuracy_drop_abs))
     json_path = directory / "report.json"
-    json_path.write_text(json.dumps(report_payload(result, decision, profiles), indent=2) + "\n")
+    payload = report_payload(result, decision, profiles)
+    payload["candidates"] = list(candidate_rows)
+    json_path.write_text(json.dumps(payload, indent=2) + "\n")
     md_path = directory / "report.md"
-    md_path.write_text(render_markdown(result, decision, profiles, [p.name for p in written]))
+    md_path.write_text(render_markdown(result, decision, profiles, [p.name for p in written],
+                                       candidate_rows=candidate_rows))
     return ReportFiles(directory, json_path, md_path, tuple(written))

@@ -92,6 +92,18 @@ def import_error(graph_def) -> str | None:
     return None
 
 
+def bf16_unavailable_reason() -> str | None:
+    """Why this machine cannot run the bfloat16 pass usefully, or None when it can."""
+    if not cpu_supports_bf16():
+        return (f"{BF16_OPTIMIZER} needs a CPU with native bfloat16 (avx512_bf16 or amx_bf16 "
+                "in /proc/cpuinfo); this one has neither, so bfloat16 would be emulated and "
+                "slower than float32")
+    if not onednn_enabled():
+        return (f"{BF16_OPTIMIZER} needs TensorFlow's oneDNN kernels, which are off here "
+                "(TF_ENABLE_ONEDNN_OPTS=0 or a build without them)")
+    return None
+
+
 class Grappler(Transform):
     name = "grappler"
     params = (
@@ -152,12 +164,6 @@ class Grappler(Transform):
         return optimized
 
     def _check_bf16(self) -> None:
-        if not cpu_supports_bf16():
-            raise TransformRefused(
-                f"grappler refused: {BF16_OPTIMIZER} needs a CPU with native bfloat16 "
-                "(avx512_bf16 or amx_bf16 in /proc/cpuinfo); this one has neither, so bfloat16 "
-                "would be emulated and slower than float32")
-        if not onednn_enabled():
-            raise TransformRefused(
-                f"grappler refused: {BF16_OPTIMIZER} needs TensorFlow's oneDNN kernels, which "
-                "are off here (TF_ENABLE_ONEDNN_OPTS=0 or a build without them)")
+        reason = bf16_unavailable_reason()
+        if reason:
+            raise TransformRefused(f"grappler refused: {reason}")

@@ -1,0 +1,25 @@
+"""``--allow-op OP``: lift the model scan's refusal of an op type for one command.
+
+Every command that reads a model scans it first (:mod:`optimizer.op_scan`); a model that needs
+one of the refused ops, and whose source is trusted, passes with ``--allow-op`` for each op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+
+def add_allow_op_argument(parser) -> None:
+    parser.add_argument("--allow-op", dest="allow_ops", action="append", default=[],
+                        metavar="OP", help="accept models holding this op type, which the "
+                                           "model scan refuses (file, network or Python "
+                                           "access); repeatable")
+
+
+def scan_policy_for(args):
+    """The policy ``args`` asks for, in force for the command; a no-op for other commands."""
+    from optimizer.op_scan import ScanPolicy, using_policy
+
+    if not hasattr(args, "allow_ops"):
+        return contextlib.nullcontext()
+    return using_policy(ScanPolicy.create(args.allow_ops))

@@ -1,0 +1,147 @@
+"""``tfopt optimize SRC DST --targets savedmodel,litert``: build candidates, let the gate choose.
+
+The optimized float32 SavedModel (recipe or search, checked for equivalence as always) and the
+candidates the targets allow (:mod:`optimizer.candidates`) are benchmarked against SRC in one
+process and evaluated (held-out accuracy with ``--eval-data``, agreement with SRC's top-1
+without); the gate chooses the fastest that is faster with confidence and inside
+``--accuracy-budget`` (:mod:`optimizer.selection`). DST is a directory, written atomically:
+
+- the chosen SavedModel itself, or ``model.tflite`` with its ``model.tflite.json``;
+- ``candidates.json``: every candidate with its format, latency, accuracy and verdict;
+- ``runtime_settings.json`` with ``--tune``: the thread settings measured best for it.
+
+When no candidate passes, nothing is written at DST; ``DST.candidates.json`` beside it says why,
+and the exit code is 3, as for ``tfopt gate``.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+from components.cli.output import human_bytes, table
+
+log = logging.getLogger(__name__)
+
+CANDIDATES_FILE = "candidates.json"
+
+
+def add_arguments(p) -> None:
+    group = p.add_argument_group("candidates (with --targets)")
+    group.add_argument("--targets", default=None, metavar="LIST",
+                       help="build and measure candidates for these runtimes, comma-separated: "
+                            "savedmodel (optimized fp32, bf16, XLA) and/or litert (fp32, fp16, "
+                            "dynamic-range int8, full int8); write the fastest inside the "
+                            "accuracy budget at DST, and DST/candidates.json")
+    group.add_argument("--eval-data", default=None, dest="eval_data", metavar="FILE.npz",
+                       help="labelled data (x, y) for held-out accuracy and int8 calibration; "
+                            "without it accuracy is agreement with SRC's top-1")
+    group.add_argument("--accuracy-budget", type=float, default=0.005, dest="accuracy_budget",
+                       metavar="DROP", help="largest accuracy drop accepted, absolute (default "
+                                            "0.005 = half a point)")
+    group.add_argument("--min-speedup", type=float, default=1.05, dest="min_speedup",
+                       help="the chosen candidate must be at least this much faster than SRC, "
+                            "with confidence (default 1.05)")
+    group.add_argument("--seconds", type=float, default=10.0,
+                       help="benchmark: timed seconds at least (default 10)")
+    group.add_argument("--tune", action="store_true",
+                       help="search thread settings for the chosen candidate and write "
+                            "DST/runtime_settings.json")
+
+
+def _calibration(eval_data, signature, samples: int):
+    from optimizer.candidates import calibration_inputs
+
+    return None if eval_data is None else calibration_inputs(signature, eval_data.x, samples)
+
+
+def _print_rows(rows: list[dict]) -> None:
+    lines = []
+    for r in rows:
+        if r["verdict"] == "skipped":
+            lines.append([r["label"], "-", "-", "-", "-", "skipped", r["reasons"][0][:70]])
+            continue
+        accuracy = "-" if r["accuracy"] is None else f"{r['accuracy']:.4f}"
+        lines.append([r["label"], r["format"],
+                      f"{r['speedup']:.2f}x" if r["speedup"] else "-",
+                      accuracy, human_bytes(r["size_bytes"]), r["verdict"],
+                      "; ".join(r["reasons"])[:70]])
+    print(table(["candidate", "format", "speedup", "accuracy", "size", "verdict", "why not"],
+                lines))
+
+
+def run_with_targets(args, result, runtime=None) -> int:
+    """``result`` is the accepted :class:`~optimizer.optimize.OptimizeResult`; ``runtime`` the
+    thread settings applied before TensorFlow started."""
+    from optimizer.atomic import atomic_directory, check_writable
+    from optimizer.benchmark.harness import BenchmarkConfig
+    from optimizer.candidates import (
+        Candidate,
+        CandidateSettings,
+        derive_candidates,
+        parse_targets,
+        savedmodel_load_instructions,
+    )
+    from optimizer.evaluation import load_labelled_data
+    from optimizer.gate import EXIT_REJECT, GateConfig
+    from optimizer.optimize import write_optimized
+    from optimizer.savedmodel import get_signature
+    from optimizer.selection import select_candidate
+
+    settings = CandidateSettings(targets=parse_targets(args.targets))
+    gate = GateConfig(max_accuracy_drop_abs=args.accuracy_budget, min_speedup=args.min_speedup)
+    dst = check_writable(args.dst, args.overwrite)
+    signature = get_signature(args.src, args.signature)
+    eval_data = (load_labelled_data(args.eval_data, signature)
+                 if args.eval_data is not None else None)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix=f".{dst.name}.candidates-", dir=dst.parent))
+    try:
+        optimized_dir = write_optimized(result, workdir / "optimized")
+        optimized = Candidate(label="optimized", target="savedmodel", variant="fp32",
+                              format="savedmodel", runtime="tensorflow",
+                              path=str(optimized_dir),
+                              how_to_load=savedmodel_load_instructions(args.signature))
+        derived, skipped = derive_candidates(
+            args.src, result.candidate.model, workdir, settings, signature=args.signature,
+            calibration=_calibration(eval_data, signature, settings.calibration_samples))
+        candidates = ([optimized] if "savedmodel" in settings.targets else []) + derived
+        selection = select_candidate(
+            args.src, candidates, gate,
+            BenchmarkConfig(min_seconds=args.seconds, signature=args.signature),
+            skipped=skipped, eval_data=eval_data, runtime=runtime,
+            progress=lambda message: log.info("benchmark: %s", message))
+        rows = selection.rows()
+        _print_rows(rows)
+        chosen = selection.chosen
+        if chosen is None:
+            beside = selection.write_json(dst.parent / f"{dst.name}.{CANDIDATES_FILE}", kept={})
+            print(f"no candidate passed the gate; nothing written at {dst}; see {beside}")
+            return EXIT_REJECT
+        with atomic_directory(dst, overwrite=args.overwrite) as staging:
+            shutil.copytree(chosen.artifact_dir, staging)
+            final = dst / Path(chosen.path).name if chosen.format == "tflite" else dst
+            selection.write_json(staging / CANDIDATES_FILE, kept={chosen.label: str(final)})
+            if args.tune:
+                _tune(staging, staging / Path(chosen.path).name
+                      if chosen.format == "tflite" else staging, args.signature)
+        print(f"chosen       {chosen.label} ({chosen.format}, {chosen.runtime}): "
+              f"{selection.decision.verdict(chosen.label).speedup:.2f}x vs {args.src}")
+        print(f"load with    {chosen.how_to_load.strip().splitlines()[-1]}")
+        print(f"wrote        {dst}")
+        return 0
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _tune(directory: Path, model_path: Path, signature: str) -> None:
+    from optimizer.runtime_tuning import RUNTIME_SETTINGS_FILE, tune_runtime
+
+    settings = tune_runtime(model_path, signature=signature,
+                            progress=lambda message: log.info("tuning: %s", message))
+    settings.to_json(directory / RUNTIME_SETTINGS_FILE)
+    threads = settings.threads
+    print(f"runtime      best threads {threads.label}; recommended batch "
+          f"{settings.recommended_batch_size or '-'} ({settings.batch_reason})")

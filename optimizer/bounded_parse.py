@@ -1,0 +1,186 @@
+"""Parse an untrusted protobuf file without letting it crash or exhaust this process.
+
+A ``saved_model.pb`` from outside can be truncated, random, absurdly large, or built to blow up:
+protobuf's parser turns two bytes (an empty repeated message) into a ~100-byte object, so a 40 MB
+file of them takes 2 GB to hold, and a 400 MB one takes a worker's whole memory; a real graph
+takes 6-9x its file size. Deep nesting is refused by the parser itself (depth 100).
+
+So: a file over ``max_bytes`` is refused from its size alone, before a byte is read (protobuf
+itself cannot serialize a message over 2 GiB, the default). A small file (under
+:data:`IN_PROCESS_BYTES`, at most a few hundred MB to parse whatever its content) is parsed
+here. A larger one is first parsed in a forked child whose address space is capped at
+:data:`MEMORY_PER_BYTE` times the file size (and ``max_memory_bytes`` at most) and whose time is
+bounded; only if the child succeeds is it parsed here, where it is known to fit. A child that
+runs out of memory, crashes or hangs is a one-line error, never a dead worker.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import resource
+import select
+import signal
+import time
+from pathlib import Path
+
+from optimizer.errors import CorruptSavedModelError, OversizedSavedModelError
+
+MIB = 1 << 20
+IN_PROCESS_BYTES = 4 * MIB
+MEMORY_PER_BYTE = 16  # real graphs measured at 6-9x; empty-message floods at 20-60x
+BASE_MEMORY_BYTES = 256 * MIB
+TIMEOUT_SECONDS = 300.0
+
+# Files the child has parsed within the limits, by identity and content stamp: a model is read
+# several times per run and need not be forked for each.
+_vetted: set[tuple] = set()
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def parse_file(path: Path, message, *, text: bool, label: str, max_bytes: int,
+               max_memory_bytes: int) -> None:
+    """Parse ``path`` into ``message`` (binary, or text format when ``text``).
+
+    ``label`` names the file in messages, e.g. ``"saved_model.pb in models/cnn"``. Raises
+    :class:`OversizedSavedModelError` or :class:`CorruptSavedModelError`, one line each.
+    """
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise CorruptSavedModelError(f"cannot read {label}: {exc.strerror or exc}") from None
+    if stat.st_size > max_bytes:
+        raise _too_large(label, stat.st_size, max_bytes)
+    if stat.st_size > IN_PROCESS_BYTES and hasattr(os, "fork"):
+        allowance = min(BASE_MEMORY_BYTES + MEMORY_PER_BYTE * stat.st_size, max_memory_bytes)
+        stamp = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, allowance, text,
+                 type(message).__name__)
+        if stamp not in _vetted:
+            _parse_in_child(path, type(message), text, label, max_bytes, allowance,
+                            stat.st_size)
+            _vetted.add(stamp)
+    outcome = _parse(path, message, text, max_bytes)
+    if outcome is not None:
+        raise _error(outcome, label, max_bytes, 0, stat.st_size)
+
+
+def _too_large(label: str, size: int, max_bytes: int) -> OversizedSavedModelError:
+    return OversizedSavedModelError(
+        f"{label} is {human_bytes(size)}, over the limit of {human_bytes(max_bytes)} "
+        f"(security.max_saved_model_mb)")
+
+
+def _read_capped(path: Path, max_bytes: int) -> bytes | None:
+    """The file's bytes (as many as its size says), or None when over ``max_bytes``."""
+    with open(path, "rb") as f:
+        # read(n) allocates n bytes up front: ask for the size, not the limit.
+        data = f.read(min(os.fstat(f.fileno()).st_size, max_bytes) + 1)
+    return None if len(data) > max_bytes else data
+
+
+def _parse(path: Path, message, text: bool, max_bytes: int) -> str | None:
+    """None on success, else an outcome: ``"large"``, ``"memory"`` or ``"corrupt:<why>"``."""
+    from google.protobuf import message as pb_message
+    from google.protobuf import text_format
+
+    try:
+        data = _read_capped(path, max_bytes)
+        if data is None:
+            return "large"
+        if text:
+            text_format.Parse(data.decode("utf-8"), message)
+        else:
+            message.ParseFromString(data)
+    except MemoryError:
+        return "memory"
+    except OSError as exc:
+        return f"corrupt:cannot read it: {exc.strerror or exc}"
+    except (pb_message.DecodeError, text_format.ParseError, UnicodeDecodeError,
+            RuntimeError, ValueError) as exc:  # RecursionError is a RuntimeError
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "out of memory" in reason.lower() or "alloc failed" in reason.lower():
+            return "memory"
+        return f"corrupt:{reason}"
+    return None
+
+
+def _error(outcome: str, label: str, max_bytes: int, allowance: int, size: int):
+    if outcome == "large":
+        return _too_large(label, max_bytes + 1, max_bytes)
+    if outcome == "memory":
+        limit = f"more than {human_bytes(allowance)}" if allowance else "more memory than is free"
+        return OversizedSavedModelError(
+            f"{label} ({human_bytes(size)}) needs {limit} to parse: refused as a likely "
+            f"memory bomb (real graphs take under 10x their file size)")
+    detail = outcome.partition(":")[2] or "unreadable"
+    return CorruptSavedModelError(f"corrupt {label}: {detail}")
+
+
+def _address_space_in_use() -> int:
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[0])
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def _child(path: Path, message_type, text: bool, max_bytes: int, allowance: int) -> bytes:
+    try:
+        limit = _address_space_in_use() + allowance
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (OSError, ValueError):
+        pass  # no /proc or no rlimits: the timeout still bounds the child
+    outcome = _parse(path, message_type(), text, max_bytes)
+    return b"ok" if outcome is None else outcome.encode("utf-8", "replace")[:4000]
+
+
+def _parse_in_child(path: Path, message_type, text: bool, label: str, max_bytes: int,
+                    allowance: int, size: int) -> None:
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: parse, report, and leave without unwinding into our callers
+        reported = False
+        try:
+            faulthandler.disable()  # a crash here is reported by the parent, in one line
+            os.close(read_end)
+            os.write(write_end, _child(path, message_type, text, max_bytes, allowance))
+            reported = True
+        finally:
+            os._exit(0 if reported else 1)
+    os.close(write_end)
+    report, deadline = b"", time.monotonic() + TIMEOUT_SECONDS
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([read_end], [], [], remaining)[0]:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise CorruptSavedModelError(
+                    f"corrupt {label}: parsing it took longer than {TIMEOUT_SECONDS:.0f} s")
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                break
+            report += chunk
+    finally:
+        os.close(read_end)
+    _, status = os.waitpid(pid, 0)
+    if report == b"ok":
+        return
+    if report:
+        raise _error(report.decode("utf-8", "replace"), label, max_bytes, allowance, size)
+    if os.WIFSIGNALED(status):
+        # Out of address space, a parser may abort instead of reporting: say both.
+        raise CorruptSavedModelError(
+            f"corrupt {label}: the parser died with signal {os.WTERMSIG(status)} (with a "
+            f"{human_bytes(allowance)} memory limit)")
+    raise OversizedSavedModelError(
+        f"{label} ({human_bytes(size)}) could not be parsed within {human_bytes(allowance)} "
+        f"of memory: refused as a likely memory bomb")

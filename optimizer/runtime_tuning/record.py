@@ -1,0 +1,157 @@
+"""The tuning result as a record: ``runtime_settings.json`` next to the artifact, MLflow tags.
+
+The JSON also says how to apply the settings when serving: environment variables
+(``TF_NUM_INTRAOP_THREADS``, ``TF_NUM_INTEROP_THREADS``, ``OMP_NUM_THREADS``), the matching
+``tensorflow_model_server`` flags, or a LiteRT interpreter's ``num_threads``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optimizer.runtime_tuning.batch import BatchPoint
+from optimizer.runtime_tuning.checks import RuntimeTuningError
+from optimizer.runtime_tuning.grid import ThreadSetting, serving_env
+from optimizer.runtime_tuning.threads import ThreadProbe
+
+RUNTIME_SETTINGS_FILE = "runtime_settings.json"
+TAG_PREFIX = "tfopt.runtime."
+
+
+@dataclass(frozen=True)
+class TunedRuntimeSettings:
+    """What to serve ``model`` with, and the measurements behind it.
+
+    Not :class:`optimizer.benchmark.runtime.RuntimeSettings` (what one benchmark run asks of
+    TensorFlow); :meth:`benchmark_settings` converts to it.
+    """
+
+    model: str
+    intra_op_threads: int | None
+    inter_op_threads: int | None
+    num_threads: int | None
+    recommended_batch_size: int | None
+    batch_reason: str
+    throughput_target: float | None
+    latency_slo_ms: float | None
+    reference: ThreadSetting
+    thread_probes: tuple[ThreadProbe, ...]
+    batch_curve: tuple[BatchPoint, ...]
+    batches_not_measured: tuple[int, ...]
+    available_cpus: int
+    cpu_quota: float | None
+    cpu_model: str
+    method: str = ""
+    created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+    @property
+    def threads(self) -> ThreadSetting:
+        return ThreadSetting(self.intra_op_threads, self.inter_op_threads, self.num_threads)
+
+    def serving(self) -> dict:
+        """How to apply the settings when serving, for the JSON's readers."""
+        if self.num_threads is not None:
+            return {"litert": {"num_threads": self.num_threads},
+                    "note": "pass num_threads to the LiteRT Interpreter"}
+        return {
+            "env": serving_env(self.threads),
+            "tensorflow_model_server_flags": [
+                f"--tensorflow_intra_op_parallelism={self.intra_op_threads}",
+                f"--tensorflow_inter_op_parallelism={self.inter_op_threads}"],
+            "note": ("TensorFlow and TF Serving read TF_NUM_INTRAOP_THREADS and "
+                     "TF_NUM_INTEROP_THREADS when no thread count is configured; "
+                     "OMP_NUM_THREADS sizes OpenMP builds of oneDNN; in-process, "
+                     "tf.config.threading.set_*_parallelism_threads before TensorFlow's "
+                     "first op does the same")}
+
+    def benchmark_settings(self):
+        """These threads as :class:`optimizer.benchmark.runtime.RuntimeSettings`, or None."""
+        from optimizer.benchmark.runtime import RuntimeSettings
+
+        if self.intra_op_threads is None:
+            return None
+        return RuntimeSettings(intra_op_threads=self.intra_op_threads,
+                               inter_op_threads=self.inter_op_threads,
+                               omp_num_threads=self.intra_op_threads)
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "intra_op_threads": self.intra_op_threads,
+            "inter_op_threads": self.inter_op_threads,
+            "num_threads": self.num_threads,
+            "recommended_batch_size": self.recommended_batch_size,
+            "batch_reason": self.batch_reason,
+            "throughput_target": self.throughput_target,
+            "latency_slo_ms": self.latency_slo_ms,
+            "serving": self.serving(),
+            "reference": self.reference.to_dict(),
+            "thread_probes": [p.to_dict() for p in self.thread_probes],
+            "batch_curve": [p.to_dict() for p in self.batch_curve],
+            "batches_not_measured": list(self.batches_not_measured),
+            "available_cpus": self.available_cpus,
+            "cpu_quota": self.cpu_quota,
+            "cpu_model": self.cpu_model,
+            "method": self.method,
+            "created": self.created,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TunedRuntimeSettings:
+        try:
+            return cls(
+                model=data["model"], intra_op_threads=data["intra_op_threads"],
+                inter_op_threads=data["inter_op_threads"], num_threads=data["num_threads"],
+                recommended_batch_size=data["recommended_batch_size"],
+                batch_reason=data["batch_reason"], throughput_target=data["throughput_target"],
+                latency_slo_ms=data["latency_slo_ms"],
+                reference=ThreadSetting.from_dict(data["reference"]),
+                thread_probes=tuple(ThreadProbe.from_dict(p) for p in data["thread_probes"]),
+                batch_curve=tuple(BatchPoint.from_dict(p) for p in data["batch_curve"]),
+                batches_not_measured=tuple(data["batches_not_measured"]),
+                available_cpus=data["available_cpus"], cpu_quota=data["cpu_quota"],
+                cpu_model=data["cpu_model"], method=data["method"], created=data["created"])
+        except (KeyError, TypeError) as exc:
+            raise RuntimeTuningError(f"not a runtime settings record: {exc}") from None
+
+    def to_json(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
+        """Write the record to ``path`` (conventionally :data:`RUNTIME_SETTINGS_FILE` next to
+        the artifact) in one rename."""
+        from optimizer.atomic import atomic_file
+
+        with atomic_file(path, overwrite=overwrite) as staging:
+            staging.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        return Path(path)
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike) -> TunedRuntimeSettings:
+        try:
+            data = json.loads(Path(path).read_text())
+        except OSError as exc:
+            raise RuntimeTuningError(f"cannot read {path}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise RuntimeTuningError(f"{path} is not JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    def to_tags(self) -> dict[str, str]:
+        """Flat string tags for MLflow; settings that do not apply are left out."""
+        best = next((p for p in self.thread_probes if p.setting == self.threads), None)
+        values = {
+            "intra_op_threads": self.intra_op_threads,
+            "inter_op_threads": self.inter_op_threads,
+            "num_threads": self.num_threads,
+            "recommended_batch_size": self.recommended_batch_size,
+            "throughput_target": self.throughput_target,
+            "latency_slo_ms": self.latency_slo_ms,
+            "batch1_p50_ms": None if best is None else round(best.median_p50 * 1e3, 4),
+            "ratio_to_reference": None if best is None else round(best.median_ratio, 4),
+            "reference": self.reference.label,
+            "available_cpus": self.available_cpus,
+            "cpu_quota": self.cpu_quota,
+            "cpu_model": self.cpu_model or None,
+        }
+        return {TAG_PREFIX + k: str(v) for k, v in values.items() if v is not None}

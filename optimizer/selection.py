@@ -1,0 +1,165 @@
+"""Choose among candidates: all measured against the baseline in one process, the gate decides.
+
+Every candidate (SavedModel or LiteRT, see :mod:`optimizer.candidates`) goes through the same
+benchmark harness as the baseline, interleaved, and through the same evaluation (held-out
+accuracy with labelled data, agreement with the baseline's top-1 without). The gate
+(:mod:`optimizer.gate`) then promotes the candidates that pass every check, the accuracy budget
+included, and chooses the fastest of them. A candidate that breaks the budget is therefore never
+chosen, however fast it is.
+
+:meth:`Selection.rows` is one row per candidate (built and skipped) with its format, runtime,
+latency ratio to the baseline, accuracy, size and verdict: what ``candidates.json`` holds and
+the report's candidate table and Pareto chart show.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+from optimizer.benchmark.result import UNOPTIMIZED_INPUT, BenchmarkResult
+from optimizer.candidates import Candidate, Skipped
+from optimizer.errors import InvalidInputsError
+from optimizer.gate import GateConfig, GateDecision, evaluate_gate
+
+
+@dataclass(frozen=True)
+class Selection:
+    result: BenchmarkResult
+    decision: GateDecision
+    candidates: tuple[Candidate, ...]
+    skipped: tuple[Skipped, ...]
+
+    @property
+    def chosen(self) -> Candidate | None:
+        return next((c for c in self.candidates if c.label == self.decision.chosen), None)
+
+    def rows(self) -> list[dict]:
+        return candidate_rows(self.result, self.decision, self.candidates, self.skipped)
+
+    def to_dict(self, kept: dict[str, str] | None = None) -> dict:
+        """``kept``: label -> where that candidate now is; the others' paths become null
+        (when the candidates were built in a scratch directory, only the chosen one stays)."""
+        chosen = self.chosen
+        rows = self.rows()
+        if kept is not None:
+            for row in rows:
+                if "path" in row:
+                    row["path"] = kept.get(row["label"])
+        chosen_dict = chosen.to_dict() if chosen else None
+        if chosen_dict is not None and kept is not None:
+            chosen_dict["path"] = kept.get(chosen.label)
+        return {"baseline": self.result.baseline.label,
+                "baseline_path": self.result.baseline.path,
+                "latency_batch_size": self.decision.latency_batch_size,
+                "chosen": chosen_dict, "candidates": rows}
+
+    def write_json(self, path: str | os.PathLike, kept: dict[str, str] | None = None) -> Path:
+        from optimizer.atomic import atomic_file
+
+        path = Path(path)
+        with atomic_file(path, overwrite=True) as staging:
+            staging.write_text(json.dumps(self.to_dict(kept), indent=2) + "\n")
+        return path
+
+
+def _accuracy(measurement) -> tuple[float | None, str | None]:
+    """(value, what it is): held-out metric when there are labels, else top-1 agreement."""
+    if measurement.quality is not None:
+        return measurement.quality.value, measurement.quality.metric
+    if measurement.fidelity is not None and measurement.fidelity.top1_agreement is not None:
+        return measurement.fidelity.top1_agreement, "top1_agreement_with_baseline"
+    return None, None
+
+
+def _tag_from_path(label: str, path: str) -> Candidate:
+    """What a measured model is when nobody said: a LiteRT file, else a SavedModel (whose
+    provenance file may say bf16 or XLA)."""
+    from optimizer.candidates import LITERT_FLAVOURS, SAVEDMODEL_VARIANTS
+    from optimizer.litert import is_litert_path
+
+    if is_litert_path(path):
+        flavour = next((f for f in LITERT_FLAVOURS if label.endswith(f)), "fp32")
+        return Candidate(label, "litert", flavour, "tflite", "ai-edge-litert", path, "")
+    variant = label if label in SAVEDMODEL_VARIANTS else "fp32"
+    return Candidate(label, "savedmodel", variant, "savedmodel",
+                     "tensorflow+xla" if variant == "xla" else "tensorflow", path, "")
+
+
+def candidate_rows(result: BenchmarkResult, decision: GateDecision,
+                   candidates: Sequence[Candidate] = (), skipped: Sequence[Skipped] = ()
+                   ) -> list[dict]:
+    """One row per candidate, measured or skipped, fastest first; skipped ones last."""
+    batch = decision.latency_batch_size
+    base = result.baseline
+    base_accuracy, _ = _accuracy(base)
+    tagged = {c.label: c for c in candidates}
+    rows = []
+    for measurement in result.candidates:
+        tag = tagged.get(measurement.label)
+        verdict = decision.verdict(measurement.label)
+        interval = decision.intervals.get(measurement.label, {}).get(batch)
+        accuracy, accuracy_kind = _accuracy(measurement)
+        if accuracy_kind == "top1_agreement_with_baseline":
+            baseline_accuracy = 1.0
+        else:
+            baseline_accuracy = base_accuracy
+        tag = tag or _tag_from_path(measurement.label, measurement.path)
+        rows.append({
+            "label": measurement.label,
+            "target": tag.target,
+            "variant": tag.variant,
+            "format": tag.format,
+            "runtime": tag.runtime,
+            "path": measurement.path,
+            "size_bytes": measurement.size_bytes,
+            "p50_seconds": measurement.latency[batch].p50 if batch in measurement.latency
+            else None,
+            "ratio_to_baseline": interval.ratio if interval else None,
+            "ratio_interval": [interval.low, interval.high] if interval else None,
+            "speedup": verdict.speedup,
+            "accuracy": accuracy,
+            "accuracy_kind": accuracy_kind,
+            "baseline_accuracy": baseline_accuracy,
+            "max_rel_diff": (measurement.fidelity.max_rel_diff
+                             if measurement.fidelity is not None else None),
+            "accuracy_drop": (baseline_accuracy - accuracy
+                              if accuracy is not None and baseline_accuracy is not None
+                              else None),
+            "verdict": "chosen" if decision.chosen == measurement.label
+            else ("passed" if verdict.promote else "rejected"),
+            "reasons": [c.reason for c in verdict.failed],
+            "how_to_load": tag.how_to_load,
+        })
+    rows.sort(key=lambda r: (r["ratio_to_baseline"] is None, r["ratio_to_baseline"] or 0.0))
+    rows += [{"label": s.label, "verdict": "skipped", "reasons": [s.reason]} for s in skipped]
+    return rows
+
+
+def select_candidate(
+    baseline: str | os.PathLike,
+    candidates: Sequence[Candidate],
+    gate_config: GateConfig,
+    benchmark_config: BenchmarkConfig | None = None,
+    *,
+    skipped: Sequence[Skipped] = (),
+    eval_data=None,
+    baseline_role: str = UNOPTIMIZED_INPUT,
+    runtime=None,
+    progress: Callable[[str], None] | None = None,
+) -> Selection:
+    """Benchmark ``candidates`` against ``baseline`` and let the gate choose."""
+    if not candidates:
+        raise InvalidInputsError("no candidate to choose from"
+                                 + (f" ({len(skipped)} skipped: {skipped[0].reason})"
+                                    if skipped else ""))
+    subjects = [Subject.candidate(c.path, label=c.label) for c in candidates]
+    result = run_benchmark(Subject.baseline(baseline, role=baseline_role, label="input"),
+                           subjects, benchmark_config or BenchmarkConfig(), runtime=runtime, eval_data=eval_data,
+                           progress=progress)
+    decision = evaluate_gate(result, gate_config)
+    return Selection(result, decision, tuple(candidates), tuple(skipped))

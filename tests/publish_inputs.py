@@ -1,0 +1,111 @@
+"""What ``tfopt step publish`` reads, made once per test session from real models and timings.
+
+Tests that run publish as a process (to kill it, or to race twenty of them) need the outputs of
+the steps before it: pull, freeze, optimize, evaluate and gate. They are made here the way
+tests/test_publish.py makes them: model_zoo's keras_cnn, frozen and optimized, benchmarked
+against a copy of the frozen graph that does extra output-neutral work, so the gate promotes on
+any machine. A test module declares ``pytest_plugins = ["publish_inputs"]`` and takes the
+session-scoped ``publish_inputs`` fixture; each test writes its own config (its own registered
+model, experiment and workdir) with :meth:`PublishInputs.config`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+TFOPT = Path(sys.executable).parent / "tfopt"
+
+
+@dataclass(frozen=True)
+class PublishInputs:
+    root: Path
+    outputs: dict[str, dict]  # step name -> its output, as `tfopt step publish --inputs` takes
+
+    @property
+    def inputs_file(self) -> Path:
+        return self.root / "inputs.json"
+
+    def config(self, directory: Path, tracking_uri: str, name: str) -> Path:
+        """A pipeline YAML publishing to registered model and experiment ``name``."""
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{name}.yaml"
+        path.write_text(
+            f"source: {self.outputs['pull']['uri']}\n"
+            f"workdir: {directory / 'work'}\n"
+            "gate: {min_speedup: 1.05}\n"
+            f"mlflow: {{tracking_uri: '{tracking_uri}', experiment: 'exp-{name}', "
+            f"registered_model: '{name}'}}\n")
+        return path
+
+    def command(self, config: Path, run_id: str) -> list[str]:
+        return [str(TFOPT), "step", "publish", "--config", str(config),
+                "--inputs", f"@{self.inputs_file}", "--run-id", run_id]
+
+    def start(self, config: Path, run_id: str, **env: str) -> subprocess.Popen:
+        """``tfopt step publish`` as its own process (stdout: its output JSON)."""
+        environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
+                       "MLFLOW_DISABLE_TELEMETRY": "true", **env}
+        environment.pop("TFOPT_DEBUG", None)
+        return subprocess.Popen(self.command(config, run_id), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=environment)
+
+
+def _build(root: Path, source: Path) -> dict[str, dict]:
+    from benchmark_testing import with_output_neutral_work
+
+    from components.artifacts import CandidateModel, EvaluationOutput, GateOutput, PulledModel
+    from optimizer.benchmark.environment import model_digest
+    from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+    from optimizer.export import write_saved_model
+    from optimizer.freeze import freeze
+    from optimizer.gate import GateConfig, evaluate_gate
+    from optimizer.optimize import apply_recipe
+    from optimizer.recipe import DEPLOYMENT_RECIPE, Recipe
+    from optimizer.report.write import write_report
+
+    frozen = freeze(source)
+    optimized = apply_recipe(frozen, Recipe.from_string(DEPLOYMENT_RECIPE))
+    write_saved_model(frozen, root / "frozen")
+    write_saved_model(optimized.model, root / "optimized")
+    write_saved_model(with_output_neutral_work(frozen), root / "slowed_input")
+    result = run_benchmark(
+        Subject.baseline(root / "slowed_input", label="input"),
+        [Subject.candidate(root / "optimized", label="optimized")],
+        BenchmarkConfig(batch_sizes=(1,), warmup=3, min_runs=30, min_seconds=0.2))
+    evaluation = EvaluationOutput(result_path=str(result.save(root / "evaluation.json")),
+                                  has_labels=False, metric="top1")
+    decision = evaluate_gate(result, GateConfig(min_speedup=1.05))
+    assert decision.promote, decision.verdicts[0].summary()
+    verdict_path = root / "verdict.json"
+    verdict_path.write_text(json.dumps(decision.to_dict(), indent=2))
+    report = write_report(result, root / "report", decision)
+    gate = GateOutput(promote=True, chosen=decision.chosen,
+                      chosen_path=str(root / "optimized"),
+                      summary=decision.verdicts[0].summary(), verdict_path=str(verdict_path),
+                      report_dir=str(report.directory))
+    candidates = {
+        "freeze": CandidateModel(label="frozen", path=str(root / "frozen"), kind="frozen",
+                                 digest=model_digest(root / "frozen")),
+        "optimize": CandidateModel(label="optimized", path=str(root / "optimized"),
+                                   kind="optimized", digest=model_digest(root / "optimized"),
+                                   recipe=optimized.recipe,
+                                   trace=[step.to_dict() for step in optimized.trace]),
+    }
+    pulled = PulledModel(uri=str(source), path=str(source), digest=model_digest(source))
+    return {"pull": pulled.to_dict(), **{k: v.to_dict() for k, v in candidates.items()},
+            "evaluate": evaluation.to_dict(), "gate": gate.to_dict()}
+
+
+@pytest.fixture(scope="session")
+def publish_inputs(tmp_path_factory, model_dir) -> PublishInputs:
+    root = tmp_path_factory.mktemp("publish_inputs")
+    made = PublishInputs(root, _build(root, model_dir("keras_cnn")))
+    made.inputs_file.write_text(json.dumps(made.outputs))
+    return made

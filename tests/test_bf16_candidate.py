@@ -1,0 +1,118 @@
+"""The bfloat16 candidate: bfloat16 ops really in the graph, outputs within bfloat16's precision,
+held-out accuracy kept, and the written SavedModel reloads and serves with the same signature.
+
+Tolerances: bfloat16 keeps 8 significant bits (relative rounding 2^-9, about 2e-3, per op).
+On keras_cnn the softmax outputs are asserted within 2e-2 of their scale (measured 1.8e-3; ten
+times that leaves room for other CPUs' bfloat16 kernels, AMX or AVX512_BF16, accumulating in
+another order) and top-1 agreement at least 0.9 on random inputs (measured 1.0). On real data
+the digits model's held-out top-1 may drop by at most 0.5 points (measured: no change, 0.9756
+both, max relative output difference 8e-3).
+"""
+
+import numpy as np
+import pytest
+from graph_testing import build_graph, tf
+
+import optimizer.transforms.grappler as grappler_module
+from optimizer.bf16 import (
+    BF16_PASSES,
+    BF16_PROVENANCE,
+    Bf16Refused,
+    bf16_mixed_precision,
+    bfloat16_nodes,
+)
+from optimizer.cpu_features import cpu_supports_bf16
+from optimizer.equivalence import compare
+from optimizer.evaluation import evaluate, load_labelled_data
+from optimizer.export import read_provenance, write_saved_model
+from optimizer.freeze import freeze
+from optimizer.frozen import FrozenModel
+from optimizer.inputs import make_inputs
+from optimizer.runner import load_runner
+from optimizer.savedmodel import get_signature
+from optimizer.signature import SignatureInfo, TensorSpecInfo
+
+needs_bf16_cpu = pytest.mark.skipif(
+    not cpu_supports_bf16(), reason="needs a CPU with native bfloat16 (avx512_bf16/amx_bf16); "
+    "the refusal elsewhere is tested by test_a_cpu_without_bfloat16_is_refused_with_the_reason")
+
+
+@pytest.fixture(scope="module")
+def cnn(model_dir):
+    frozen = freeze(model_dir("keras_cnn"))
+    return frozen, bf16_mixed_precision(frozen) if cpu_supports_bf16() else None
+
+
+@needs_bf16_cpu
+def test_convolutions_and_the_dense_layer_run_in_bfloat16(cnn):
+    frozen, candidate = cnn
+    bf16_ops = {n.op for n in candidate.graph_def.node if n.name in
+                set(bfloat16_nodes(candidate.graph_def))}
+    assert {"Conv2D", "DepthwiseConv2dNative", "MatMul"} <= bf16_ops
+    assert not bfloat16_nodes(frozen.graph_def)
+    assert candidate.signature == frozen.signature
+    assert candidate.history == (*frozen.history, "bf16_mixed_precision")
+    assert "remap" not in BF16_PASSES  # bfloat16 _Fused* nodes would not load
+
+
+@needs_bf16_cpu
+def test_outputs_stay_within_bfloat16_precision_of_float32(cnn):
+    frozen, candidate = cnn
+    report = compare(frozen, candidate, batches=4, batch_size=16)
+    assert report.max_rel_diff < 2e-2 and report.top1_agreement >= 0.9, report.summary()
+    assert report.max_abs_diff > 0, "identical outputs: the bfloat16 ops did not run"
+
+
+@needs_bf16_cpu
+def test_the_saved_model_round_trips_and_serves_with_the_same_signature(cnn, model_dir,
+                                                                        tmp_path):
+    frozen, candidate = cnn
+    saved = write_saved_model(candidate, tmp_path / "bf16", metadata=BF16_PROVENANCE)
+    assert get_signature(saved).same_contract(get_signature(model_dir("keras_cnn")))
+    assert read_provenance(saved)["steps"][-1] == "bf16_mixed_precision"
+    assert "avx512_bf16" in read_provenance(saved)["serving_cpu_needs"]
+
+    served = tf.saved_model.load(str(saved)).signatures["serving_default"]
+    reference = load_runner(frozen)
+    for batch in (1, 8):
+        feeds = make_inputs(frozen.signature, batch, seed=batch)
+        out = served(image=tf.constant(feeds["image"]))["output_0"].numpy()
+        assert out.dtype == np.float32 and out.shape == (batch, 5)
+        expected = reference(feeds)["output_0"]
+        assert np.max(np.abs(out - expected)) < 2e-2 * np.max(np.abs(expected))
+
+
+@needs_bf16_cpu
+def test_digits_held_out_top1_drops_by_at_most_half_a_point(tmp_path):
+    from components.digits import train_digits_model
+
+    digits = train_digits_model(tmp_path / "digits", epochs=8)
+    frozen = freeze(digits.saved_model)
+    saved = write_saved_model(bf16_mixed_precision(frozen), tmp_path / "digits_bf16")
+    data = load_labelled_data(digits.eval_data)
+    fp32 = evaluate(load_runner(frozen), data)
+    bf16 = evaluate(load_runner(saved), data)
+    assert fp32 > 0.9, "the digits model did not train; the comparison would say nothing"
+    assert fp32 - bf16 <= 0.005, f"top-1 {fp32:.4f} -> {bf16:.4f}"
+
+
+def test_a_cpu_without_bfloat16_is_refused_with_the_reason(model_dir, monkeypatch):
+    monkeypatch.setattr(grappler_module, "cpu_supports_bf16", lambda: False)
+    with pytest.raises(Bf16Refused, match="avx512_bf16 or amx_bf16") as refused:
+        bf16_mixed_precision(freeze(model_dir("keras_cnn")))
+    assert refused.value.exit_code == 2
+
+
+def _add_only_model() -> FrozenModel:
+    def body():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        tf.add(x, 1.0, name="y")
+    return FrozenModel(build_graph(body), SignatureInfo(
+        "serving_default", (TensorSpecInfo("x", "x:0", "float32", (None, 4)),),
+        (TensorSpecInfo("y", "y:0", "float32", (None, 4)),)))
+
+
+@needs_bf16_cpu
+def test_a_model_with_nothing_to_run_in_bfloat16_is_refused():
+    with pytest.raises(Bf16Refused, match="converted no op to bfloat16"):
+        bf16_mixed_precision(_add_only_model())

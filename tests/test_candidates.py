@@ -1,0 +1,105 @@
+"""Candidates beyond the optimized graph: built per target, tagged, loadable; a candidate this
+machine or model cannot have is skipped with its reason, never fatal."""
+
+import numpy as np
+import pytest
+
+from optimizer.candidates import (
+    CandidateSettings,
+    calibration_inputs,
+    derive_candidates,
+    parse_targets,
+)
+from optimizer.cpu_features import cpu_supports_bf16
+from optimizer.errors import InvalidInputsError
+from optimizer.evaluation import load_labelled_data, top1_accuracy
+from optimizer.freeze import freeze
+from optimizer.runner import load_runner
+from optimizer.savedmodel import get_signature
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    from components.digits import train_digits_model
+
+    return train_digits_model(tmp_path_factory.mktemp("digits"), epochs=8)
+
+
+@pytest.fixture(scope="module")
+def built(digits, tmp_path_factory):
+    signature = get_signature(digits.saved_model)
+    data = load_labelled_data(digits.eval_data, signature)
+    made, skipped = derive_candidates(
+        digits.saved_model, freeze(digits.saved_model), tmp_path_factory.mktemp("candidates"),
+        CandidateSettings(targets=("savedmodel", "litert")),
+        calibration=calibration_inputs(signature, data.x, 50))
+    return {c.label: c for c in made}, {s.label: s.reason for s in skipped}, data
+
+
+def test_both_targets_give_every_variant_tagged_with_its_format_and_runtime(built):
+    made, skipped, _ = built
+    expected = {"xla", "litert_fp32", "litert_fp16", "litert_dynamic_int8", "litert_full_int8"}
+    if cpu_supports_bf16():
+        expected.add("bf16")
+    else:
+        assert "bf16" in skipped and "bfloat16" in skipped["bf16"]
+    assert set(made) == expected
+    for candidate in made.values():
+        if candidate.target == "litert":
+            assert (candidate.format, candidate.runtime) == ("tflite", "ai-edge-litert")
+            assert candidate.path.endswith("model.tflite")
+            assert (candidate.artifact_dir / "model.tflite.json").is_file()
+            assert "Interpreter(model_path='model.tflite'" in candidate.how_to_load
+        else:
+            assert candidate.format == "savedmodel" and candidate.target == "savedmodel"
+            assert "tf.saved_model.load(path)" in candidate.how_to_load
+    assert made["xla"].runtime == "tensorflow+xla"
+    assert "--xla_cpu_compilation_enabled" in made["xla"].how_to_load
+
+
+def test_every_candidate_runs_and_keeps_held_out_accuracy_within_half_a_point(built, digits):
+    made, _, data = built
+    source = top1_accuracy(load_runner(digits.saved_model), data.x, data.y)
+    for label, candidate in made.items():
+        accuracy = top1_accuracy(load_runner(candidate.path), data.x, data.y)
+        assert accuracy >= source - 0.005, f"{label}: {accuracy:.4f} vs {source:.4f}"
+
+
+def test_full_int8_without_calibration_data_is_skipped_with_the_reason(digits, tmp_path):
+    made, skipped = derive_candidates(
+        digits.saved_model, freeze(digits.saved_model), tmp_path,
+        CandidateSettings(targets=("litert",), litert_flavours=("fp32", "full_int8")))
+    assert [c.label for c in made] == ["litert_fp32"]
+    assert [(s.label, "calibration" in s.reason) for s in skipped] == [("litert_full_int8", True)]
+    assert not (tmp_path / "litert_full_int8").exists()
+
+
+def test_a_savedmodel_only_target_builds_no_litert_file(digits, tmp_path):
+    made, _ = derive_candidates(digits.saved_model, freeze(digits.saved_model), tmp_path,
+                                CandidateSettings(targets=("savedmodel",),
+                                                  savedmodel_variants=("xla",)))
+    assert [c.label for c in made] == ["xla"]
+    assert not list(tmp_path.rglob("*.tflite"))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("savedmodel,onnx", "unknown target 'onnx'"),
+    ("", "at least one target"),
+])
+def test_unknown_or_missing_targets_are_one_line_errors(text, message):
+    with pytest.raises(InvalidInputsError, match=message):
+        parse_targets(text)
+
+
+def test_calibration_draws_single_rows_spread_over_the_data():
+    from optimizer.signature import SignatureInfo, TensorSpecInfo
+
+    signature = SignatureInfo(name="serving_default",
+                              inputs=(TensorSpecInfo("x", "x:0", "float32", (None, 2)),),
+                              outputs=(TensorSpecInfo("y", "y:0", "float32", (None, 1)),))
+    x = np.arange(200, dtype=np.float32).reshape(100, 2)
+    feeds = calibration_inputs(signature, x, 10)
+    assert len(feeds) == 10 and all(f["x"].shape == (1, 2) for f in feeds)
+    firsts = sorted(int(f["x"][0, 0]) for f in feeds)
+    assert firsts != list(range(0, 20, 2))  # not simply the first rows
+    assert len(set(firsts)) == 10

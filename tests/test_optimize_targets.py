@@ -1,0 +1,75 @@
+"""tfopt optimize --targets: candidates for the allowed runtimes, the gate's choice at DST, and
+candidates.json saying what every candidate measured and why it was or was not chosen."""
+
+import json
+
+import pytest
+from cli_testing import assert_clean_failure, run_tfopt
+
+from optimizer.evaluation import load_labelled_data, top1_accuracy
+from optimizer.runner import load_runner
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    from components.digits import train_digits_model
+
+    return train_digits_model(tmp_path_factory.mktemp("digits"), epochs=8)
+
+
+def test_litert_allowed_writes_the_fastest_candidate_inside_the_budget(digits, tmp_path):
+    dst = tmp_path / "out"
+    done = run_tfopt("optimize", digits.saved_model, dst, "--targets", "savedmodel,litert",
+                     "--eval-data", digits.eval_data, "--accuracy-budget", "0.005",
+                     "--seconds", "2", timeout=600)
+    assert done.returncode == 0, done.stderr
+    listing = json.loads((dst / "candidates.json").read_text())
+    rows = {r["label"]: r for r in listing["candidates"]}
+    assert {"optimized", "xla", "litert_fp32", "litert_fp16", "litert_dynamic_int8",
+            "litert_full_int8"} <= set(rows)
+    chosen = listing["chosen"]
+    measured = [r for r in rows.values() if r["verdict"] != "skipped"]
+    passing = [r for r in measured if r["verdict"] in ("chosen", "passed")]
+    assert rows[chosen["label"]]["verdict"] == "chosen"
+    assert rows[chosen["label"]]["speedup"] == max(r["speedup"] for r in passing)
+    assert all(r["accuracy_drop"] <= 0.005 for r in passing)
+    assert f"chosen       {chosen['label']}" in done.stdout
+    if chosen["format"] == "tflite":  # LiteRT wins on this small model; the file loads as one
+        assert sorted(p.name for p in dst.iterdir()) == [
+            "candidates.json", "model.tflite", "model.tflite.json"]
+        assert chosen["path"] == str(dst / "model.tflite")
+        model = dst / "model.tflite"
+    else:
+        assert (dst / "saved_model.pb").is_file()
+        model = dst
+    data = load_labelled_data(digits.eval_data)
+    accuracy = top1_accuracy(load_runner(model), data.x, data.y)
+    assert accuracy >= digits.test_accuracy - 0.005
+    assert not list(tmp_path.glob(".out.candidates-*"))  # the scratch directory is gone
+
+
+def test_savedmodel_only_never_writes_a_litert_file(digits, tmp_path):
+    dst = tmp_path / "serving"
+    done = run_tfopt("optimize", digits.saved_model, dst, "--targets", "savedmodel",
+                     "--eval-data", digits.eval_data, "--seconds", "1", timeout=600)
+    assert done.returncode == 0, done.stderr
+    listing = json.loads((dst / "candidates.json").read_text())
+    assert all(r.get("format", "savedmodel") == "savedmodel" for r in listing["candidates"])
+    assert (dst / "saved_model.pb").is_file() and not list(dst.rglob("*.tflite"))
+
+
+def test_when_no_candidate_passes_nothing_is_written_and_the_exit_code_is_3(digits, tmp_path):
+    dst = tmp_path / "never"
+    done = run_tfopt("optimize", digits.saved_model, dst, "--targets", "savedmodel",
+                     "--min-speedup", "1000", "--seconds", "1", timeout=600)
+    assert done.returncode == 3, done.stderr
+    assert not dst.exists()
+    listing = json.loads((tmp_path / "never.candidates.json").read_text())
+    assert listing["chosen"] is None
+    assert all(r["verdict"] in ("rejected", "skipped") for r in listing["candidates"])
+
+
+def test_an_unknown_target_is_a_one_line_error_before_any_work(digits, tmp_path):
+    done = run_tfopt("optimize", digits.saved_model, tmp_path / "x", "--targets", "onnx")
+    assert_clean_failure(done, 2, "unknown target 'onnx'")
+    assert not (tmp_path / "x").exists()

@@ -1,0 +1,67 @@
+"""The gate chooses among candidates of every format: the fastest inside the accuracy budget,
+never one that breaks it, however fast."""
+
+import json
+
+import pytest
+from benchmark_testing import with_damaged_weights
+
+from optimizer.benchmark.harness import BenchmarkConfig
+from optimizer.candidates import Candidate
+from optimizer.export import write_saved_model
+from optimizer.freeze import freeze
+from optimizer.gate import GateConfig
+from optimizer.litert.convert import convert_to_litert
+from optimizer.selection import select_candidate
+
+QUICK = BenchmarkConfig(batch_sizes=(1,), warmup=3, min_runs=40, min_seconds=0.5)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    from components.digits import train_digits_model
+
+    root = tmp_path_factory.mktemp("selection")
+    digits = train_digits_model(root / "digits", epochs=8)
+    frozen = write_saved_model(freeze(digits.saved_model), root / "frozen")
+    damaged = write_saved_model(with_damaged_weights(freeze(digits.saved_model)),
+                                root / "damaged")
+    (root / "broken").mkdir()
+    broken = convert_to_litert(damaged, root / "broken" / "model.tflite", "dynamic_int8").path
+    return digits, [
+        Candidate("frozen", "savedmodel", "fp32", "savedmodel", "tensorflow", str(frozen), ""),
+        Candidate("broken_int8", "litert", "dynamic_int8", "tflite", "ai-edge-litert",
+                  str(broken), ""),
+    ]
+
+
+def test_a_faster_candidate_that_breaks_the_budget_is_never_chosen(made):
+    digits, candidates = made
+    selection = select_candidate(digits.saved_model, candidates,
+                                 GateConfig(max_accuracy_drop_abs=0.005), QUICK,
+                                 eval_data=digits.eval_data)
+    rows = {r["label"]: r for r in selection.rows()}
+    broken, frozen = rows["broken_int8"], rows["frozen"]
+    assert broken["speedup"] > frozen["speedup"]  # the LiteRT int8 file is the fastest...
+    assert broken["accuracy_drop"] > 0.3  # ...and far outside the budget
+    assert broken["verdict"] == "rejected"
+    assert any("accuracy dropped too much" in reason for reason in broken["reasons"])
+    assert selection.chosen is None or selection.chosen.label == "frozen"
+    assert frozen["verdict"] == ("chosen" if selection.chosen else "rejected")
+
+
+def test_candidates_json_lists_every_candidate_with_format_latency_accuracy_and_verdict(
+        made, tmp_path):
+    digits, candidates = made
+    selection = select_candidate(digits.saved_model, candidates,
+                                 GateConfig(max_accuracy_drop_abs=0.005, min_speedup=1.0), QUICK,
+                                 eval_data=digits.eval_data)
+    written = json.loads(selection.write_json(tmp_path / "candidates.json").read_text())
+    assert {r["label"] for r in written["candidates"]} == {"frozen", "broken_int8"}
+    for row in written["candidates"]:
+        assert row["format"] in ("savedmodel", "tflite")
+        assert row["p50_seconds"] > 0 and row["size_bytes"] > 0
+        assert row["accuracy_kind"] == "top1" and 0 <= row["accuracy"] <= 1
+        assert row["verdict"] in ("chosen", "passed", "rejected")
+    ratios = [r["ratio_to_baseline"] for r in written["candidates"]]
+    assert ratios == sorted(ratios)  # fastest first

@@ -1,0 +1,122 @@
+"""The XLA candidate: same signature, same outputs, marked must-compile, and really compiled by
+XLA when loaded the TF2 way and when run in a TF1 Session (TF Serving's path).
+
+Tolerance 1e-5 against the frozen graph: XLA fuses and reorders float32 arithmetic but computes
+in float32 (measured max |diff| 3e-8 on keras_cnn's softmax, 6e-8 on keras_lstm's outputs).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from graph_testing import build_graph, tf
+
+from optimizer.equivalence import compare
+from optimizer.export import read_provenance
+from optimizer.freeze import freeze
+from optimizer.frozen import FrozenModel
+from optimizer.inputs import make_inputs
+from optimizer.runner import load_runner
+from optimizer.savedmodel import get_signature, read_saved_model_proto, serving_meta_graph
+from optimizer.signature import SignatureInfo, TensorSpecInfo
+from optimizer.xla import XlaRefused, must_compile_functions, write_xla_saved_model, xla_compiled
+
+
+@pytest.fixture(scope="module")
+def cnn_xla(model_dir, tmp_path_factory):
+    frozen = freeze(model_dir("keras_cnn"))
+    return frozen, write_xla_saved_model(frozen, tmp_path_factory.mktemp("xla") / "cnn_xla")
+
+
+def test_the_saved_model_keeps_the_signature_and_marks_its_function_must_compile(
+        cnn_xla, model_dir):
+    _, saved = cnn_xla
+    assert get_signature(saved).same_contract(get_signature(model_dir("keras_cnn")))
+    graph_def = serving_meta_graph(read_saved_model_proto(saved), saved).graph_def
+    assert len(must_compile_functions(graph_def)) == 1
+    call_ops = [n.op for n in graph_def.node if n.op not in ("Placeholder", "Identity")]
+    assert call_ops == ["PartitionedCall"], "the whole graph should be one compiled call"
+    assert read_provenance(saved)["tensorflow_model_server_flags"] == [
+        "--xla_cpu_compilation_enabled=true"]
+
+
+def test_outputs_match_the_frozen_graph_at_batch_1_and_8(cnn_xla):
+    frozen, saved = cnn_xla
+    served = tf.saved_model.load(str(saved)).signatures["serving_default"]
+    reference = load_runner(frozen)
+    for batch in (1, 8):
+        feeds = make_inputs(frozen.signature, batch, seed=batch)
+        out = served(image=tf.constant(feeds["image"]))["output_0"].numpy()
+        assert out.shape == (batch, 5)
+        np.testing.assert_allclose(out, reference(feeds)["output_0"], atol=1e-5, rtol=0)
+
+
+XLA_DUMP_CHECK = textwrap.dedent("""
+    import json, os, sys
+    import numpy as np
+    from optimizer.tf_runtime import import_tensorflow
+    tf = import_tensorflow()
+    path, dump = sys.argv[1], sys.argv[2]
+    def modules():
+        return len([f for f in os.listdir(dump) if f.endswith("before_optimizations.txt")]) \\
+            if os.path.isdir(dump) else 0
+    counts = {"start": modules()}
+    served = tf.saved_model.load(path).signatures["serving_default"]
+    for batch in (1, 8):
+        served(image=tf.zeros([batch, 16, 16, 3]))
+    counts["saved_model_load"] = modules()
+    with tf.compat.v1.Session(graph=tf.Graph()) as session:
+        meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
+        sig = meta.signature_def["serving_default"]
+        out = session.run(sig.outputs["output_0"].name,
+                          {sig.inputs["image"].name: np.zeros([4, 16, 16, 3], np.float32)})
+    counts["session"] = modules()
+    counts["session_shape"] = list(out.shape)
+    print(json.dumps(counts))
+""")
+
+
+def test_xla_compiles_it_when_loaded_and_when_run_in_a_session(cnn_xla, tmp_path):
+    """Counted from XLA's own dump: one HLO module per compilation. tf.saved_model.load then
+    batches 1 and 8 compile two; a Session (how TF Serving runs SavedModels) compiles again."""
+    _, saved = cnn_xla
+    env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={tmp_path / 'dump'}",
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    result = subprocess.run([sys.executable, "-c", XLA_DUMP_CHECK, str(saved),
+                             str(tmp_path / "dump")],
+                            env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    counts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert counts["start"] == 0
+    assert counts["saved_model_load"] == 2
+    assert counts["session"] > counts["saved_model_load"] and counts["session_shape"] == [4, 5]
+
+
+def _string_model() -> FrozenModel:
+    def body():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+        tf.strings.to_number(tf.strings.as_string(x), name="y")
+    return FrozenModel(build_graph(body), SignatureInfo(
+        "serving_default", (TensorSpecInfo("x", "x:0", "float32", (None, 3)),),
+        (TensorSpecInfo("y", "y:0", "float32", (None, 3)),)))
+
+
+def test_a_model_with_an_op_xla_cannot_compile_is_refused_and_nothing_is_written(tmp_path):
+    with pytest.raises(XlaRefused, match="XLA cannot compile.*AsString") as refused:
+        write_xla_saved_model(_string_model(), tmp_path / "out")
+    assert refused.value.exit_code == 2
+    assert not (tmp_path / "out").exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_lowered_while_loops_are_refused_and_functional_ones_compile(model_dir):
+    with pytest.raises(XlaRefused, match="lower_control_flow=False"):
+        xla_compiled(freeze(model_dir("keras_lstm")))
+    functional = freeze(model_dir("keras_lstm"), lower_control_flow=False)
+    candidate = xla_compiled(functional)
+    assert must_compile_functions(candidate.graph_def)
+    assert compare(functional, candidate, batches=2, batch_size=4).max_abs_diff < 1e-5
