@@ -31,6 +31,7 @@ IN_PROCESS_BYTES = 4 * MIB
 MEMORY_PER_BYTE = 16  # real graphs measured at 6-9x; empty-message floods at 20-60x
 BASE_MEMORY_BYTES = 256 * MIB
 TIMEOUT_SECONDS = 300.0
+BYTES_PER_MESSAGE = 100  # what protobuf holds per parsed (even empty) message, at least
 
 # Files the child has parsed within the limits, by identity and content stamp: a model is read
 # several times per run and need not be forked for each.
@@ -138,8 +139,32 @@ def _child(path: Path, message_type, text: bool, max_bytes: int, allowance: int)
         resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
     except (OSError, ValueError):
         pass  # no /proc or no rlimits: the timeout still bounds the child
-    outcome = _parse(path, message_type(), text, max_bytes)
+    message = message_type()
+    outcome = _parse(path, message, text, max_bytes)
+    if outcome is None and _held_messages_exceed(message, allowance // BYTES_PER_MESSAGE):
+        outcome = "memory"
     return b"ok" if outcome is None else outcome.encode("utf-8", "replace")[:4000]
+
+
+def _held_messages_exceed(message, most: int) -> bool:
+    """Whether ``message`` holds more than ``most`` MetaGraphs, nodes and functions.
+
+    The address-space cap alone is not enough in a long-lived process: the child inherits the
+    parent's freed but still mapped heap and can parse a flood of empty messages there without
+    growing, and the parent would then parse it itself. Counting what a SavedModel holds (with
+    an early stop, so a flood costs little to count) catches the floods protobuf can make of
+    two-byte messages, whatever the heap looks like."""
+    count = 0
+    for meta_graph in getattr(message, "meta_graphs", ()):
+        graph = meta_graph.graph_def
+        count += 1 + len(graph.node) + len(graph.library.function)
+        if count > most:
+            return True
+        for function in graph.library.function:
+            count += len(function.node_def)
+            if count > most:
+                return True
+    return False
 
 
 def _parse_in_child(path: Path, message_type, text: bool, label: str, max_bytes: int,

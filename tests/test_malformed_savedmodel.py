@@ -245,3 +245,17 @@ def test_the_cli_main_reports_each_kind_on_one_line_with_exit_2(tmp_path, case, 
 def test_the_tfopt_binary_refuses_a_memory_bomb_with_exit_2(tmp_path):
     path = _model(tmp_path, "bomb", BOMBS["empty_meta_graphs"])
     assert_clean_failure(run_tfopt("inspect", path), 2, "memory bomb", str(path))
+
+
+def test_a_memory_bomb_is_refused_when_this_process_holds_freed_heap_the_child_could_reuse(
+        tmp_path):
+    # A long-lived worker's heap is full of freed, still-mapped memory; the forked child parses
+    # in it without growing its address space, so the cap alone let this flood through.
+    import numpy as np
+
+    scattered = [np.empty(300, np.uint8) for _ in range(6_000_000)]
+    pinned = scattered[::1000]  # keeps the freed chunks between them from going back
+    del scattered
+    path = _model(tmp_path, "empty_nodes", BOMBS["empty_nodes"])
+    assert "memory bomb" in _one_line_error(path, expected=OversizedSavedModelError)
+    assert len(pinned) == 6000

@@ -48,16 +48,6 @@ def test_litert_allowed_writes_the_fastest_candidate_inside_the_budget(digits, t
     assert not list(tmp_path.glob(".out.candidates-*"))  # the scratch directory is gone
 
 
-def test_savedmodel_only_never_writes_a_litert_file(digits, tmp_path):
-    dst = tmp_path / "serving"
-    done = run_tfopt("optimize", digits.saved_model, dst, "--targets", "savedmodel",
-                     "--eval-data", digits.eval_data, "--seconds", "1", timeout=600)
-    assert done.returncode == 0, done.stderr
-    listing = json.loads((dst / "candidates.json").read_text())
-    assert all(r.get("format", "savedmodel") == "savedmodel" for r in listing["candidates"])
-    assert (dst / "saved_model.pb").is_file() and not list(dst.rglob("*.tflite"))
-
-
 def test_when_no_candidate_passes_nothing_is_written_and_the_exit_code_is_3(digits, tmp_path):
     dst = tmp_path / "never"
     done = run_tfopt("optimize", digits.saved_model, dst, "--targets", "savedmodel",
