@@ -50,6 +50,7 @@ def _run_dag(airflow: Path, env: dict[str, str], log_path: Path) -> tuple[int, s
 
 
 def _show_outcome(tracking_uri: str, experiment: str, model: str, run_id: str | None) -> None:
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one small file
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri)

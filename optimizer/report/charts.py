@@ -108,7 +108,7 @@ def pareto_chart(rows, path: str | os.PathLike, baseline_p50: float | None = Non
     plt = _pyplot()
     measured = [r for r in rows if r.get("p50_seconds") and r.get("accuracy") is not None]
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    for row in measured:
+    for n, row in enumerate(sorted(measured, key=lambda r: r["p50_seconds"])):
         x, y = row["p50_seconds"] * 1e3, row["accuracy"]
         if row["verdict"] == "chosen":
             ax.scatter([x], [y], marker="*", s=220, color="tab:green", zorder=3)
@@ -116,7 +116,9 @@ def pareto_chart(rows, path: str | os.PathLike, baseline_p50: float | None = Non
             ax.scatter([x], [y], s=50, color="tab:blue", zorder=3)
         else:
             ax.scatter([x], [y], s=50, facecolors="none", edgecolors="tab:red", zorder=3)
-        ax.annotate(row["label"], (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
+        # staggered: candidates of equal accuracy and close latency would print over each other
+        ax.annotate(row["label"], (x, y), textcoords="offset points",
+                    xytext=(5, 4 + 9 * (n % 3)), fontsize=7)
     front, best = [], -float("inf")
     for row in sorted(measured, key=lambda r: (r["p50_seconds"], -r["accuracy"])):
         if row["accuracy"] > best:
