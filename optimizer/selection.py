@@ -104,10 +104,10 @@ def candidate_rows(result: BenchmarkResult, decision: GateDecision,
         verdict = decision.verdict(measurement.label)
         interval = decision.intervals.get(measurement.label, {}).get(batch)
         accuracy, accuracy_kind = _accuracy(measurement)
-        if accuracy_kind == "top1_agreement_with_baseline":
-            baseline_accuracy = 1.0
-        else:
-            baseline_accuracy = base_accuracy
+        baseline_accuracy = (1.0 if accuracy_kind == "top1_agreement_with_baseline"
+                             else base_accuracy)
+        # the drop as the gate measured it (metric direction and the agreement bound included)
+        drop_check = next((c for c in verdict.checks if c.name == "accuracy_drop_abs"), None)
         tag = tag or _tag_from_path(measurement.label, measurement.path)
         rows.append({
             "label": measurement.label,
@@ -127,9 +127,7 @@ def candidate_rows(result: BenchmarkResult, decision: GateDecision,
             "baseline_accuracy": baseline_accuracy,
             "max_rel_diff": (measurement.fidelity.max_rel_diff
                              if measurement.fidelity is not None else None),
-            "accuracy_drop": (baseline_accuracy - accuracy
-                              if accuracy is not None and baseline_accuracy is not None
-                              else None),
+            "accuracy_drop": drop_check.measured if drop_check is not None else None,
             "verdict": "chosen" if decision.chosen == measurement.label
             else ("passed" if verdict.promote else "rejected"),
             "reasons": [c.reason for c in verdict.failed],

@@ -57,6 +57,7 @@ import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,7 @@ class Publication:
         return (self.model.how_to_load
                 or f'tf.saved_model.load(path).signatures["{self.config.signature}"]')
 
-    @property
+    @cached_property  # read by the run's tags, the version's tags and the artifact upload
     def runtime_tags(self) -> dict[str, str]:
         """The chosen model's tuned thread settings and batch size (``tfopt.runtime.*``)."""
         path = self.gate.runtime_settings_path

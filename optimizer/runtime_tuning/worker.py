@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
-import time
 
 from optimizer.errors import TfoptError
 from optimizer.runtime_tuning.grid import ThreadSetting
@@ -52,17 +50,12 @@ def _in_effect(setting: ThreadSetting, runner) -> dict:
 
 
 def _time_calls(runner, tensors, seconds: float, min_runs: int, warmup: int) -> dict:
-    for _ in range(warmup):
-        runner.call(tensors)
-    samples = []
-    started = time.perf_counter()
-    while len(samples) < _MAX_RUNS:
-        t0 = time.perf_counter()
-        runner.call(tensors)
-        samples.append(time.perf_counter() - t0)
-        if len(samples) >= min_runs and time.perf_counter() - started >= seconds:
-            break
-    return {"p50": statistics.median(samples), "runs": len(samples)}
+    from optimizer.benchmark.interleaved import time_interleaved
+
+    samples = time_interleaved({"model": lambda: runner.call(tensors)}, warmup=warmup,
+                               min_runs=min_runs, min_seconds=seconds,
+                               max_runs=_MAX_RUNS)["model"]
+    return {"p50": samples.p50, "runs": len(samples.seconds)}
 
 
 def _worker_main(config_text: str) -> int:

@@ -31,7 +31,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from optimizer.frozen import FrozenModel
 from optimizer.graph.validate import InvalidGraphError, validate_graph
@@ -388,11 +388,9 @@ def continued_from(first: SearchResult, then: SearchResult) -> SearchResult:
     if first.returned == "input":
         return then
     candidates = tuple(replace(c, trace=first.trace + c.trace) for c in then.candidates)
-    stats = replace(then.stats)
-    for name in ("expansions", "generated", "kept", "duplicates", "invalid", "oversized",
-                 "failed", "dropped"):
-        setattr(stats, name, getattr(first.stats, name) + getattr(then.stats, name))
-    stats.wall_seconds = first.stats.wall_seconds + then.stats.wall_seconds
+    stats = SearchStats(**{f.name: getattr(first.stats, f.name) + getattr(then.stats, f.name)
+                           for f in fields(SearchStats) if f.name != "stopped_by"},
+                        stopped_by=then.stats.stopped_by)
     returned = then.returned if then.returned != "input" else first.returned
     return replace(then, trace=first.trace + then.trace, input_cost=first.input_cost,
                    returned=returned, candidates=candidates, stats=stats,
@@ -432,8 +430,9 @@ def remeasure(result: SearchResult, original: FrozenModel, top_k: int = 3,
     contenders = {"input": (original, result.input_cost, ())}
     hashes = {canonical_hash(original.graph_def): "input"}
 
-    def add(name: str, model: FrozenModel, model_cost: float, trace) -> str:
-        digest = canonical_hash(model.graph_def)
+    def add(name: str, model: FrozenModel, model_cost: float, trace,
+            digest: str | None = None) -> str:
+        digest = digest or canonical_hash(model.graph_def)
         if digest not in hashes:
             hashes[digest] = name
             contenders[name] = (model, model_cost, trace)
@@ -446,11 +445,11 @@ def remeasure(result: SearchResult, original: FrozenModel, top_k: int = 3,
     for candidate in result.candidates:
         if len(contenders) >= top_k + 1 + (incumbent is not None):
             break
-        if canonical_hash(candidate.graph_def) in hashes:
+        if candidate.hash in hashes:  # the search hashed every candidate it kept
             continue
         if not _equivalence(original, candidate.graph_def, tolerance, seed)[1]:
             add(f"candidate{len(contenders)}", original.with_graph(candidate.graph_def),
-                candidate.cost, candidate.trace)
+                candidate.cost, candidate.trace, candidate.hash)
     feeds = make_inputs(original.signature, batch_size, seed,
                         infer_int_ranges(original.graph_def, original.signature))
     calls = {name: _timed_call(load_runner(model), feeds)

@@ -17,30 +17,23 @@ from optimizer.graph.traversal import nodes_by_name
 from optimizer.search.rules.parallel_ops import (
     CONV_ATTRS,
     attrs_key,
-    bias_readers,
-    const_weights_shape,
-    data_inputs,
+    group_matches,
     merge_parallel,
-    siblings_by_input,
+    mergeable_groups,
 )
 from optimizer.search.substitution import Match, Substitution
 from optimizer.transforms.base import TransformContext
 
 
+def _conv_key(conv, weights_shape) -> tuple | None:
+    if weights_shape is None or len(weights_shape) != 4:
+        return None
+    return attrs_key(conv, CONV_ATTRS) + (weights_shape[:3],)
+
+
 def conv_groups(graph_def) -> list[list]:
     """Conv2Ds that can be merged, grouped (two or more each), in graph order."""
-    by_name = nodes_by_name(graph_def)
-    groups = []
-    for convs in siblings_by_input(graph_def, "Conv2D").values():
-        by_key: dict[tuple, list] = {}
-        for conv in convs:
-            shape = const_weights_shape(by_name, data_inputs(conv)[1])
-            if shape is None or len(shape) != 4:
-                continue
-            key = attrs_key(conv, CONV_ATTRS) + (shape[:3],)
-            by_key.setdefault(key, []).append(conv)
-        groups += [g for g in by_key.values() if len(g) >= 2]
-    return groups
+    return mergeable_groups(graph_def, "Conv2D", _conv_key)
 
 
 class MergeParallelConvs(Substitution):
@@ -48,12 +41,7 @@ class MergeParallelConvs(Substitution):
     description = "sibling Conv2Ds on one input -> one Conv2D with concatenated filters + SplitV"
 
     def matches(self, graph_def, context: TransformContext) -> list[Match]:
-        found = []
-        for group in conv_groups(graph_def):
-            with_bias = bias_readers(graph_def, group, context.boundary) is not None
-            found.append(Match(self.name, tuple(c.name for c in group),
-                               {"with_bias": with_bias}))
-        return found
+        return group_matches(self.name, graph_def, conv_groups(graph_def), context.boundary)
 
     def apply(self, graph_def, match: Match, context: TransformContext):
         first = nodes_by_name(graph_def)[match.nodes[0]]

@@ -11,35 +11,27 @@ narrow ones (e.g. the query/key/value projections of attention).
 
 from __future__ import annotations
 
-from optimizer.graph.traversal import nodes_by_name
 from optimizer.search.rules.parallel_ops import (
     attrs_key,
-    bias_readers,
-    const_weights_shape,
-    data_inputs,
+    group_matches,
     merge_parallel,
-    siblings_by_input,
+    mergeable_groups,
 )
 from optimizer.search.substitution import Match, Substitution
 from optimizer.transforms.base import TransformContext
 
 
+def _matmul_key(matmul, weights_shape) -> tuple | None:
+    if "transpose_b" in matmul.attr and matmul.attr["transpose_b"].b:
+        return None
+    if weights_shape is None or len(weights_shape) != 2:
+        return None
+    return attrs_key(matmul, ("T", "transpose_a")) + (weights_shape[0],)
+
+
 def matmul_groups(graph_def) -> list[list]:
     """MatMuls that can be merged, grouped (two or more each), in graph order."""
-    by_name = nodes_by_name(graph_def)
-    groups = []
-    for matmuls in siblings_by_input(graph_def, "MatMul").values():
-        by_key: dict[tuple, list] = {}
-        for matmul in matmuls:
-            if "transpose_b" in matmul.attr and matmul.attr["transpose_b"].b:
-                continue
-            shape = const_weights_shape(by_name, data_inputs(matmul)[1])
-            if shape is None or len(shape) != 2:
-                continue
-            key = attrs_key(matmul, ("T", "transpose_a")) + (shape[0],)
-            by_key.setdefault(key, []).append(matmul)
-        groups += [g for g in by_key.values() if len(g) >= 2]
-    return groups
+    return mergeable_groups(graph_def, "MatMul", _matmul_key)
 
 
 class MergeParallelMatmuls(Substitution):
@@ -47,9 +39,7 @@ class MergeParallelMatmuls(Substitution):
     description = "MatMuls sharing input A -> one MatMul with B concatenated on axis 1 + SplitV"
 
     def matches(self, graph_def, context: TransformContext) -> list[Match]:
-        return [Match(self.name, tuple(m.name for m in group),
-                      {"with_bias": bias_readers(graph_def, group, context.boundary) is not None})
-                for group in matmul_groups(graph_def)]
+        return group_matches(self.name, graph_def, matmul_groups(graph_def), context.boundary)
 
     def apply(self, graph_def, match: Match, context: TransformContext):
         return merge_parallel(graph_def, list(match.nodes), weight_axis=1, split_axis=1,

@@ -24,6 +24,7 @@ from optimizer.graph.rewrite import (
     unique_name,
 )
 from optimizer.graph.traversal import consumers, nodes_by_name
+from optimizer.search.substitution import Match
 
 # Attributes that must agree for two convolutions to be slices of one (besides the kernel size).
 CONV_ATTRS = ("T", "strides", "padding", "explicit_paddings", "dilations", "data_format")
@@ -74,6 +75,29 @@ def siblings_by_input(graph_def, op: str) -> dict[str, list]:
         if node.op == op and len(inputs) >= 2 and node.name not in under_control_flow:
             groups.setdefault(canonical_input(inputs[0]), []).append(node)
     return groups
+
+
+def mergeable_groups(graph_def, op: str, key_of) -> list[list]:
+    """Sibling ``op`` nodes (see :func:`siblings_by_input`) that can be merged: grouped by
+    ``key_of(node, weights_shape)`` (None: the node cannot be merged), two or more per group, in
+    graph order. ``weights_shape`` is the shape of the node's constant second input, or None."""
+    by_name = nodes_by_name(graph_def)
+    groups = []
+    for siblings in siblings_by_input(graph_def, op).values():
+        by_key: dict[tuple, list] = {}
+        for node in siblings:
+            key = key_of(node, const_weights_shape(by_name, data_inputs(node)[1]))
+            if key is not None:
+                by_key.setdefault(key, []).append(node)
+        groups += [g for g in by_key.values() if len(g) >= 2]
+    return groups
+
+
+def group_matches(rule: str, graph_def, groups, boundary) -> list[Match]:
+    """One match per group, noting whether every member's BiasAdd merges along with it."""
+    return [Match(rule, tuple(n.name for n in group),
+                  {"with_bias": bias_readers(graph_def, group, boundary) is not None})
+            for group in groups]
 
 
 def bias_readers(graph_def, members, boundary) -> list | None:
