@@ -77,7 +77,7 @@ def test_relaxed_search_writes_the_merged_graph_with_the_same_signature_and_outp
                  "search       ", " expansions, ", " candidates generated, ", " duplicates, ",
                  "cost         op-model: ", "returned     best", "substitutions",
                  "cost after", "tolerance    atol 0.0001: within", f"wrote        {dst}"):
-        assert line in out, line
+        assert line in out, out
     # The trace in order: the slower enlargement first, then the merge it enables.
     enlarge, merge = out.index("enlarge_conv_kernel"), out.index("merge_parallel_convs")
     assert enlarge < merge

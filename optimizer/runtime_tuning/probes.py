@@ -5,25 +5,19 @@ a process started for it. :class:`Probes` starts one ``python -m optimizer.runti
 per setting (concurrently: loading is the slow part), waits until each has loaded the model,
 called it once and reported the setting in effect, and refuses a probe whose setting did not
 take. Then ``probe.measure(batch_size, seconds)`` asks one process for the p50 of timed calls;
-the others stay idle on their pipe, so only one runs the model at a time. Protocol: one JSON
-object per line, commands on the worker's stdin, answers on its stdout; its stderr goes to a
-temporary file whose last line explains a crash.
+the others stay idle on their pipe, so only one runs the model at a time (the protocol:
+:mod:`optimizer.worker_process`).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import select
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from optimizer.runtime_tuning.checks import RuntimeTuningError
 from optimizer.runtime_tuning.grid import ThreadSetting, serving_env
+from optimizer.worker_process import WorkerProcess
 
 # Generous: loading ResNet50 in several processes at once on two busy cores takes minutes.
 WORKER_START_TIMEOUT = 600.0
@@ -39,79 +33,28 @@ class Probe:
     def __init__(self, model: str, signature: str, setting: ThreadSetting):
         self.setting = setting
         self.ready: dict = {}
-        self._buffer = b""
-        # Lives as long as the worker; close() closes it.
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
-        env = dict(os.environ)
-        package_root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root,
-                                                        env.get("PYTHONPATH")) if p)
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        if setting.intra_op_threads is not None:
-            env.update(serving_env(setting))
         config = {"model": model, "signature": signature, "setting": setting.to_dict()}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "optimizer.runtime_tuning.worker", json.dumps(config)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env)
-
-    def _stderr_tail(self) -> str:
-        self._stderr.seek(0)
-        lines = [ln for ln in self._stderr.read().decode(errors="replace").splitlines()
-                 if ln.strip()]
-        return lines[-1].strip() if lines else "no output"
+        self.worker = WorkerProcess(
+            "optimizer.runtime_tuning.worker", [json.dumps(config)],
+            name=f"probe [{setting.label}]",
+            env=serving_env(setting) if setting.intra_op_threads is not None else None,
+            error=RuntimeTuningError)
 
     def receive(self, timeout: float) -> dict:
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise RuntimeTuningError(f"probe [{self.setting.label}] did not answer within "
-                                         f"{timeout:.0f}s")
-            readable, _, _ = select.select([self.process.stdout], [], [], remaining)
-            if readable:
-                chunk = os.read(self.process.stdout.fileno(), 65536)
-                if not chunk:
-                    code = self.process.wait()
-                    raise RuntimeTuningError(f"probe [{self.setting.label}] exited with code "
-                                             f"{code}: {self._stderr_tail()}")
-                self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        message = json.loads(line)
-        if "error" in message:
-            raise RuntimeTuningError(f"probe [{self.setting.label}]: {message['error']}")
-        return message
+        return self.worker.receive(timeout)
 
     def measure(self, batch_size: int, seconds: float, min_runs: int = PROBE_MIN_RUNS,
                 warmup: int = PROBE_WARMUP, timeout: float | None = None) -> dict:
         """``{"p50": seconds, "runs": n}`` of ``batch_size`` calls timed for ``seconds``."""
         command = {"batch_size": batch_size, "seconds": seconds, "min_runs": min_runs,
                    "warmup": warmup}
-        try:
-            self.process.stdin.write((json.dumps(command) + "\n").encode())
-            self.process.stdin.flush()
-        except BrokenPipeError:
-            code = self.process.wait()
-            raise RuntimeTuningError(f"probe [{self.setting.label}] exited with code {code}: "
-                                     f"{self._stderr_tail()}") from None
-        return self.receive(timeout or WORKER_START_TIMEOUT + 10 * seconds)
+        return self.worker.request(command, timeout or WORKER_START_TIMEOUT + 10 * seconds)
 
     def release(self) -> None:
-        """Tell the worker to exit (EOF on its stdin) without waiting for it."""
-        try:
-            self.process.stdin.close()
-        except OSError:
-            pass
+        self.worker.release()
 
     def close(self) -> None:
-        self.release()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        finally:
-            self.process.stdout.close()
-            self._stderr.close()
+        self.worker.close()
 
 
 def close_all(workers: Sequence[Probe]) -> None:

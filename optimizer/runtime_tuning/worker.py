@@ -15,15 +15,10 @@ import json
 import os
 import sys
 
-from optimizer.errors import TfoptError
 from optimizer.runtime_tuning.grid import ThreadSetting
+from optimizer.worker_process import serve
 
 _MAX_RUNS = 100_000
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _load_for_setting(model: str, signature: str, setting: ThreadSetting):
@@ -58,55 +53,36 @@ def _time_calls(runner, tensors, seconds: float, min_runs: int, warmup: int) -> 
     return {"p50": samples.p50, "runs": len(samples.seconds)}
 
 
-def _worker_main(config_text: str) -> int:
-    # The protocol gets a private copy of stdout; anything a library prints goes to stderr.
-    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+def _start(config_text: str):
+    config = json.loads(config_text)
+    setting = ThreadSetting.from_dict(config["setting"])
+    if setting.intra_op_threads is not None:
+        from optimizer.benchmark.runtime import RuntimeSettings, apply_runtime_settings
 
-    def send(message: dict) -> None:
-        protocol.write(json.dumps(message) + "\n")
-        protocol.flush()
+        apply_runtime_settings(RuntimeSettings(setting.intra_op_threads,
+                                               setting.inter_op_threads,
+                                               setting.intra_op_threads))
+    runner = _load_for_setting(config["model"], config["signature"], setting)
+    from optimizer.inputs import make_inputs
 
-    try:
-        config = json.loads(config_text)
-        setting = ThreadSetting.from_dict(config["setting"])
-        if setting.intra_op_threads is not None:
-            from optimizer.benchmark.runtime import RuntimeSettings, apply_runtime_settings
+    tensors = {}
 
-            apply_runtime_settings(RuntimeSettings(setting.intra_op_threads,
-                                                   setting.inter_op_threads,
-                                                   setting.intra_op_threads))
-        runner = _load_for_setting(config["model"], config["signature"], setting)
-        from optimizer.inputs import make_inputs
+    def batch(size: int):
+        if size not in tensors:
+            tensors[size] = runner.to_tensors(make_inputs(runner.signature, size, seed=0))
+        return tensors[size]
 
-        tensors = {}
+    def handle(command: dict) -> dict:
+        return _time_calls(runner, batch(command["batch_size"]), command["seconds"],
+                           command["min_runs"], command["warmup"])
 
-        def batch(size: int):
-            if size not in tensors:
-                tensors[size] = runner.to_tensors(make_inputs(runner.signature, size, seed=0))
-            return tensors[size]
-
-        runner.call(batch(1))
-        in_effect = _in_effect(setting, runner)
-        send({"ready": True, "pid": os.getpid(), "in_effect": in_effect, **in_effect})
-        for line in iter(sys.stdin.readline, ""):
-            command = json.loads(line)
-            send(_time_calls(runner, batch(command["batch_size"]), command["seconds"],
-                             command["min_runs"], command["warmup"]))
-    except TfoptError as exc:
-        send({"error": str(exc)})
-        return exc.exit_code
-    except Exception as exc:  # noqa: BLE001 - reported to the parent, traceback on stderr
-        import traceback
-
-        traceback.print_exc()
-        send({"error": f"{type(exc).__name__}: {_first_line(exc)}"})
-        return 1
-    return 0
+    runner.call(batch(1))
+    in_effect = _in_effect(setting, runner)
+    return {"ready": True, "pid": os.getpid(), "in_effect": in_effect, **in_effect}, handle
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python -m optimizer.runtime_tuning.worker CONFIG_JSON "
                  "(started by optimizer.runtime_tuning; not a command for people)")
-    sys.exit(_worker_main(sys.argv[1]))
+    sys.exit(serve(lambda: _start(sys.argv[1])))

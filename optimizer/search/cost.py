@@ -33,6 +33,7 @@ from optimizer.graph.consts import resolve_through_identity
 from optimizer.graph.names import is_control_input, node_name_from_input, output_index
 from optimizer.graph.timing import median_run_seconds
 from optimizer.inputs import infer_int_ranges, make_inputs
+from optimizer.search.op_timer import MAX_CHAINED_COPIES, shared_timer
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +56,8 @@ NOT_ALONE_OPS = frozenset({
 # Only ops reading these dtypes are timed alone (no resources, variants, strings).
 TIMEABLE_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "int8", "int16",
                              "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool"})
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 DEFAULT_FALLBACK_SECONDS = 1e-5
-# An op is timed as a chain of copies (at most MAX_CHAINED_COPIES) lasting about CHAIN_SECONDS.
-# It never costs less than MIN_OP_SECONDS (timing noise can take the difference below 0).
-MAX_CHAINED_COPIES = 8
-CHAIN_SECONDS = 2e-3
-MIN_OP_SECONDS = 1e-8
 
 
 class CostFunction(Protocol):
@@ -115,10 +111,12 @@ class OpCostModel:
     ``cost`` of the same graph runs none. Unknown dims of the graph's placeholders become
     ``batch_size`` (the first) or ``unknown_dim`` (the others) before shapes are inferred. An op
     that cannot be timed alone (unknown shapes, control flow, resources, strings) costs
-    ``fallback_seconds``, logged at debug level and not written to the cache. ``threads`` is
-    the intra-op thread count ops are timed with (0: TensorFlow's default, all cores); one
-    thread gives steadier timings on a loaded machine, at the price of not seeing how well an
-    op spreads over cores. It is part of the cache's machine fingerprint.
+    ``fallback_seconds``, logged at debug level and not written to the cache.
+
+    Ops are timed in a worker process running ``threads`` intra-op threads (0: TensorFlow's
+    default, all cores; see :mod:`optimizer.search.op_timer` for why a process, and why one
+    thread by default); the thread count is part of the cache's machine fingerprint. The
+    worker starts at the first cache miss and is shared by every model of the process.
     """
 
     name = "op-model"
@@ -126,15 +124,15 @@ class OpCostModel:
     def __init__(self, cache_path: str | os.PathLike | None = None, batch_size: int = 1,
                  unknown_dim: int = 8, runs: int = 15, warmup: int = 2,
                  fallback_seconds: float = DEFAULT_FALLBACK_SECONDS, seed: int = 0,
-                 threads: int = 0):
+                 threads: int = 1):
         self.cache_path = Path(cache_path) if cache_path else default_cache_path()
         self.batch_size, self.unknown_dim = batch_size, unknown_dim
         self.runs, self.warmup = runs, warmup
         self.fallback_seconds = fallback_seconds
         self.seed = seed
-        self.threads = threads
         self.timings = 0
-        self.machine = _machine_fingerprint() + (f"; {threads} threads" if threads else "")
+        self._timer = shared_timer(threads)
+        self.machine = f"{_machine_fingerprint()}; ops timed on {threads or 'all'} thread(s)"
         self._seconds: dict[str, float] = self._load()
         self._failed: set[str] = set()
         self._unsaved = False
@@ -250,51 +248,11 @@ class OpCostModel:
                     alone.attr[attr_name].CopyFrom(value)
         graph_def.node.add(name="nothing", op="NoOp")
         started = time.perf_counter()
-        seconds = self._fastest_op_seconds(graph_def)
+        seconds = self._timer.seconds(graph_def, self.runs, self.warmup)
         self.timings += 1
         log.debug("timed %s alone: %.3g s (%.2f s to time)", node.op, seconds,
                   time.perf_counter() - started)
         return seconds
-
-    def _fastest_op_seconds(self, graph_def) -> float:
-        """The fastest of ``runs`` timed chains, less the fastest empty run, per copy.
-
-        The minimum, not the median: on a shared machine another process preempting a run of a
-        few microseconds multiplies its time (a 1x1 conv's median moved 15 -> 80 us under load,
-        its minimum 23 -> 28 us), and the least disturbed run is the op's own cost.
-        """
-        tf = _tf()
-        graph = tf.Graph()
-        with graph.as_default():
-            tf.compat.v1.import_graph_def(graph_def, name="")
-        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=self.threads)
-        # Nothing may be folded or fused away: the op itself is what is timed.
-        config.graph_options.rewrite_options.disable_meta_optimizer = True
-        config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
-        config.graph_options.optimizer_options.do_constant_folding = False
-        with tf.compat.v1.Session(graph=graph, config=config) as session:
-            one = session.make_callable(graph.get_operation_by_name("op_0"))
-            for _ in range(1 + self.warmup):  # the first runs allocate and pick kernels
-                one()
-            started = time.perf_counter()
-            one()
-            estimate = time.perf_counter() - started
-            # As many chained copies as fit in about CHAIN_SECONDS, so slow ops stay cheap to
-            # time and fast ones are not lost in the run's overhead.
-            copies = int(min(max(CHAIN_SECONDS // max(estimate, 1e-9), 1), MAX_CHAINED_COPIES))
-            timed = session.make_callable(graph.get_operation_by_name(f"op_{copies - 1}"))
-            nothing = session.make_callable(graph.get_operation_by_name("nothing"))
-            for _ in range(self.warmup):
-                timed()
-                nothing()
-            op_samples, empty_samples = [], []
-            for _ in range(self.runs):
-                for run, samples in ((timed, op_samples), (nothing, empty_samples)):
-                    started = time.perf_counter()
-                    run()
-                    samples.append(time.perf_counter() - started)
-        spent = min(op_samples) - min(empty_samples)
-        return max(spent / copies, MIN_OP_SECONDS)
 
     def _shape_graph(self, graph_def):
         """A copy for shape inference: input dims fixed, large constants as shape-only inputs."""

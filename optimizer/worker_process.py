@@ -1,0 +1,137 @@
+"""A child Python process spoken to in JSON lines: commands on its stdin, answers on its stdout.
+
+TensorFlow sizes its thread pools once per process, so anything that must run under a thread
+setting other than this process's runs in a child started for it. The child's stderr goes to a
+temporary file whose last line explains a crash; EOF on its stdin tells it to exit, so a child
+never outlives the pipe of a parent that died.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from optimizer.errors import TfoptError
+
+
+class WorkerProcess:
+    """``python -m module *args`` with this package importable and ``env`` added to its
+    environment. ``name`` says which worker in errors, raised as ``error``."""
+
+    def __init__(self, module: str, args: Sequence[str], name: str,
+                 env: Mapping[str, str] | None = None, error: type[Exception] = TfoptError):
+        self.name, self.error = name, error
+        self._buffer = b""
+        # Lives as long as the worker; close() closes it.
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
+        child_env = dict(os.environ)
+        package_root = str(Path(__file__).resolve().parents[1])
+        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root,
+                                                              child_env.get("PYTHONPATH")) if p)
+        child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        child_env.update(env or {})
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=child_env)
+
+    def _stderr_tail(self) -> str:
+        self._stderr.seek(0)
+        lines = [ln for ln in self._stderr.read().decode(errors="replace").splitlines()
+                 if ln.strip()]
+        return lines[-1].strip() if lines else "no output"
+
+    def _exited(self) -> Exception:
+        code = self.process.wait()
+        return self.error(f"{self.name} exited with code {code}: {self._stderr_tail()}")
+
+    def send(self, message: dict) -> None:
+        try:
+            self.process.stdin.write((json.dumps(message) + "\n").encode())
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            raise self._exited() from None
+
+    def receive(self, timeout: float) -> dict:
+        """The next answer; an ``{"error": ...}`` answer is raised."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self.error(f"{self.name} did not answer within {timeout:.0f}s")
+            readable, _, _ = select.select([self.process.stdout], [], [], remaining)
+            if readable:
+                chunk = os.read(self.process.stdout.fileno(), 65536)
+                if not chunk:
+                    raise self._exited()
+                self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        message = json.loads(line)
+        if "error" in message:
+            raise self.error(f"{self.name}: {message['error']}")
+        return message
+
+    def request(self, message: dict, timeout: float) -> dict:
+        self.send(message)
+        return self.receive(timeout)
+
+    def release(self) -> None:
+        """Tell the worker to exit (EOF on its stdin) without waiting for it."""
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.release()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        finally:
+            self.process.stdout.close()
+            self._stderr.close()
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+Handler = Callable[[dict], dict]
+
+
+def serve(start: Callable[[], tuple[dict, Handler]]) -> int:
+    """The worker side: ``start()`` gives the ready message and the handler of each command
+    line; EOF on stdin ends it. A failure is answered ``{"error": "one line"}`` and ends the
+    worker with the error's exit code (1 for an unexpected one, its traceback on stderr)."""
+    # The protocol gets a private copy of stdout; anything a library prints goes to stderr.
+    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+
+    def send(message: dict) -> None:
+        protocol.write(json.dumps(message) + "\n")
+        protocol.flush()
+
+    try:
+        ready, handle = start()
+        send(ready)
+        for line in iter(sys.stdin.readline, ""):
+            send(handle(json.loads(line)))
+    except TfoptError as exc:
+        send({"error": str(exc)})
+        return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, traceback on stderr
+        import traceback
+
+        traceback.print_exc()
+        send({"error": f"{type(exc).__name__}: {first_line(exc)}"})
+        return 1
+    return 0
