@@ -62,6 +62,13 @@ class CandidateModel(Record):
         """The directory holding everything of this candidate: what gets published."""
         return str(Path(self.path).parent) if self.format == "tflite" else self.path
 
+    def tag(self) -> dict[str, str]:
+        """What the candidate is, as :class:`optimizer.candidates.Candidate` fields: carried
+        by the benchmark and evaluate records so the gate's table says it, not a guess."""
+        return {"label": self.label, "target": self.target, "variant": self.variant,
+                "format": self.format, "runtime": self.runtime, "path": self.path,
+                "how_to_load": self.how_to_load}
+
 
 def candidate_models(*models: CandidateModel) -> list[CandidateModel]:
     """Every candidate to measure: each model, then the ones derived from it."""
@@ -87,6 +94,7 @@ class BenchmarkOutput(Record):
     baseline_role: str  # champion | input
     baseline_path: str
     candidate_paths: dict[str, str] = field(default_factory=dict)  # label -> SavedModel path
+    candidate_tags: list[dict[str, str]] = field(default_factory=list)  # CandidateModel.tag()
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,7 @@ class EvaluationOutput(Record):
     has_labels: bool
     metric: str
     scores: dict[str, float | None] = field(default_factory=dict)
+    candidate_tags: list[dict[str, str]] = field(default_factory=list)  # from the benchmark
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.atomic import atomic_directory
+from optimizer.atomic import atomic_directory, atomic_file
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,6 @@ def train_digits_model(workdir: str | os.PathLike, seed: int = 0, epochs: int = 
     with atomic_directory(saved_model, overwrite=overwrite) as staging:
         model.export(str(staging), verbose=False)
     eval_data = workdir / "digits_eval.npz"
-    partial = workdir / ".digits_eval.npz.partial"
-    with open(partial, "wb") as f:
+    with atomic_file(eval_data, overwrite=True) as staging, open(staging, "wb") as f:
         np.savez(f, x=x_test, y=y_test)
-    os.replace(partial, eval_data)
     return DigitsModel(saved_model, eval_data, float(accuracy))

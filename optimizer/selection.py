@@ -77,8 +77,8 @@ def _accuracy(measurement) -> tuple[float | None, str | None]:
 
 
 def _tag_from_path(label: str, path: str) -> Candidate:
-    """What a measured model is when nobody said: a LiteRT file, else a SavedModel (whose
-    provenance file may say bf16 or XLA)."""
+    """What a measured model is when nobody said (a record written before the pipeline
+    carried candidate tags): a LiteRT file, else a SavedModel named for its variant."""
     from optimizer.candidates import LITERT_FLAVOURS, SAVEDMODEL_VARIANTS
     from optimizer.litert import is_litert_path
 

@@ -51,6 +51,12 @@ def test_with_litert_allowed_the_registry_version_says_its_format_and_how_to_run
     assert rows[chosen]["speedup"] == max(r["speedup"] for r in rows.values()
                                           if r["verdict"] in ("chosen", "passed"))
     assert (Path(outcome["gate"]["report_dir"]) / "pareto.png").stat().st_size > 0
+    # The gate's table says what each candidate is as the optimize step tagged it.
+    for candidate in outcome["candidates"]:
+        row = rows[candidate["label"]]
+        assert candidate["how_to_load"] and row["how_to_load"] == candidate["how_to_load"]
+        for key in ("target", "variant", "format", "runtime"):
+            assert row[key] == candidate[key], (candidate["label"], key)
 
     from mlflow import MlflowClient
 

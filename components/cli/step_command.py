@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from components.cli.run_command import add_config_arguments, load_config_from_args
@@ -47,10 +46,9 @@ def run(args) -> int:
                       {"dag_run_id": args.run_id} if args.run_id else {})
     text = json.dumps(output, sort_keys=True)
     if args.output:
-        target = Path(args.output)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.partial")
-        partial.write_text(text + "\n")
-        os.replace(partial, target)
+        from optimizer.atomic import atomic_file
+
+        with atomic_file(Path(args.output), overwrite=True) as staging:
+            staging.write_text(text + "\n")
     print(text)
     return 0

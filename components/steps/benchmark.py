@@ -72,7 +72,8 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
         return BenchmarkOutput(
             result_path=str(result_path), baseline_label=result.baseline.label,
             baseline_role=baseline.role, baseline_path=str(baseline.path),
-            candidate_paths={c.label: c.path for c in candidates})
+            candidate_paths={c.label: c.path for c in candidates},
+            candidate_tags=[c.tag() for c in candidates])
 
     baseline_identity = champion.digest if champion is not None else pulled.digest
     return ws.reuse_or_run(Workspace.keyed("benchmark", baseline_identity), BenchmarkOutput, run)

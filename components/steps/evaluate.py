@@ -43,7 +43,8 @@ def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
             log.info("evaluate: no labelled data; the gate uses fidelity to the baseline")
             path = result.save(step_dir / "evaluation.json")
             return EvaluationOutput(result_path=str(path), has_labels=False,
-                                    metric=config.evaluation.metric, scores={})
+                                    metric=config.evaluation.metric, scores={},
+                                    candidate_tags=benchmark.candidate_tags)
 
         metric = get_metric(config.evaluation.metric)
         runners = {m.label: load_runner(m.path, config.signature) for m in result.models}
@@ -66,7 +67,7 @@ def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
         result = dataclasses.replace(result, baseline=updated[0], candidates=tuple(updated[1:]))
         path = result.save(step_dir / "evaluation.json")
         return EvaluationOutput(result_path=str(path), has_labels=True, metric=metric.name,
-                                scores=scores)
+                                scores=scores, candidate_tags=benchmark.candidate_tags)
 
     return ws.reuse_or_run(Workspace.keyed("evaluate", benchmark.result_path),
                            EvaluationOutput, run)

@@ -16,6 +16,7 @@ LABEL = "frozen"
 def freeze(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> CandidateModel:
     def run(step_dir: Path) -> CandidateModel:
         from optimizer.benchmark.environment import model_digest
+        from optimizer.candidates import savedmodel_load_instructions
         from optimizer.equivalence import compare
         from optimizer.errors import EquivalenceError
         from optimizer.export import write_saved_model
@@ -30,6 +31,7 @@ def freeze(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> Candid
         write_saved_model(frozen, target, overwrite=True,
                           metadata={"source_uri": pulled.uri, "source_digest": pulled.digest})
         return CandidateModel(label=LABEL, path=str(target), kind="frozen",
-                              digest=model_digest(target), equivalence=report.to_dict())
+                              digest=model_digest(target), equivalence=report.to_dict(),
+                              how_to_load=savedmodel_load_instructions(config.signature))
 
     return ws.reuse_or_run("freeze", CandidateModel, run)

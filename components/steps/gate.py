@@ -16,6 +16,7 @@ log = logging.getLogger(__name__)
 def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace) -> GateOutput:
     def run(step_dir: Path) -> GateOutput:
         from optimizer.benchmark.result import load_result
+        from optimizer.candidates import Candidate
         from optimizer.gate import evaluate_gate
         from optimizer.inputs import make_inputs
         from optimizer.report.profile import profile_baseline_and_candidate
@@ -37,7 +38,8 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace) ->
             profiles = profile_baseline_and_candidate(result, shown, feeds)
         except Exception as exc:  # noqa: BLE001 - the profile is an aid, never a blocker
             log.warning("gate: op profile skipped: %s", exc)
-        rows = candidate_rows(result, decision)
+        rows = candidate_rows(result, decision,
+                              [Candidate(**tag) for tag in evaluation.candidate_tags])
         report = write_report(result, step_dir / "report", decision, profiles,
                               candidate_rows=rows)
         summary = (f"promote {decision.chosen}" if decision.promote

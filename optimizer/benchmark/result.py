@@ -181,11 +181,11 @@ class BenchmarkResult:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the JSON next to ``path`` first, then rename, so a reader never sees half."""
+        from optimizer.atomic import atomic_file
+
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.partial")
-        partial.write_text(self.to_json())
-        os.replace(partial, path)
+        with atomic_file(path, overwrite=True) as staging:
+            staging.write_text(self.to_json())
         return path
 
 
