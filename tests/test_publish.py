@@ -383,3 +383,36 @@ def test_an_older_publish_whose_alias_move_lands_late_gives_the_alias_back(made,
 
     assert outcome["out"].version == "1" and not outcome["out"].alias_moved
     assert tuesday.champion_version() == "2"
+
+
+def test_a_version_deleted_between_reading_and_aliasing_is_passed_over(made, mlflow_server,
+                                                                        monkeypatch):
+    # Seen in a 20-publish load run: a publish saw another DAG run's duplicate version before
+    # that run deleted it, tried to move the alias onto it, and failed on the missing version.
+    p = Pipeline(made, mlflow_server, "vanishing")
+    assert p.publish({"dag_run_id": "a"}).version == "1"
+    plain = publish_step._RaceTolerantClient
+    injected = {}
+
+    class RacedClient(plain):
+        def get_registered_model(self, name):
+            if "registered" not in injected:  # a version registered while the alias moves
+                source = p.client.get_model_version(name, "1")
+                injected["registered"] = p.client.create_model_version(
+                    name, source=source.source, run_id=source.run_id,
+                    tags={publish_step.PUBLISH_KEY_TAG: "another DAG run"}).version
+            return super().__getattr__("get_registered_model")(name)
+
+        def set_registered_model_alias(self, name, alias, version):
+            if version == injected.get("registered") and "deleted" not in injected:
+                p.client.delete_model_version(name, version)  # by its own racing publish
+                injected["deleted"] = version
+            return super().__getattr__("set_registered_model_alias")(name, alias, version)
+
+    monkeypatch.setattr(publish_step, "_RaceTolerantClient", RacedClient)
+    out = p.publish({"dag_run_id": "b"})
+
+    assert injected == {"registered": "3", "deleted": "3"}  # the fault did happen
+    assert out.version == "2" and out.alias_moved and p.champion_version() == "2"
+    assert sorted(v.version for v in p.versions()) == ["1", "2"]
+    assert {r.info.status for r in p.runs()} == {"FINISHED"}

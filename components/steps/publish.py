@@ -506,6 +506,8 @@ def _move_alias(client, pub: Publication, version: str) -> bool:
     once moved, it is checked again against the versions registered meanwhile (which are newer,
     and concurrent: an older version a person moved the alias away from is never brought back).
     """
+    from mlflow.exceptions import MlflowException
+
     name, alias = pub.config.mlflow.registered_model, pub.config.mlflow.alias
     known = _distinct_versions(client, name)
     current = client.get_registered_model(name).aliases.get(alias)
@@ -527,7 +529,14 @@ def _move_alias(client, pub: Publication, version: str) -> bool:
         if current is not None and int(current) >= target:
             return str(current) == version
         log.info("publish: '%s@%s' goes to version %s, registered meanwhile", name, alias, target)
-        client.set_registered_model_alias(name, alias, str(target))
+        try:
+            client.set_registered_model_alias(name, alias, str(target))
+        except MlflowException as exc:
+            # Seen while a racing publish of its key had not yet deleted it as a duplicate.
+            if not is_missing(exc):
+                raise
+            log.info("publish: version %s was deleted meanwhile (a duplicate); looking again",
+                     target)
     return False
 
 

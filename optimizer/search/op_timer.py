@@ -3,12 +3,13 @@
 The op cost model (:class:`optimizer.search.cost.OpCostModel`) times each op in a graph of its
 own. It does so in a child process because TensorFlow sizes its thread pools once per process:
 a session's ``intra_op_parallelism_threads`` does not change the pools of a process where
-TensorFlow already ran (measured: a second session asking for 1 thread still ran on 2), so only
+TensorFlow already ran (measured: after an eager op, a session asking for 1 thread timed a
+1x1 conv at the two-thread 25-28 us, not the one-thread 13 us), so only
 a process started for it times ops on the thread count asked for. And the count matters on a
-shared machine: on two cores a 3x3 conv's two-thread time took anything from 55 to 100 us over
-fresh timings, depending on whether both cores were free at once, while on one thread it stayed
-within 63-69 us quiet or loaded; a merge whose gain is a quarter of the pair's cost was ranked a
-loss one time in ten on two threads.
+shared machine: on two cores a 3x3 conv's (14x14x256, 8 filters) two-thread time took 55 to 123
+us over 12 fresh timings under load, 58 to 84 us quiet, while on one thread it stayed within
+63-69 us quiet or loaded; a merge whose gain is 10-25% of the pair's cost was ranked a loss in
+3 of 23 runs of its test on two threads, and in none of 14 on one.
 
 :class:`OpTimer` starts the worker on first use; :func:`shared_timer` gives the one a process
 shares per thread count. Protocol (:mod:`optimizer.worker_process`): the
