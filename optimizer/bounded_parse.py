@@ -24,7 +24,7 @@ import signal
 import time
 from pathlib import Path
 
-from optimizer.errors import CorruptSavedModelError, OversizedSavedModelError
+from optimizer.errors import CorruptSavedModelError, OversizedSavedModelError, first_line
 
 MIB = 1 << 20
 IN_PROCESS_BYTES = 4 * MIB
@@ -105,7 +105,7 @@ def _parse(path: Path, message, text: bool, max_bytes: int) -> str | None:
         return f"corrupt:cannot read it: {exc.strerror or exc}"
     except (pb_message.DecodeError, text_format.ParseError, UnicodeDecodeError,
             RuntimeError, ValueError) as exc:  # RecursionError is a RuntimeError
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = first_line(exc)
         if "out of memory" in reason.lower() or "alloc failed" in reason.lower():
             return "memory"
         return f"corrupt:{reason}"

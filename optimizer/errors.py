@@ -15,6 +15,13 @@ def shown(text: object) -> str:
         c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception as one line: its message's first line, or its type's name when it has none
+    (TensorFlow's errors carry pages of context after the line that says what went wrong)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class TfoptError(Exception):
     """Bad input or an operation refused for a stated reason. ``exit_code`` is the CLI's."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
-from optimizer.errors import CorruptSavedModelError, UnknownSignatureError
+from optimizer.errors import CorruptSavedModelError, UnknownSignatureError, first_line
 from optimizer.frozen import FrozenModel
 from optimizer.graph.names import node_name_from_input
 from optimizer.savedmodel import (
@@ -33,8 +33,7 @@ def load_signature_function(path: str | os.PathLike, signature_name: str = DEFAU
     try:
         loaded = tf.saved_model.load(str(path), tags=tags or None)
     except (tf.errors.OpError, ValueError, OSError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CorruptSavedModelError(f"cannot load SavedModel {path}: {first_line}") from None
+        raise CorruptSavedModelError(f"cannot load SavedModel {path}: {first_line(exc)}") from None
     if signature_name not in loaded.signatures:
         available = ", ".join(sorted(loaded.signatures)) or "none"
         raise UnknownSignatureError(

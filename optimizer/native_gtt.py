@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from optimizer.errors import TfoptError
+from optimizer.errors import TfoptError, first_line
 from optimizer.frozen import FrozenModel
 from optimizer.recipe import TransformSpec, format_transforms, parse_transforms
 from optimizer.transforms.base import Transform, TransformConfigError, TransformContext
@@ -74,7 +74,7 @@ def is_available() -> bool:
 
 
 def _gtt_message(exc: Exception, transforms: str) -> str:
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    message = first_line(exc)
     if "not recognized" in message:
         message = f"{message.rstrip('.')}; GTT's transforms: {', '.join(KNOWN_NATIVE_TRANSFORMS)}"
     return f"native GTT failed on '{transforms}': {message}"

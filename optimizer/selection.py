@@ -76,31 +76,18 @@ def _accuracy(measurement) -> tuple[float | None, str | None]:
     return None, None
 
 
-def _tag_from_path(label: str, path: str) -> Candidate:
-    """What a measured model is when nobody said (a record written before the pipeline
-    carried candidate tags): a LiteRT file, else a SavedModel named for its variant."""
-    from optimizer.candidates import LITERT_FLAVOURS, SAVEDMODEL_VARIANTS
-    from optimizer.litert import is_litert_path
-
-    if is_litert_path(path):
-        flavour = next((f for f in LITERT_FLAVOURS if label.endswith(f)), "fp32")
-        return Candidate(label, "litert", flavour, "tflite", "ai-edge-litert", path, "")
-    variant = label if label in SAVEDMODEL_VARIANTS else "fp32"
-    return Candidate(label, "savedmodel", variant, "savedmodel",
-                     "tensorflow+xla" if variant == "xla" else "tensorflow", path, "")
-
-
 def candidate_rows(result: BenchmarkResult, decision: GateDecision,
-                   candidates: Sequence[Candidate] = (), skipped: Sequence[Skipped] = ()
+                   candidates: Sequence[Candidate], skipped: Sequence[Skipped] = ()
                    ) -> list[dict]:
-    """One row per candidate, measured or skipped, fastest first; skipped ones last."""
+    """One row per candidate, measured or skipped, fastest first; skipped ones last.
+    ``candidates`` say what each measured model is (every one of them is among them)."""
     batch = decision.latency_batch_size
     base = result.baseline
     base_accuracy, _ = _accuracy(base)
     tagged = {c.label: c for c in candidates}
     rows = []
     for measurement in result.candidates:
-        tag = tagged.get(measurement.label)
+        tag = tagged[measurement.label]
         verdict = decision.verdict(measurement.label)
         interval = decision.intervals.get(measurement.label, {}).get(batch)
         accuracy, accuracy_kind = _accuracy(measurement)
@@ -108,7 +95,6 @@ def candidate_rows(result: BenchmarkResult, decision: GateDecision,
                              else base_accuracy)
         # the drop as the gate measured it (metric direction and the agreement bound included)
         drop_check = next((c for c in verdict.checks if c.name == "accuracy_drop_abs"), None)
-        tag = tag or _tag_from_path(measurement.label, measurement.path)
         rows.append({
             "label": measurement.label,
             "target": tag.target,

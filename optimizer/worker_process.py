@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from optimizer.errors import TfoptError
+from optimizer.errors import TfoptError, first_line
 
 
 class WorkerProcess:
@@ -98,11 +98,6 @@ class WorkerProcess:
         finally:
             self.process.stdout.close()
             self._stderr.close()
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 Handler = Callable[[dict], dict]

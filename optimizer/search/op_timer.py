@@ -25,8 +25,8 @@ import sys
 import time
 import weakref
 
-from optimizer.errors import TfoptError
-from optimizer.worker_process import WorkerProcess, first_line, serve
+from optimizer.errors import TfoptError, first_line
+from optimizer.worker_process import WorkerProcess, serve
 
 # An op is timed as a chain of copies (at most MAX_CHAINED_COPIES) lasting about CHAIN_SECONDS.
 # It never costs less than MIN_OP_SECONDS (timing noise can take the difference below 0).

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 
-from optimizer.errors import InvalidInputsError
+from optimizer.errors import InvalidInputsError, first_line
 from optimizer.graph.consts import PASS_THROUGH_OPS, resolve_through_identity, values_from_const
 from optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
 from optimizer.graph.quantization import dequantize_node, quantized_const_nodes
@@ -119,7 +119,7 @@ class QuantizeNodes(Transform):
                 [float_graph, eight_bit_graph], feeds, list(context.output_names),
                 runs=TIMING_RUNS, warmup=TIMING_WARMUP)
         except (ValueError, tf.errors.OpError) as exc:  # e.g. a quantized kernel missing here
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            first = first_line(exc)
             raise TransformRefused(
                 f"quantize_nodes refused: the 8-bit graph does not run here: {first}") from None
         return float_p50, eight_bit_p50
