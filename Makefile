@@ -43,8 +43,13 @@ lock:
 demo: install
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m components.demo
 
+# Two workers, a test file each at a time: the suite is one process's CPU on average (TF
+# imports, subprocesses, servers starting), so two keep both cores busy. Module fixtures (an
+# mlflow server, an Airflow) stay within their file's worker.
+TEST_WORKERS ?= 2
+
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: install
 	$(BIN)/ruff check optimizer components dags tests benchmarks

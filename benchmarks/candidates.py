@@ -121,7 +121,7 @@ def _distinct_top1(stock: Path) -> int:
     import numpy as np
 
     from optimizer.inputs import make_inputs
-    from optimizer.runner import load_runner
+    from optimizer.runtime import load_runner
 
     runner = load_runner(stock)
     classes = set()

@@ -31,7 +31,7 @@ def main() -> int:
     from optimizer.export import write_saved_model
     from optimizer.freeze import freeze
     from optimizer.inputs import make_inputs
-    from optimizer.runner import load_runner
+    from optimizer.runtime import load_runner
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="tfopt-bench-freeze-"))
     rows = []

@@ -65,7 +65,7 @@ def measure(name: str, workdir: Path) -> dict:
     from optimizer.inputs import make_inputs
     from optimizer.native_gtt import run_native_recipe
     from optimizer.recipe import INFERENCE_RECIPE, Recipe, build_transforms
-    from optimizer.runner import load_runner
+    from optimizer.runtime import load_runner
     from optimizer.transforms.pipeline import run_transforms
 
     original = freeze(export_keras_application(name, workdir, random_batch_norm=True,

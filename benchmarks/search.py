@@ -24,7 +24,7 @@ Variants of each: ``input`` (the frozen graph), ``greedy`` (alpha 1), ``relaxed_
 (one cache file in the workdir, shared by all searches of a run, so they see the same per-op
 timings) and the library's end-to-end re-measurement of the best few graphs
 (``--remeasure-top``). Every variant is written as a SavedModel and loaded with
-:func:`optimizer.runner.load_runner`; all variants of one model are timed together in this
+:func:`optimizer.runtime.load_runner`; all variants of one model are timed together in this
 process, interleaved with rotating order (:func:`time_interleaved`), at batch 1. ``max|diff|``
 is against the input's outputs on the timed batch. Search time includes the cost model's op
 timings (cache misses), the one-pass cleanup before the search and the re-measurement;
@@ -146,7 +146,7 @@ def time_model(name: str, paths: dict[str, Path], info: dict[str, dict], args) -
     from optimizer.benchmark.interleaved import time_interleaved
     from optimizer.benchmark.stats import p50_ratio_interval
     from optimizer.inputs import make_inputs
-    from optimizer.runner import load_runner
+    from optimizer.runtime import load_runner
 
     runners = {variant: load_runner(path) for variant, path in paths.items()}
     feeds = make_inputs(runners["input"].signature, batch_size=1, seed=1)

@@ -16,7 +16,7 @@ exported with ``model.export``:
   minus ``remap`` (bfloat16 + remap makes ``_Fused*`` nodes an artifact cannot load; TF fuses
   again in memory on load). Refused by the transform on a CPU without native bfloat16.
 
-Every variant is written as a SavedModel and loaded with :func:`optimizer.runner.load_runner`
+Every variant is written as a SavedModel and loaded with :func:`optimizer.runtime.load_runner`
 (``tf.saved_model.load`` + its serving signature), so what is timed is what gets served. All
 variants of one model at one batch size are timed together in this process with
 :func:`optimizer.benchmark.interleaved.time_interleaved` (rotating order), and each speedup is
@@ -112,7 +112,7 @@ def time_model(name: str, paths: dict[str, Path], failures: dict[str, str],
     from optimizer.benchmark.interleaved import time_interleaved
     from optimizer.benchmark.stats import p50_ratio_interval
     from optimizer.inputs import make_inputs
-    from optimizer.runner import load_runner
+    from optimizer.runtime import load_runner
 
     runners = {}
     for variant, path in paths.items():

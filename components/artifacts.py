@@ -36,6 +36,28 @@ class PulledModel(Record):
 
 
 @dataclass(frozen=True)
+class ChampionModel(Record):
+    """The registry version a run is judged against, on local disk, as it records itself:
+    its format and runtime, and the runtime settings tuning chose for it."""
+
+    uri: str  # models:/name@alias
+    version: str
+    path: str  # what a runner loads: a SavedModel directory or the model file
+    directory: str  # the whole downloaded version
+    digest: str
+    format: str  # savedmodel | tflite | ... (optimizer.runtime.registry)
+    runtime: str
+    candidate: str | None = None  # what it was when it won (tfopt.candidate)
+    num_threads: int | None = None  # a per-model runtime's thread count
+    intra_op_threads: int | None = None  # TensorFlow's, as tuned (informative here)
+    inter_op_threads: int | None = None
+
+    @property
+    def label(self) -> str:
+        return f"champion-v{self.version}"
+
+
+@dataclass(frozen=True)
 class CandidateModel(Record):
     """A model made from the source. The frozen and optimized float32 SavedModels were checked
     for equivalence before they were written; the ones derived from the optimized one (bf16,
@@ -93,7 +115,9 @@ class BenchmarkOutput(Record):
     baseline_label: str
     baseline_role: str  # champion | input
     baseline_path: str
-    candidate_paths: dict[str, str] = field(default_factory=dict)  # label -> SavedModel path
+    baseline_format: str = "savedmodel"
+    baseline_runtime: str = "tensorflow"
+    candidate_paths: dict[str, str] = field(default_factory=dict)  # label -> model path
     candidate_tags: list[dict[str, str]] = field(default_factory=list)  # CandidateModel.tag()
 
 

@@ -118,7 +118,8 @@ class ExecutionConfig(_Section):
 
 class ScheduleConfig(_Section):
     cron: str | None = Field("0 3 * * *", description="null: manual and asset triggers only")
-    asset: str | None = Field(None, description="URI of the trained-model asset that triggers")
+    asset: str | None = Field(
+        None, description="URI of the asset a training job posts an event for (see Airflow)")
     retries: int = Field(2, ge=0, description="per task, with exponential backoff")
     retry_delay_seconds: int = Field(60, ge=1, description="first retry delay")
 

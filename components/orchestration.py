@@ -33,29 +33,55 @@ def config_path() -> Path:
     return Path(os.environ.get(CONFIG_ENV, str(DEFAULT_CONFIG)))
 
 
+# What a training job may put in the extra of the asset event that hands over its model.
+ASSET_EXTRA_KEYS = {
+    "source": "the trained model: s3://bucket/prefix, a path, models:/name@alias",
+    "evaluation_data": "labelled data for this model (sets evaluation.data)",
+    "overrides": "dotted config keys, as in dag_run.conf",
+}
+
+
 def dag_config(params: dict[str, Any] | None = None,
-               asset_source: str | None = None) -> PipelineConfig:
-    """The DAG's YAML with the trigger's overrides: conf ``source``, an asset event, overrides."""
-    params = params or {}
-    overrides = dict(params.get("overrides") or {})
-    source = params.get("source") or asset_source
-    if source:
-        overrides["source"] = source
+               asset_extra: dict[str, Any] | None = None) -> PipelineConfig:
+    """The DAG's YAML, then the asset event's extra, then ``dag_run.conf``: the later wins."""
+    overrides: dict[str, Any] = {}
+    for layer in (asset_extra or {}, params or {}):
+        overrides.update(layer.get("overrides") or {})
+        if layer.get("evaluation_data"):
+            overrides["evaluation.data"] = layer["evaluation_data"]
+        if layer.get("source"):
+            overrides["source"] = layer["source"]
     return load_config(config_path(), overrides)
 
 
-def source_from_asset_events(context: dict[str, Any]) -> str | None:
-    """A training DAG may emit the model's asset with ``extra={"source": "s3://..."}``."""
+def asset_event_extra(context: dict[str, Any]) -> dict[str, Any]:
+    """The known keys of the extra of the latest asset event that triggered this run.
+
+    A training job hands over its model by emitting the DAG's asset (``schedule.asset``) with
+    ``extra={"source": "s3://.../model"}`` (and optionally ``evaluation_data``, ``overrides``),
+    so one DAG serves every newly trained version. Unknown keys are ignored.
+    """
     events = context.get("triggering_asset_events") or {}
     try:
         for asset_events in events.values():
             for event in reversed(list(asset_events)):
                 extra = getattr(event, "extra", None) or {}
-                if extra.get("source"):
-                    return str(extra["source"])
+                known = {k: extra[k] for k in ASSET_EXTRA_KEYS if extra.get(k)}
+                if known:
+                    return known
     except (AttributeError, TypeError):
-        return None
-    return None
+        return {}
+    return {}
+
+
+def run_context_of(context: dict[str, Any]) -> dict[str, Any]:
+    """What publish records about the DAG run: ids and how it was triggered."""
+    run_context = {"dag_id": context["dag"].dag_id, "dag_run_id": context["run_id"],
+                   "task_id": context["ti"].task_id, "try_number": context["ti"].try_number}
+    run_type = getattr(context.get("dag_run"), "run_type", None)
+    if run_type is not None:
+        run_context["run_type"] = str(getattr(run_type, "value", run_type))
+    return run_context
 
 
 def export_aws_connection(conn_id: str | None) -> None:
@@ -85,10 +111,8 @@ def run_dag_step(name: str, inputs: dict[str, Any], context: dict[str, Any]) -> 
     logging.getLogger("components").setLevel(logging.INFO)
     logging.getLogger("optimizer").setLevel(logging.INFO)
     params = dict(context.get("params") or {})
-    config = dag_config(params, source_from_asset_events(context))
+    config = dag_config(params, asset_event_extra(context))
     export_aws_connection(os.environ.get(AWS_CONN_ENV))
-    run_context = {"dag_id": context["dag"].dag_id, "dag_run_id": context["run_id"],
-                   "task_id": context["ti"].task_id, "try_number": context["ti"].try_number}
-    return run_step(name, config, inputs, run_context)
+    return run_step(name, config, inputs, run_context_of(context))
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from optimizer.errors import EquivalenceError
 from optimizer.frozen import FrozenModel
 from optimizer.inputs import infer_int_ranges, make_inputs
-from optimizer.runner import Model, load_runner
+from optimizer.runtime import Model, load_runner
 from optimizer.savedmodel import DEFAULT_SIGNATURE
 
 DEFAULT_ATOL = 1e-5

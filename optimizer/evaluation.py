@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from optimizer.errors import InvalidInputsError
-from optimizer.runner import ModelRunner
+from optimizer.runtime import ModelRunner
 from optimizer.signature import SignatureInfo
 
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".record")

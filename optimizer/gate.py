@@ -29,16 +29,23 @@ Checks, in order:
     At every other measured batch size, the candidate must not be shown slower: the upper bound
     of the ratio's interval must be at most ``max_slowdown`` (1.05 = "not more than 5 % slower").
 ``accuracy_drop_abs`` / ``accuracy_drop_rel``
-    With labelled data, the metric's drop (baseline minus candidate for a higher-is-better
-    metric such as top-1, candidate minus baseline for an error such as MSE) must be at most
-    ``max_accuracy_drop_abs``, and relative to the baseline's value at most
-    ``max_accuracy_drop_rel``; a budget set to null is not checked. Without labels, accuracy is
-    bounded through fidelity to the baseline: a candidate that agrees with the baseline's top-1
-    on a share ``a`` of the inputs cannot lose more than ``1 - a`` of accuracy, so
-    ``1 - a <= max_accuracy_drop_abs`` is checked. Outputs that are not class scores have no
+    Accuracy is measured against the *unoptimized input* of this run, also when the baseline
+    is the champion (the result's ``accuracy_reference``): budgets anchored to the champion
+    would let a small loss pile up from one promotion to the next. With labelled data, the
+    metric's drop (input minus candidate for a higher-is-better metric such as top-1,
+    candidate minus input for an error such as MSE) must be at most ``max_accuracy_drop_abs``,
+    and relative to the input's value at most ``max_accuracy_drop_rel``; a budget set to null
+    is not checked. Without labels, accuracy is bounded through fidelity to the input: a
+    candidate that agrees with the input's top-1 on a share ``a`` of the inputs cannot lose
+    more than ``1 - a`` of accuracy, so ``1 - a <= max_accuracy_drop_abs`` is checked. Outputs that are not class scores have no
     top-1; they need ``max_output_rel_error`` (max relative output error against the baseline).
     When neither labels nor a usable fidelity bound exist, the check fails: an unverified
     accuracy never passes.
+``differs_from_baseline``
+    A candidate whose files are the baseline's (the same digest: the champion's own LiteRT file
+    rebuilt by a scheduled run on the same source) is never promoted, however it times:
+    promoting it changes nothing, and two instances of one small model in one process were
+    measured up to 9% apart, a difference the round bootstrap cannot see.
 ``size`` / ``peak_rss``
     Optional: the candidate's size on disk at most ``max_size_bytes``; the process's peak RSS
     growth while loading and first calling it at most ``max_peak_rss_bytes``.
@@ -240,10 +247,11 @@ def _no_regression_check(interval: RatioInterval, batch: int, config: GateConfig
                  f"({_pct(interval.confidence)} bound)")
 
 
-def _accuracy_checks(baseline: ModelMeasurement, candidate: ModelMeasurement,
+def _accuracy_checks(reference: ModelMeasurement, candidate: ModelMeasurement,
                      config: GateConfig) -> list[Check]:
-    if baseline.quality is not None and candidate.quality is not None:
-        base, cand = baseline.quality, candidate.quality
+    """``reference``: the unoptimized input (the baseline itself when it is the input)."""
+    if reference.quality is not None and candidate.quality is not None:
+        base, cand = reference.quality, candidate.quality
         drop = base.value - cand.value if base.higher_is_better else cand.value - base.value
         metric = base.metric
         checks = []
@@ -276,7 +284,7 @@ def _accuracy_checks(baseline: ModelMeasurement, candidate: ModelMeasurement,
     if fidelity.top1_agreement is not None and config.max_accuracy_drop_abs is not None:
         bound = 1.0 - fidelity.top1_agreement
         ok = bound <= config.max_accuracy_drop_abs
-        reason = (f"no labelled data: top-1 agreement with the baseline "
+        reason = (f"no labelled data: top-1 agreement with the input "
                   f"{fidelity.top1_agreement:.4f} bounds the accuracy drop at {bound:.4f}, "
                   f"{'within' if ok else 'beyond'} the budget of "
                   f"{config.max_accuracy_drop_abs:g}")
@@ -285,7 +293,7 @@ def _accuracy_checks(baseline: ModelMeasurement, candidate: ModelMeasurement,
                       f"<= {bound:.4f}", f"<= {config.max_accuracy_drop_abs:g}", reason)]
     if config.max_output_rel_error is not None:
         ok = fidelity.max_rel_diff <= config.max_output_rel_error
-        reason = (f"no labelled data: max relative output error against the baseline "
+        reason = (f"no labelled data: max relative output error against the input "
                   f"{fidelity.max_rel_diff:.3g} {'within' if ok else 'exceeds'} "
                   f"{config.max_output_rel_error:g}")
         reason = reason if ok else f"outputs diverge too much: {reason}"
@@ -358,7 +366,11 @@ def evaluate_gate(result: BenchmarkResult, config: GateConfig | None = None) -> 
         for other in batch_sizes:
             if other != batch and other in by_batch:
                 checks.append(_no_regression_check(by_batch[other], other, config))
-        checks.extend(_accuracy_checks(result.baseline, candidate, config))
+        if candidate.digest == result.baseline.digest:
+            checks.append(Check("differs_from_baseline", False, None, None, candidate.digest[:19],
+                                "another model", f"identical to the baseline "
+                                f"{result.baseline.label} (same files): nothing to promote"))
+        checks.extend(_accuracy_checks(result.accuracy_reference, candidate, config))
         checks.extend(_limit_checks(candidate, config))
         verdicts.append(Verdict(
             candidate=candidate.label, baseline=result.baseline.label,

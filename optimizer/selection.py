@@ -72,7 +72,7 @@ def _accuracy(measurement) -> tuple[float | None, str | None]:
     if measurement.quality is not None:
         return measurement.quality.value, measurement.quality.metric
     if measurement.fidelity is not None and measurement.fidelity.top1_agreement is not None:
-        return measurement.fidelity.top1_agreement, "top1_agreement_with_baseline"
+        return measurement.fidelity.top1_agreement, "top1_agreement_with_input"
     return None, None
 
 
@@ -82,8 +82,8 @@ def candidate_rows(result: BenchmarkResult, decision: GateDecision,
     """One row per candidate, measured or skipped, fastest first; skipped ones last.
     ``candidates`` say what each measured model is (every one of them is among them)."""
     batch = decision.latency_batch_size
-    base = result.baseline
-    base_accuracy, _ = _accuracy(base)
+    # accuracy drops are the input's minus the candidate's, whatever the latency baseline is
+    base_accuracy, _ = _accuracy(result.accuracy_reference)
     tagged = {c.label: c for c in candidates}
     rows = []
     for measurement in result.candidates:
@@ -91,7 +91,7 @@ def candidate_rows(result: BenchmarkResult, decision: GateDecision,
         verdict = decision.verdict(measurement.label)
         interval = decision.intervals.get(measurement.label, {}).get(batch)
         accuracy, accuracy_kind = _accuracy(measurement)
-        baseline_accuracy = (1.0 if accuracy_kind == "top1_agreement_with_baseline"
+        baseline_accuracy = (1.0 if accuracy_kind == "top1_agreement_with_input"
                              else base_accuracy)
         # the drop as the gate measured it (metric direction and the agreement bound included)
         drop_check = next((c for c in verdict.checks if c.name == "accuracy_drop_abs"), None)

@@ -143,7 +143,7 @@ def xla_compiled(model: FrozenModel) -> FrozenModel:
 def check_compiles(model: FrozenModel, batch_size: int = 1) -> None:
     """Run ``model`` once on generated inputs; raise :class:`XlaRefused` if XLA fails."""
     tf = import_tensorflow()
-    from optimizer.runner import load_runner
+    from optimizer.runtime import load_runner
 
     runner = load_runner(model)
     try:

@@ -12,7 +12,6 @@ if ``/health`` does not answer within ``STARTUP_SECONDS`` (about 25 s was measur
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from local_ports import free_port
+from process_groups import stop_groups
 
 STARTUP_SECONDS = 90
 STOP_SECONDS = 15
@@ -42,27 +42,10 @@ def _log_tail(log_path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 def _stop(process: subprocess.Popen) -> None:
     # The server runs uvicorn and a job runner as children, in the session it was started in
     # (its pid is the group id): signal the group, so that no child outlives the test.
-    pgid = process.pid
-    if _group_alive(pgid):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_SECONDS
-    while _group_alive(pgid) and time.monotonic() < deadline:
-        process.poll()  # reap the server itself, so its group can empty
-        time.sleep(0.2)
-    if _group_alive(pgid):
-        os.killpg(pgid, signal.SIGKILL)
-    process.wait(STOP_SECONDS)
+    stop_groups([process], STOP_SECONDS)
 
 
 @pytest.fixture(scope="module")

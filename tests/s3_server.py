@@ -117,11 +117,8 @@ class WrongChecksumClient:
         return response
 
 
-@pytest.fixture(name="s3")
-def s3_fixture(moto_endpoint, tmp_path, monkeypatch):
-    """Credentials and region in the environment only, a real client, and a fresh bucket."""
-    import boto3
-
+def fake_aws_credentials(monkeypatch, tmp_path) -> None:
+    """Credentials and region in the environment only, as the pipeline reads them."""
     for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
@@ -131,6 +128,14 @@ def s3_fixture(moto_endpoint, tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.fixture(name="s3")
+def s3_fixture(moto_endpoint, tmp_path, monkeypatch):
+    """Credentials and region in the environment only, a real client, and a fresh bucket."""
+    import boto3
+
+    fake_aws_credentials(monkeypatch, tmp_path)
     client = boto3.session.Session().client("s3", endpoint_url=moto_endpoint)
     bucket = f"test-{uuid.uuid4().hex[:16]}"
     client.create_bucket(Bucket=bucket)

@@ -28,7 +28,7 @@ from optimizer.export import read_provenance, write_saved_model
 from optimizer.freeze import freeze
 from optimizer.frozen import FrozenModel
 from optimizer.inputs import make_inputs
-from optimizer.runner import load_runner
+from optimizer.runtime import load_runner
 from optimizer.savedmodel import get_signature
 from optimizer.signature import SignatureInfo, TensorSpecInfo
 

@@ -14,7 +14,7 @@ from optimizer.cpu_features import cpu_supports_bf16
 from optimizer.errors import InvalidInputsError
 from optimizer.evaluation import load_labelled_data, top1_accuracy
 from optimizer.freeze import freeze
-from optimizer.runner import load_runner
+from optimizer.runtime import load_runner
 from optimizer.savedmodel import get_signature
 
 

@@ -1,28 +1,36 @@
 """The champion lookup and registry downloads, against a real MLflow server.
 
-The registry is filled directly with MlflowClient (real SavedModels from model_zoo logged to a
-run and registered), so these tests do not depend on publish; tests/test_publish.py checks that
-a published champion comes back by the same lookup.
+The registry is filled directly with MlflowClient (real SavedModels from model_zoo and LiteRT
+files converted from them, logged to a run and registered with the tags publish writes), so
+these tests do not depend on publish; tests/test_publish.py checks that a published champion
+comes back by the same lookup, and tests/test_scheduled_runs.py runs the pipeline again and
+again against what it promoted.
 """
 
+import json
 import os
+import shutil
 import socket
 import time
 
+import numpy as np
 import pytest
 from mlflow import MlflowClient
 
 from components.config import config_from_mapping
 from components.storage.registry import download_registered_model
 from components.tracking import TrackingError
-from components.tracking.champion import find_champion
+from components.tracking.champion import ChampionUnusableError, find_champion
 from optimizer.benchmark.environment import model_digest
-from optimizer.errors import NotASavedModelError, SourceNotFoundError
+from optimizer.errors import SourceNotFoundError
+from optimizer.inputs import make_inputs
+from optimizer.runtime import RUNTIMES, load_runner
 
 pytest_plugins = ["mlflow_server"]  # the mlflow_server fixture
 
 
-def register(client: MlflowClient, name: str, directory, alias: str | None = None) -> str:
+def register(client: MlflowClient, name: str, directory, alias: str | None = None,
+             tags: dict | None = None) -> str:
     """A version of ``name`` made from ``directory``, logged as a run's ``model/`` artifact."""
     experiment = client.get_experiment_by_name("registered-by-hand")
     experiment_id = (experiment.experiment_id if experiment
@@ -32,7 +40,7 @@ def register(client: MlflowClient, name: str, directory, alias: str | None = Non
     if not client.search_registered_models(f"name = '{name}'"):
         client.create_registered_model(name)
     version = client.create_model_version(name, f"{run.info.artifact_uri}/model",
-                                          run_id=run.info.run_id).version
+                                          run_id=run.info.run_id, tags=tags).version
     if alias:
         client.set_registered_model_alias(name, alias, version)
     return str(version)
@@ -137,15 +145,142 @@ def test_an_unknown_registry_source_is_one_line_naming_it(mlflow_server, client,
     assert not (tmp_path / "model").exists()
 
 
-def test_a_version_that_is_not_a_saved_model_is_refused(mlflow_server, client, tmp_path):
+def test_a_version_that_records_no_format_and_is_no_saved_model_is_unusable(
+        mlflow_server, client, tmp_path):
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "README.txt").write_text("not a model")
-    version = register(client, "not-a-model", notes, alias="champion")
+    register(client, "not-a-model", notes, alias="champion")
 
-    with pytest.raises(NotASavedModelError, match="its files are README.txt"):
+    with pytest.raises(ChampionUnusableError) as caught:
         find_champion(config(mlflow_server, tmp_path / "work", "not-a-model"))
-    assert not (tmp_path / "work" / "champions" / f"not-a-model-v{version}").exists()
+    assert str(caught.value) == (
+        "models:/not-a-model/1 (the 'champion' alias) records no format (no MLmodel file, no "
+        "tfopt.format tag) and is not a SavedModel: its files are README.txt")
+    assert caught.value.exit_code == 6
+
+
+@pytest.fixture(scope="module")
+def litert_folder(model_dir, tmp_path_factory):
+    """A LiteRT version's folder as publish logs it: the file, its sidecar, tuned settings."""
+    from optimizer.litert.convert import convert_to_litert
+
+    folder = tmp_path_factory.mktemp("litert_version")
+    convert_to_litert(model_dir("keras_cnn"), folder / "model.tflite", "fp32")
+    (folder / "runtime_settings.json").write_text(json.dumps(
+        {"num_threads": 1, "intra_op_threads": None, "inter_op_threads": None}))
+    return folder
+
+
+def _outputs(runner, signature_source):
+    feeds = make_inputs(load_runner(signature_source).signature, batch_size=2, seed=3)
+    return runner(feeds)
+
+
+@pytest.mark.parametrize("fmt", ["savedmodel", "tflite"])
+def test_the_champions_runner_comes_from_the_format_its_version_records(
+        mlflow_server, client, model_dir, litert_folder, tmp_path, fmt):
+    """Every format publish writes, as it writes it: the folder and its tfopt.* tags."""
+    folder = model_dir("keras_cnn") if fmt == "savedmodel" else litert_folder
+    runtime = {"savedmodel": "tensorflow", "tflite": "ai-edge-litert"}[fmt]
+    name = f"recorded-{fmt}"
+    register(client, name, folder, alias="champion",
+             tags={"tfopt.format": fmt, "tfopt.runtime": runtime, "tfopt.candidate": "x"})
+
+    champion = find_champion(config(mlflow_server, tmp_path, name))
+
+    assert (champion.format, champion.runtime, champion.candidate) == (fmt, runtime, "x")
+    runner = load_runner(champion.path, format=champion.format,
+                         num_threads=champion.num_threads)
+    assert runner.format == fmt
+    expected = _outputs(load_runner(model_dir("keras_cnn")), model_dir("keras_cnn"))
+    got = _outputs(runner, model_dir("keras_cnn"))
+    np.testing.assert_allclose(got["output_0"], expected["output_0"], atol=1e-4)
+    if fmt == "tflite":
+        # the thread count tuning recorded beside the file is what the champion runs with
+        assert champion.num_threads == 1 == runner.num_threads
+        assert champion.path.endswith("model.tflite")
+
+
+def test_a_tflite_file_with_a_savedmodel_tag_is_read_as_the_tag_says(
+        mlflow_server, client, litert_folder, tmp_path):
+    register(client, "mislabelled", litert_folder, alias="champion",
+             tags={"tfopt.format": "savedmodel", "tfopt.runtime": "tensorflow"})
+
+    with pytest.raises(ChampionUnusableError, match=r"^models:/mislabelled/1 \(the 'champion' "
+                       r"alias\) cannot be read as savedmodel: .*no saved_model.pb"):
+        find_champion(config(mlflow_server, tmp_path, "mislabelled"))
+
+
+def test_an_unknown_format_is_unusable_and_named(mlflow_server, client, litert_folder,
+                                                 tmp_path):
+    register(client, "onnx-someday", litert_folder, alias="champion",
+             tags={"tfopt.format": "torchscript", "tfopt.runtime": "torch"})
+
+    with pytest.raises(ChampionUnusableError) as caught:
+        find_champion(config(mlflow_server, tmp_path, "onnx-someday"))
+    assert str(caught.value).startswith(
+        "models:/onnx-someday/1 (the 'champion' alias) is in format 'torchscript', which this "
+        "tfopt cannot run (it runs savedmodel, tflite")
+
+
+def test_a_champion_whose_runtime_is_not_installed_is_unusable(
+        mlflow_server, client, litert_folder, tmp_path, monkeypatch):
+    register(client, "needs-litert", litert_folder, alias="champion",
+             tags={"tfopt.format": "tflite", "tfopt.runtime": "ai-edge-litert"})
+    # As on an image built without the litert extra: the interpreter's module is missing.
+    import dataclasses
+
+    monkeypatch.setitem(RUNTIMES, "tflite", dataclasses.replace(
+        RUNTIMES["tflite"], imports="ai_edge_litert_not_installed_here"))
+
+    with pytest.raises(ChampionUnusableError) as caught:
+        find_champion(config(mlflow_server, tmp_path, "needs-litert"))
+    assert str(caught.value) == (
+        "models:/needs-litert/1 (the 'champion' alias) is a tflite model for ai-edge-litert, "
+        "and the ai-edge-litert package is not installed here")
+
+
+def test_a_corrupt_champion_artifact_is_unusable(mlflow_server, client, tmp_path):
+    folder = tmp_path / "corrupt"
+    folder.mkdir()
+    (folder / "model.tflite").write_bytes(b"not a flatbuffer" * 64)
+    register(client, "corrupt", folder, alias="champion",
+             tags={"tfopt.format": "tflite", "tfopt.runtime": "ai-edge-litert"})
+
+    with pytest.raises(ChampionUnusableError, match=r"^models:/corrupt/1 \(the 'champion' "
+                       r"alias\) cannot be read as tflite: cannot load LiteRT model"):
+        find_champion(config(mlflow_server, tmp_path / "work", "corrupt"))
+
+
+def test_a_champion_holding_a_symlink_is_refused_before_it_is_read(mlflow_server, client,
+                                                                   model_dir, tmp_path):
+    register(client, "linked", model_dir("keras_cnn"), alias="champion",
+             tags={"tfopt.format": "savedmodel", "tfopt.runtime": "tensorflow"})
+    cfg = config(mlflow_server, tmp_path, "linked")
+    champion = find_champion(cfg)
+    # A version is downloaded once and reused: plant a link in the kept copy, as a tampered
+    # store or shared work directory would.
+    os.symlink("/etc/hostname", os.path.join(champion.directory, "assets_leak.txt"))
+
+    with pytest.raises(ChampionUnusableError, match="'assets_leak.txt' is a symbolic link"):
+        find_champion(cfg)
+
+
+def test_a_champion_recorded_in_an_mlmodel_file_is_read_from_its_metadata(
+        mlflow_server, client, litert_folder, tmp_path):
+    folder = tmp_path / "mlflow_model"
+    shutil.copytree(litert_folder, folder / "artifacts")
+    (folder / "MLmodel").write_text(
+        "flavors:\n  python_function: {loader_module: tfopt_pyfunc}\n"
+        "metadata:\n  tfopt: {format: tflite, runtime: ai-edge-litert, "
+        "artifact: artifacts/model.tflite}\n")
+    register(client, "as-mlmodel", folder, alias="champion")  # no tfopt.* tags at all
+
+    champion = find_champion(config(mlflow_server, tmp_path, "as-mlmodel"))
+
+    assert (champion.format, champion.num_threads) == ("tflite", 1)
+    assert champion.path.endswith("artifacts/model.tflite")
 
 
 def test_an_unreachable_registry_fails_fast_instead_of_finding_no_champion(tmp_path):
@@ -156,3 +291,37 @@ def test_an_unreachable_registry_fails_fast_instead_of_finding_no_champion(tmp_p
         with pytest.raises(TrackingError, match=f"^MLflow at {closed} is unreachable"):
             find_champion(config(closed, tmp_path, "digits"))
         assert time.monotonic() - started < 30
+
+
+def test_an_unusable_champion_stops_the_run_with_exit_6_and_one_line(tmp_path, model_dir,
+                                                                     capsys):
+    from cli_testing import assert_clean_failure, run_tfopt
+
+    from components.cli import main
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    local = MlflowClient(store, registry_uri=store)
+    local.create_experiment("registered-by-hand",
+                            artifact_location=(tmp_path / "artifacts").as_uri())
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "model.tflite").write_bytes(b"\0" * 1024)
+    register(local, "digits", corrupt, alias="champion",
+             tags={"tfopt.format": "tflite", "tfopt.runtime": "ai-edge-litert"})
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        f"source: {model_dir('keras_cnn')}\n"
+        f"workdir: {tmp_path / 'work'}\n"
+        "candidates: {targets: [savedmodel], savedmodel_variants: []}\n"
+        f"mlflow: {{tracking_uri: '{store}', registered_model: digits}}\n")
+    outputs = {}
+    for step in ("pull", "freeze", "optimize"):
+        inputs = json.dumps({"pull": outputs["pull"]} if outputs else {})
+        assert main(["step", step, "--config", str(config), "--inputs", inputs]) == 0
+        outputs[step] = json.loads(capsys.readouterr().out)
+
+    done = run_tfopt("step", "benchmark", "--config", config, "--inputs", json.dumps(outputs))
+
+    assert_clean_failure(done, 6, "models:/digits/1 (the 'champion' alias) cannot be read as "
+                                  "tflite: cannot load LiteRT model")
+    assert not list((tmp_path / "work").glob("runs/*/benchmark-*/result.json"))

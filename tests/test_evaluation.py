@@ -14,7 +14,7 @@ from optimizer.evaluation import (
     register_metric,
     top1_accuracy,
 )
-from optimizer.runner import load_runner
+from optimizer.runtime import load_runner
 from optimizer.savedmodel import get_signature
 from optimizer.tf_runtime import import_tensorflow
 

@@ -22,7 +22,7 @@ from optimizer.equivalence import compare
 from optimizer.export import write_saved_model
 from optimizer.freeze import freeze
 from optimizer.native_gtt import transform_graph
-from optimizer.runner import load_runner
+from optimizer.runtime import load_runner
 from optimizer.transforms.pipeline import run_transforms
 from optimizer.transforms.registry import make_transform
 

@@ -41,6 +41,25 @@ def check(decision, name, candidate="cand"):
     return next(c for c in decision.verdict(candidate).checks if c.name == name)
 
 
+def test_a_candidate_with_the_baselines_files_is_never_promoted_however_it_times():
+    import dataclasses
+
+    result = one_candidate(2.0)
+    same = dataclasses.replace(result.candidates[0], digest=result.baseline.digest)
+    decision = evaluate_gate(dataclasses.replace(result, candidates=(same,)))
+
+    assert not decision.promote
+    identity = check(decision, "differs_from_baseline")
+    assert not identity.passed and "identical to the baseline baseline" in identity.reason
+    assert check(decision, "latency").passed  # it timed 2x faster; it is still the same model
+
+
+def test_a_candidate_with_other_files_has_no_identity_check():
+    decision = evaluate_gate(one_candidate(2.0))
+    assert decision.promote
+    assert all(c.name != "differs_from_baseline" for c in decision.verdict("cand").checks)
+
+
 # --- config ------------------------------------------------------------------------------------
 
 
@@ -277,6 +296,9 @@ def test_a_model_against_an_identical_copy_is_never_promoted(workdir):
     original = dense_stack(workdir / "aa_original", layers=2)
     copy = workdir / "aa_copy"
     shutil.copytree(original, copy)
+    # One file more: the same computation under another digest, so the latency check decides
+    # (a byte-identical copy is refused by the differs_from_baseline check without timing).
+    (copy / "provenance.txt").write_text("a copy\n")
     speedups = []
     for _ in range(20):
         result = run_benchmark(Subject.baseline(original), [Subject.candidate(copy)], QUICK)

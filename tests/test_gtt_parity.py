@@ -21,7 +21,7 @@ from optimizer.graph.names import is_control_input, node_name_from_input
 from optimizer.inputs import make_inputs
 from optimizer.native_gtt import run_native_recipe
 from optimizer.recipe import INFERENCE_RECIPE, Recipe, build_transforms
-from optimizer.runner import load_runner
+from optimizer.runtime import load_runner
 from optimizer.transforms.pipeline import run_transforms
 
 ATOL = 1e-4

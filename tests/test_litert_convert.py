@@ -30,8 +30,8 @@ from optimizer.litert.convert import (
     convert_to_litert,
 )
 from optimizer.litert.manifest import read_manifest
-from optimizer.litert.runner import LiteRTRunner
-from optimizer.runner import load_runner
+from optimizer.runtime import load_runner
+from optimizer.runtime.litert import LiteRTRunner
 from optimizer.savedmodel import get_signature
 from optimizer.tf_runtime import import_tensorflow
 

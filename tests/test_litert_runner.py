@@ -11,8 +11,8 @@ from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
 from optimizer.benchmark.runtime import available_cpus
 from optimizer.errors import InvalidInputsError, SourceNotFoundError, UnknownSignatureError
 from optimizer.litert.convert import convert_to_litert
-from optimizer.litert.runner import CorruptLiteRTModelError, LiteRTRunner
-from optimizer.runner import load_runner, read_signature
+from optimizer.runtime import load_runner, read_signature
+from optimizer.runtime.litert import CorruptLiteRTModelError, LiteRTRunner
 
 QUICK = BenchmarkConfig(batch_sizes=(1, 4), warmup=3, min_runs=20, min_seconds=0.2)
 

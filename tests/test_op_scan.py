@@ -364,7 +364,7 @@ def test_freeze_refuses_a_model_that_writes_on_call_and_nothing_runs(hostile):
         freeze(path)
     assert not hostile.marker.exists()
     with using_policy(ScanPolicy.create(["WriteFile"])):  # control: allowed, it does write
-        from optimizer.runner import load_runner
+        from optimizer.runtime import load_runner
 
         load_runner(path)({"x": np.ones((1, 2), np.float32)})
     assert hostile.marker.read_text() == "pwned"

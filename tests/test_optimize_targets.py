@@ -7,7 +7,7 @@ import pytest
 from cli_testing import assert_clean_failure, run_tfopt
 
 from optimizer.evaluation import load_labelled_data, top1_accuracy
-from optimizer.runner import load_runner
+from optimizer.runtime import load_runner
 
 
 @pytest.fixture(scope="module")

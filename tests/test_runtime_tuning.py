@@ -153,7 +153,7 @@ def test_the_default_grid_is_deduplicated_and_bounded_by_the_cpus():
                               ThreadSetting(2, 2)]
     assert {(s.intra_op_threads, s.inter_op_threads) for s in thread_grid(8)} == {
         (i, j) for i in (1, 2, 8) for j in (1, 2)}
-    assert thread_grid(2, litert=True) == [ThreadSetting(num_threads=1),
+    assert thread_grid(2, per_model=True) == [ThreadSetting(num_threads=1),
                                            ThreadSetting(num_threads=2)]
 
 
@@ -207,7 +207,7 @@ def test_a_litert_model_is_tuned_over_the_interpreter_threads(model_dir, tmp_pat
 
     tflite = convert_to_litert(model_dir("keras_cnn"), tmp_path / "cnn.tflite", "fp32").path
     search = search_threads(tflite, rounds=1, seconds_per_probe=0.1)
-    assert [p.setting for p in search.probes] == thread_grid(CPUS, litert=True)
+    assert [p.setting for p in search.probes] == thread_grid(CPUS, per_model=True)
     for probe in search.probes:
         assert probe.in_effect == {"num_threads": probe.setting.num_threads}
     assert search.best.num_threads in {1, 2, CPUS}

@@ -20,7 +20,7 @@ from optimizer.export import read_provenance
 from optimizer.freeze import freeze
 from optimizer.frozen import FrozenModel
 from optimizer.inputs import make_inputs
-from optimizer.runner import load_runner
+from optimizer.runtime import load_runner
 from optimizer.savedmodel import get_signature, read_saved_model_proto, serving_meta_graph
 from optimizer.signature import SignatureInfo, TensorSpecInfo
 from optimizer.xla import XlaRefused, must_compile_functions, write_xla_saved_model, xla_compiled

@@ -6,7 +6,8 @@ line with their exit code; an unexpected failure prints one line too and keeps t
 
 Exit codes: 0 success; 1 internal error; 2 bad input; 3 the gate rejected the candidate;
 4 a candidate's outputs diverge beyond tolerance (nothing written); 5 the model holds an op that
-could touch files, the network or Python (refused before loading); 130 interrupted.
+could touch files, the network or Python (refused before loading); 6 the registry's champion
+cannot be used (unknown format, runtime not installed, corrupt artifact); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tfopt",
         description="Make a trained TensorFlow SavedModel faster, with the evidence to trust it.",
         epilog="Exit codes: 0 ok, 1 internal error, 2 bad input, 3 gate rejected, "
-               "4 outputs diverge (nothing written), 5 model refused by the op scan. "
+               "4 outputs diverge (nothing written), 5 model refused by the op scan, "
+               "6 the registry's champion cannot be used. "
                "TFOPT_DEBUG=1 shows tracebacks.",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0,

@@ -1,17 +1,26 @@
 """benchmark: baseline and every candidate timed in ONE task, so on the same node and process.
 
 The baseline is the registry's champion when there is one (the model the candidate would
-replace), else the unoptimized input model.
+replace), run in its own runtime with the thread setting recorded on its version, else the
+unoptimized input model. Beside a champion the input is measured too, untimed: accuracy budgets
+stay anchored to it (see optimizer.gate).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.artifacts import BenchmarkOutput, CandidateModel, PulledModel, Record
+from components.artifacts import (
+    BenchmarkOutput,
+    CandidateModel,
+    ChampionModel,
+    PulledModel,
+    Record,
+)
 from components.config import PipelineConfig
 from components.workspace import Workspace
 
@@ -26,7 +35,7 @@ class BaselineChoice(Record):
 
 
 def baseline_for_run(config: PipelineConfig, ws: Workspace,
-                     run_context: dict[str, Any]) -> PulledModel | None:
+                     run_context: dict[str, Any]) -> ChampionModel | None:
     """The registry's champion, looked up once per DAG run and then remembered.
 
     A retried or rerun DAG run must be judged against the baseline it was first judged
@@ -44,22 +53,26 @@ def baseline_for_run(config: PipelineConfig, ws: Workspace,
     else:
         choice = ws.reuse_or_run(Workspace.keyed("baseline", str(run_id)), BaselineChoice,
                                  lambda _: lookup())
-    return PulledModel.from_dict(choice.champion) if choice.champion else None
+    return ChampionModel.from_dict(choice.champion) if choice.champion else None
 
 
 def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[CandidateModel],
-              champion: PulledModel | None, ws: Workspace) -> BenchmarkOutput:
+              champion: ChampionModel | None, ws: Workspace) -> BenchmarkOutput:
     def run(step_dir: Path) -> BenchmarkOutput:
         from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
         from optimizer.benchmark.result import CHAMPION, UNOPTIMIZED_INPUT
         from optimizer.benchmark.runtime import apply_runtime_settings, default_runtime_settings
 
+        reference = None
         if champion is not None:
-            baseline = Subject.baseline(champion.path, role=CHAMPION,
-                                        label=f"champion-v{champion.version}")
+            baseline = Subject.baseline(champion.path, role=CHAMPION, label=champion.label,
+                                        format=champion.format,
+                                        num_threads=champion.num_threads)
+            reference = Subject.reference(pulled.path, label="input")
         else:
             baseline = Subject.baseline(pulled.path, role=UNOPTIMIZED_INPUT, label="input")
-        subjects = [Subject.candidate(c.path, label=c.label) for c in candidates]
+        subjects = [Subject.candidate(c.path, label=c.label, format=c.format)
+                    for c in candidates]
         settings = BenchmarkConfig(
             batch_sizes=tuple(config.benchmark.batch_sizes), warmup=config.benchmark.warmup,
             min_runs=config.benchmark.min_runs, min_seconds=config.benchmark.min_seconds,
@@ -67,11 +80,22 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
         runtime = apply_runtime_settings(default_runtime_settings(config.benchmark.threads))
         log.info("benchmark: %s vs %s", baseline.label, ", ".join(c.label for c in candidates))
         result = run_benchmark(baseline, subjects, settings, runtime=runtime,
-                               progress=lambda message: log.info("benchmark: %s", message))
+                               progress=lambda message: log.info("benchmark: %s", message),
+                               reference=reference)
+        if champion is not None and champion.intra_op_threads is not None and (
+                champion.intra_op_threads, champion.inter_op_threads) != (
+                runtime.intra_op_threads, runtime.inter_op_threads):
+            # TensorFlow's pools are sized once per process: every TF model here shares them.
+            result = dataclasses.replace(result, notes=(*result.notes, (
+                f"{champion.label} was tuned to intra_op={champion.intra_op_threads}, "
+                f"inter_op={champion.inter_op_threads}; it ran with this process's "
+                f"intra_op={runtime.intra_op_threads}, inter_op={runtime.inter_op_threads}, "
+                f"like every TensorFlow model here")))
         result_path = result.save(step_dir / "benchmark.json")
         return BenchmarkOutput(
             result_path=str(result_path), baseline_label=result.baseline.label,
             baseline_role=baseline.role, baseline_path=str(baseline.path),
+            baseline_format=result.baseline.format, baseline_runtime=result.baseline.runtime,
             candidate_paths={c.label: c.path for c in candidates},
             candidate_tags=[c.tag() for c in candidates])
 

@@ -1,9 +1,10 @@
-"""evaluate: accuracy of the baseline and every candidate, on labelled data when there is some.
+"""evaluate: accuracy of every model measured, on labelled data when there is some.
 
 With ``evaluation.data`` (an ``.npz`` with ``x``/``y`` or a TFRecord file, local or ``s3://``)
-each model gets the configured metric, and each candidate's fidelity to the baseline is measured
-on those real inputs. Without labels, the benchmark's fidelity on generated inputs stands, and
-the gate bounds the accuracy drop through top-1 agreement.
+each model gets the configured metric in its own runtime (a LiteRT champion in LiteRT), and each
+model's fidelity to the unoptimized input is measured on those real inputs. Without labels, the
+benchmark's fidelity on generated inputs stands, and the gate bounds the accuracy drop through
+top-1 agreement with the input.
 """
 
 from __future__ import annotations
@@ -36,35 +37,42 @@ def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
         from optimizer.equivalence import compare
         from optimizer.evaluation import evaluate as evaluate_metric
         from optimizer.evaluation import get_metric, load_labelled_data
-        from optimizer.runner import load_runner
+        from optimizer.runtime import load_runner
 
         result = load_result(benchmark.result_path)
         if not config.evaluation.data:
-            log.info("evaluate: no labelled data; the gate uses fidelity to the baseline")
+            log.info("evaluate: no labelled data; the gate uses fidelity to the input")
             path = result.save(step_dir / "evaluation.json")
             return EvaluationOutput(result_path=str(path), has_labels=False,
                                     metric=config.evaluation.metric, scores={},
                                     candidate_tags=benchmark.candidate_tags)
 
         metric = get_metric(config.evaluation.metric)
-        runners = {m.label: load_runner(m.path, config.signature) for m in result.models}
+        runners = {m.label: load_runner(m.path, config.signature, format=m.format,
+                                        num_threads=m.num_threads)
+                   for m in result.measured}
+        reference = result.accuracy_reference
         data = load_labelled_data(local_eval_data(config, step_dir),
-                                  runners[result.baseline.label].signature)
-        scores, updated = {}, []
-        for model in result.models:
-            log.info("evaluate: %s on %d examples of %s", model.label, len(data), data.source)
+                                  runners[reference.label].signature)
+        key = runners[reference.label].signature.inputs[0].key
+        feeds = [{key: data.x[i:i + EVAL_BATCH]} for i in range(0, len(data), EVAL_BATCH)]
+        scores, updated = {}, {}
+        for model in result.measured:
+            log.info("evaluate: %s (%s) on %d examples of %s", model.label, model.runtime,
+                     len(data), data.source)
             value = evaluate_metric(runners[model.label], data, metric.name, EVAL_BATCH)
             scores[model.label] = value
             quality = Quality(metric.name, value, metric.higher_is_better, len(data), data.source)
             fidelity = model.fidelity
-            if model is not result.baseline:
-                key = runners[model.label].signature.inputs[0].key
-                feeds = [{key: data.x[i:i + EVAL_BATCH]} for i in range(0, len(data), EVAL_BATCH)]
-                report = compare(runners[result.baseline.label], runners[model.label], feeds)
+            if model is not reference:
+                report = compare(runners[reference.label], runners[model.label], feeds)
                 fidelity = Fidelity(report.max_abs_diff, report.max_rel_diff,
                                     report.top1_agreement, report.batches, "eval data")
-            updated.append(dataclasses.replace(model, quality=quality, fidelity=fidelity))
-        result = dataclasses.replace(result, baseline=updated[0], candidates=tuple(updated[1:]))
+            updated[model.label] = dataclasses.replace(model, quality=quality, fidelity=fidelity)
+        result = dataclasses.replace(
+            result, baseline=updated[result.baseline.label],
+            candidates=tuple(updated[c.label] for c in result.candidates),
+            reference=updated[result.reference.label] if result.reference else None)
         path = result.save(step_dir / "evaluation.json")
         return EvaluationOutput(result_path=str(path), has_labels=True, metric=metric.name,
                                 scores=scores, candidate_tags=benchmark.candidate_tags)

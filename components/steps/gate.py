@@ -21,7 +21,7 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace) ->
         from optimizer.inputs import make_inputs
         from optimizer.report.profile import profile_baseline_and_candidate
         from optimizer.report.write import write_report
-        from optimizer.runner import load_runner
+        from optimizer.runtime import read_signature
         from optimizer.selection import candidate_rows
 
         result = load_result(evaluation.result_path)
@@ -33,7 +33,8 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace) ->
             decision.verdicts, key=lambda v: v.speedup or 0.0).candidate
         profiles = []
         try:
-            signature = load_runner(result.baseline.path, config.signature).signature
+            signature = read_signature(result.baseline.path, config.signature,
+                                       format=result.baseline.format)
             feeds = make_inputs(signature, batch_size=min(result.settings.batch_sizes))
             profiles = profile_baseline_and_candidate(result, shown, feeds)
         except Exception as exc:  # noqa: BLE001 - the profile is an aid, never a blocker

@@ -8,7 +8,8 @@ What a reviewer finds in the experiment ``mlflow.experiment``, for each pipeline
   ``<label>.{rss,peak_rss}_growth_bytes``, ``<label>.<metric>`` on labelled data and
   ``<label>.fidelity_*`` against the baseline, and for candidates ``<label>.speedup_b<batch>``
   with ``<label>.speedup_ci_{low,high}_b<batch>`` at the gate's confidence (the baseline's label
-  is ``baseline``, whatever it was benchmarked as); whose tags hold the verdict and its summary,
+  is ``baseline``, whatever it was benchmarked as, and beside a champion the unoptimized input's
+  is ``input``); whose tags hold the verdict and its summary,
   the source URI and digest and the environment fingerprint (``env.*``); and whose artifacts are
   ``model/`` (the chosen candidate: a SavedModel, or ``model.tflite`` with its JSON sidecar;
   when the gate rejected, the fastest candidate, for review; with ``runtime_settings.json``,
@@ -213,13 +214,14 @@ def _interval(pub: Publication, label: str, batch: int):
 def run_metrics(pub: Publication) -> dict[str, float]:
     result = pub.result
     metrics: dict[str, float] = {}
-    for model in result.models:
-        prefix = "baseline" if model is result.baseline else _metric_prefix(model.label)
+    for model in result.measured:
+        prefix = ("baseline" if model is result.baseline
+                  else "input" if model is result.reference else _metric_prefix(model.label))
         for batch, summary in sorted(model.latency.items()):
             for stat in ("p50", "p90", "p99", "mean"):
                 metrics[f"{prefix}.latency_{stat}_ms_b{batch}"] = getattr(summary, stat) * 1e3
             metrics[f"{prefix}.throughput_b{batch}"] = summary.throughput
-            if model is not result.baseline:
+            if model.role == "candidate":
                 interval = _interval(pub, model.label, batch)
                 if interval is not None:
                     metrics[f"{prefix}.speedup_b{batch}"] = interval.speedup
@@ -267,7 +269,7 @@ def _identity_tags(pub: Publication) -> dict[str, str]:
     """What finds and explains a run or version: its key, its DAG run, its source."""
     tags = {PUBLISH_KEY_TAG: pub.key, "tfopt.run_key": pub.run_key,
             "tfopt.source_uri": pub.pulled.uri, "tfopt.source_digest": pub.pulled.digest}
-    for name in ("dag_id", "dag_run_id", "task_id"):
+    for name in ("dag_id", "dag_run_id", "task_id", "run_type"):
         if pub.run_context.get(name):
             tags[f"tfopt.{name}"] = str(pub.run_context[name])
     if pub.pulled.version:
@@ -287,6 +289,8 @@ def run_tags(pub: Publication) -> dict[str, str]:
         "tfopt.baseline": result.baseline.label,
         "tfopt.baseline_role": result.baseline.role,
         "tfopt.baseline_digest": result.baseline.digest,
+        "tfopt.baseline_format": result.baseline.format,
+        "tfopt.baseline_runtime": result.baseline.runtime,
         "mlflow.note.content": f"**{pub.verdict.upper()}** {pub.gate.summary}"[:_TAG_LIMIT],
         "tfopt.logged_format": pub.model.format,
         **environment_tags(result.environment),

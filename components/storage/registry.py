@@ -2,6 +2,9 @@
 
 A version's files are downloaded into the destination directory all at once (built beside it,
 then renamed into place), so a download killed midway leaves nothing that looks like a model.
+What is downloaded is checked before it is renamed into place: plain files only, no links
+(:mod:`components.storage.model_tree`). Whether it is a SavedModel, a LiteRT file or an MLflow
+Model is for the caller to read.
 The version is resolved once, before downloading: an alias moved meanwhile cannot mix two
 versions' files. A version's files never change once registered, which is what lets the champion
 lookup keep one directory per version and reuse it.
@@ -15,6 +18,7 @@ import re
 import tempfile
 from pathlib import Path
 
+from components.storage.model_tree import check_model_tree
 from components.tracking import is_missing, mlflow_client
 from optimizer.atomic import atomic_directory
 from optimizer.errors import NotASavedModelError, SourceNotFoundError
@@ -22,7 +26,6 @@ from optimizer.errors import NotASavedModelError, SourceNotFoundError
 log = logging.getLogger(__name__)
 
 _MODELS_URI = re.compile(r"^models:/(?P<name>[^@]+?)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))$")
-SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 
 
 def parse_models_uri(uri: str) -> tuple[str, str | None, str | None]:
@@ -80,13 +83,10 @@ def download_version(client, name: str, version: str, dest: str | os.PathLike,
         fetched = mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=download_dir,
                                                       tracking_uri=tracking_uri)
         if not Path(fetched).is_dir():
-            raise NotASavedModelError(f"models:/{name}/{version} is not a SavedModel: it is the "
-                                      f"single file {Path(fetched).name}")
+            raise NotASavedModelError(f"models:/{name}/{version} is the single file "
+                                      f"{Path(fetched).name}, not a model directory")
+        check_model_tree(fetched, f"models:/{name}/{version}")
         os.rename(fetched, staging)
-        if not any((staging / f).is_file() for f in SAVED_MODEL_FILES):
-            found = ", ".join(sorted(p.name for p in staging.iterdir())) or "nothing"
-            raise NotASavedModelError(f"models:/{name}/{version} is not a SavedModel: its files "
-                                      f"are {found}, with no saved_model.pb")
     return dest
 
 

@@ -8,7 +8,8 @@ that accepts them and never answers in about 95 s (3 tries of 30 s; the timeout 
 for each answer, not the length of an upload, so large models still upload).
 ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``..._BACKOFF_FACTOR`` and ``..._TIMEOUT`` set in the
 environment win over these. MLflow's
-"View run at" line on stdout is suppressed too: ``tfopt step`` prints its output JSON there.
+"View run at" line on stdout is suppressed too: ``tfopt step`` prints its output JSON there; so
+are its artifact progress bars on stderr.
 
 Credentials never come from the config: MLflow reads ``MLFLOW_TRACKING_USERNAME`` /
 ``MLFLOW_TRACKING_PASSWORD`` (or ``MLFLOW_TRACKING_TOKEN``) from the environment itself.
@@ -33,6 +34,9 @@ PIPELINE_MLFLOW_ENV = {
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
     "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+    # Its bars are carriage-return lines on stderr, noise in a task log and around the one line
+    # a failing command prints; the pipeline logs each download and upload instead.
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
 }
 
 _UNREACHABLE = ("Max retries exceeded", "Connection refused", "Failed to establish",

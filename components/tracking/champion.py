@@ -1,13 +1,31 @@
 """The production model a candidate must beat: the registry version the champion alias points at.
 
-``find_champion`` returns it on local disk, or None when there is none yet: no registry (a
-local store whose database or directory does not exist), no such registered model, or no such
-alias on it. A registry that is configured but unreachable is an error, not "no champion": a
-candidate benchmarked against the unoptimized input instead of the production model could be
-promoted while slower than what it replaces.
+``find_champion`` returns it on local disk, ready to run in its own runtime, or None when there
+is none yet: no registry (a local store whose database or directory does not exist), no such
+registered model, or no such alias on it. A registry that is configured but unreachable is an
+error, not "no champion": a candidate benchmarked against the unoptimized input instead of the
+production model could be promoted while slower than what it replaces. For the same reason a
+champion that cannot be used (its runtime is not installed, its artifact is corrupt, its format
+is unknown) is a :class:`ChampionUnusableError`, never a silent fallback to the input.
+
+The champion may be any format tfopt publishes. Its format is read from what the version
+records, not guessed from file names:
+
+- an MLflow Model (an ``MLmodel`` file): its ``metadata.tfopt`` block (format, runtime and the
+  artifact's path inside the model), else its flavor (``tensorflow``: a SavedModel);
+- a folder published before versions were MLflow Models: the version's ``tfopt.format`` and
+  ``tfopt.runtime`` tags;
+- a version registered by hand with neither: a SavedModel if it is one (the way a team
+  bootstraps the registry with the model it serves today), else unusable.
+
+Its runtime settings come with it: ``runtime_settings.json`` beside the artifact, else the
+version's ``tfopt.runtime.*`` tags; a per-model thread count (LiteRT's ``num_threads``) is then
+what the champion is benchmarked with.
 
 Each version is downloaded once, to ``<workdir>/champions/<name>-v<version>/``, and reused: a
-registered version's files never change.
+registered version's files never change. The download gets the guards a source gets: nothing in
+it may be a link or special file (:mod:`components.storage.model_tree`), and a SavedModel is
+parsed within the size limits and scanned for dangerous ops before anything loads it.
 """
 
 from __future__ import annotations
@@ -17,13 +35,26 @@ import re
 from pathlib import Path
 from urllib.parse import urlparse
 
-from components.artifacts import PulledModel
+from components.artifacts import ChampionModel
 from components.config import PipelineConfig
-from components.storage.registry import SAVED_MODEL_FILES, download_version
+from components.storage.model_tree import check_model_tree
+from components.storage.registry import download_version
 from components.tracking import is_missing, mlflow_client
-from optimizer.benchmark.environment import model_digest
+from optimizer.errors import TfoptError, first_line
 
 log = logging.getLogger(__name__)
+
+MLMODEL_FILE = "MLmodel"
+RUNTIME_SETTINGS_FILE = "runtime_settings.json"
+# MLflow flavors that say the format by themselves.
+FLAVOR_FORMATS = {"tensorflow": "savedmodel", "onnx": "onnx"}
+
+
+class ChampionUnusableError(TfoptError):
+    """The registry's champion cannot be run here: unknown format, runtime not installed, or a
+    corrupt or unsafe artifact. Judging against the input instead could promote a slower model."""
+
+    exit_code = 6
 
 
 def _local_store_missing(tracking_uri: str) -> bool:
@@ -42,7 +73,7 @@ def champion_dir(config: PipelineConfig, version: str) -> Path:
     return Path(config.workdir) / "champions" / f"{name}-v{version}"
 
 
-def find_champion(config: PipelineConfig) -> PulledModel | None:
+def find_champion(config: PipelineConfig) -> ChampionModel | None:
     from mlflow.exceptions import MlflowException
 
     settings = config.mlflow
@@ -62,10 +93,139 @@ def find_champion(config: PipelineConfig) -> PulledModel | None:
             log.info("champion: '%s' has no alias '%s' yet, so no champion", name, alias)
             return None
         version = str(model.aliases[alias])
+        tags = dict(client.get_model_version(name, version).tags)
         dest = champion_dir(config, version)
-        if any((dest / f).is_file() for f in SAVED_MODEL_FILES):
+        if dest.is_dir():  # downloads are renamed into place whole
             log.info("champion: reusing %s (version %s of '%s')", dest, version, name)
         else:
             download_version(client, name, version, dest, tracking_uri)
-    return PulledModel(uri=f"models:/{name}@{alias}", path=str(dest),
-                       digest=model_digest(dest), version=version)
+    where = f"models:/{name}/{version} (the '{alias}' alias)"
+    return usable_champion(dest, tags, uri=f"models:/{name}@{alias}", version=version,
+                           where=where, signature=config.signature)
+
+
+def usable_champion(directory: Path, tags: dict[str, str], *, uri: str, version: str,
+                    where: str, signature: str) -> ChampionModel:
+    """The champion in ``directory`` as its version records it, checked to be runnable here."""
+    from optimizer.benchmark.environment import model_digest
+    from optimizer.runtime import RUNTIMES
+
+    try:
+        check_model_tree(directory, where)
+    except TfoptError as exc:
+        raise ChampionUnusableError(str(exc)) from None
+    fmt, runtime_name, artifact = _recorded_format(directory, tags, where)
+    if fmt not in RUNTIMES:
+        raise ChampionUnusableError(
+            f"{where} is in format '{fmt}', which this tfopt cannot run (it runs "
+            f"{', '.join(RUNTIMES)})")
+    runtime = RUNTIMES[fmt]
+    if not runtime.available():
+        raise ChampionUnusableError(
+            f"{where} is a {fmt} model for {runtime_name or runtime.name}, and the "
+            f"{runtime.package} package is not installed here")
+    path = _artifact_path(directory, artifact, runtime, where)
+    _check_readable(path, fmt, signature, where)
+    threads = _recorded_threads(path, tags)
+    log.info("champion: %s is %s on %s%s", where, fmt, runtime_name or runtime.name,
+             f", {threads['num_threads']} threads" if threads.get("num_threads") else "")
+    return ChampionModel(uri=uri, version=version, path=str(path), directory=str(directory),
+                         digest=model_digest(path.parent if path.is_file() else path),
+                         format=fmt, runtime=runtime_name or runtime.name,
+                         candidate=tags.get("tfopt.candidate"), **threads)
+
+
+def _recorded_format(directory: Path, tags: dict[str, str],
+                     where: str) -> tuple[str, str | None, str | None]:
+    """``(format, runtime, artifact path inside directory or None)`` as the version records."""
+    mlmodel = directory / MLMODEL_FILE
+    if mlmodel.is_file():
+        return _mlmodel_format(mlmodel, where)
+    if tags.get("tfopt.format"):
+        return tags["tfopt.format"], tags.get("tfopt.runtime"), None
+    from optimizer.runtime.registry import SAVED_MODEL_FILES
+
+    if any((directory / name).is_file() for name in SAVED_MODEL_FILES):
+        return "savedmodel", None, None
+    found = ", ".join(sorted(p.name for p in directory.iterdir())) or "nothing"
+    raise ChampionUnusableError(
+        f"{where} records no format (no MLmodel file, no tfopt.format tag) and is not a "
+        f"SavedModel: its files are {found}")
+
+
+def _mlmodel_format(mlmodel: Path, where: str) -> tuple[str, str | None, str | None]:
+    from optimizer.yaml_files import read_yaml_file
+
+    data = read_yaml_file(mlmodel, f"{where}: MLmodel", ChampionUnusableError)
+    if not isinstance(data, dict):
+        raise ChampionUnusableError(f"{where}: its MLmodel file is not a mapping")
+    recorded = (data.get("metadata") or {}).get("tfopt") or {}
+    if isinstance(recorded, dict) and recorded.get("format"):
+        return recorded["format"], recorded.get("runtime"), recorded.get("artifact")
+    flavors = data.get("flavors") or {}
+    for flavor, fmt in FLAVOR_FORMATS.items():
+        if flavor in flavors:
+            conf = flavors[flavor] or {}
+            artifact = conf.get("saved_model_dir") or conf.get("data")
+            return fmt, None, artifact
+    raise ChampionUnusableError(
+        f"{where} is an MLflow Model with flavors {', '.join(sorted(flavors)) or 'none'}, "
+        f"none of which this tfopt can run")
+
+
+def _artifact_path(directory: Path, artifact: str | None, runtime, where: str) -> Path:
+    if artifact:
+        path = (directory / artifact)
+        if not path.resolve().is_relative_to(directory.resolve()):
+            raise ChampionUnusableError(f"{where}: its artifact path '{artifact}' leaves the "
+                                        f"model directory")
+        if not path.exists():
+            raise ChampionUnusableError(f"{where}: its {runtime.format} artifact '{artifact}' "
+                                        f"is missing")
+        return path
+    if runtime.suffix is None:
+        return directory
+    files = sorted(directory.glob(f"*{runtime.suffix}"))
+    if len(files) != 1:
+        raise ChampionUnusableError(
+            f"{where} is recorded as {runtime.format} but holds "
+            f"{len(files) or 'no'} *{runtime.suffix} file{'s' if len(files) != 1 else ''}")
+    return files[0]
+
+
+def _check_readable(path: Path, fmt: str, signature: str, where: str) -> None:
+    """Parse (and, for a SavedModel, scan) the artifact now: a corrupt champion fails here,
+    with the version named, not in the middle of the benchmark."""
+    from optimizer.errors import DangerousOpError
+    from optimizer.runtime import read_signature
+
+    try:
+        read_signature(path, signature, format=fmt)
+    except DangerousOpError:
+        raise
+    except TfoptError as exc:
+        raise ChampionUnusableError(f"{where} cannot be read as {fmt}: {first_line(exc)}"
+                                    ) from None
+
+
+def _recorded_threads(path: Path, tags: dict[str, str]) -> dict[str, int | None]:
+    """The runtime settings tuning recorded for the version: the JSON beside the artifact,
+    else the version's ``tfopt.runtime.*`` tags."""
+    import json
+
+    settings_file = (path if path.is_dir() else path.parent) / RUNTIME_SETTINGS_FILE
+    recorded: dict = {}
+    if settings_file.is_file():
+        try:
+            recorded = json.loads(settings_file.read_text())
+        except (OSError, ValueError):
+            log.warning("champion: unreadable %s; using its tags", settings_file)
+    names = ("num_threads", "intra_op_threads", "inter_op_threads")
+    out: dict[str, int | None] = {}
+    for name in names:
+        value = recorded.get(name, tags.get(f"tfopt.runtime.{name}"))
+        try:
+            out[name] = int(value) if value not in (None, "", "None") else None
+        except (TypeError, ValueError):
+            out[name] = None
+    return out

@@ -40,6 +40,8 @@ from optimizer.benchmark.memory import measure_rss_growth
 from optimizer.benchmark.result import (
     BASELINE_ROLES,
     CANDIDATE,
+    CHAMPION,
+    REFERENCE,
     UNOPTIMIZED_INPUT,
     BenchmarkResult,
     BenchmarkSettings,
@@ -56,8 +58,9 @@ from optimizer.benchmark.stats import LatencySummary, p50_ratio_interval
 from optimizer.errors import InvalidInputsError
 from optimizer.evaluation import LabelledData, evaluate, get_metric, load_labelled_data
 from optimizer.inputs import make_inputs
-from optimizer.runner import ModelRunner, load_runner, read_signature
+from optimizer.runtime import ModelRunner, load_runner, read_signature
 from optimizer.savedmodel import DEFAULT_SIGNATURE, directory_size
+from optimizer.signature import SignatureInfo
 
 log = logging.getLogger(__name__)
 
@@ -67,24 +70,35 @@ EVAL_BATCH = 64
 
 @dataclass(frozen=True)
 class Subject:
-    """A model to benchmark: a SavedModel directory or a LiteRT ``.tflite`` file (its size is
-    the file's), a display label and its role."""
+    """A model to benchmark: a SavedModel directory or a model file of another format (its
+    size is the file's), a display label and its role. ``format`` (default: what the path looks
+    like) and ``num_threads`` (per-model runtimes; default: the CPUs available) say how it
+    runs: :func:`optimizer.runtime.load_runner`."""
 
     path: Path
     role: str
     label: str = ""
+    format: str | None = None
+    num_threads: int | None = None
 
     @classmethod
     def baseline(cls, path: str | os.PathLike, role: str = UNOPTIMIZED_INPUT,
-                 label: str = "") -> Subject:
+                 label: str = "", format: str | None = None,
+                 num_threads: int | None = None) -> Subject:
         if role not in BASELINE_ROLES:
             raise InvalidInputsError(f"unknown baseline role '{role}'; one of "
                                      f"{', '.join(BASELINE_ROLES)}")
-        return cls(Path(path), role, label)
+        return cls(Path(path), role, label, format, num_threads)
 
     @classmethod
-    def candidate(cls, path: str | os.PathLike, label: str = "") -> Subject:
-        return cls(Path(path), CANDIDATE, label)
+    def candidate(cls, path: str | os.PathLike, label: str = "",
+                  format: str | None = None) -> Subject:
+        return cls(Path(path), CANDIDATE, label, format)
+
+    @classmethod
+    def reference(cls, path: str | os.PathLike, label: str = "input") -> Subject:
+        """The unoptimized input, measured for accuracy beside a champion baseline."""
+        return cls(Path(path), REFERENCE, label)
 
 
 @dataclass(frozen=True)
@@ -121,10 +135,9 @@ def _rows(array: np.ndarray, batch_size: int) -> np.ndarray:
     return np.resize(array, (batch_size, *array.shape[1:]))
 
 
-def _batch_feeds(runner: ModelRunner, batch_size: int, seed: int,
+def _batch_feeds(signature: SignatureInfo, batch_size: int, seed: int,
                  inputs: Mapping[str, np.ndarray] | None,
                  eval_data: LabelledData | None) -> dict[str, np.ndarray]:
-    signature = runner.signature
     if inputs is not None:
         return {k: _rows(np.asarray(inputs[k]), batch_size) for k in signature.input_keys}
     if eval_data is not None and len(signature.inputs) == 1:
@@ -157,12 +170,41 @@ class _Loaded:
 def _load(subject: Subject, label: str, signature: str, first_feeds) -> _Loaded:
     with measure_rss_growth() as growth:
         started = time.perf_counter()
-        runner = load_runner(subject.path, signature)
+        runner = load_runner(subject.path, signature, format=subject.format,
+                             num_threads=subject.num_threads)
         load_seconds = time.perf_counter() - started
         started = time.perf_counter()
         runner(first_feeds(runner))
         first_call = time.perf_counter() - started
     return _Loaded(subject, label, runner, load_seconds, first_call, growth)
+
+
+def _with_serving_threads(subject: Subject, baseline: Subject, signature: str, feeds,
+                          runtime: AppliedRuntime, say: Callable[[str], None],
+                          label: str) -> Subject:
+    """``subject`` with the thread count it would be served with, where its runtime takes one
+    per model and none was given: a champion's recorded count for the candidates in its runtime
+    (like for like with the model as deployed; tuning after the gate finds the winner's own),
+    else a quick choice between 1 thread and all CPUs (:mod:`optimizer.benchmark.thread_choice`).
+    """
+    import dataclasses
+
+    from optimizer.benchmark.thread_choice import choose_threads
+    from optimizer.runtime import detect_format, runtime_for
+
+    fmt = subject.format or detect_format(subject.path)
+    if subject.num_threads is not None or not runtime_for(fmt).per_model_threads:
+        return subject
+    champion_fmt = baseline.format or detect_format(baseline.path)
+    if baseline.role == CHAMPION and champion_fmt == fmt and baseline.num_threads is not None:
+        say(f"{label}: {baseline.num_threads} thread(s), as the champion in its runtime")
+        return dataclasses.replace(subject, format=fmt, num_threads=baseline.num_threads)
+    threads, ratio = choose_threads(subject.path, signature, fmt, feeds,
+                                    runtime.cpus.available)
+    if ratio is not None:
+        say(f"{label}: {threads} thread(s) (1 thread takes {ratio:.2f}x the time of "
+            f"{runtime.cpus.available})")
+    return dataclasses.replace(subject, format=fmt, num_threads=threads)
 
 
 def run_benchmark(
@@ -173,11 +215,14 @@ def run_benchmark(
     inputs: Mapping[str, np.ndarray] | None = None,
     eval_data: LabelledData | str | os.PathLike | None = None,
     progress: Callable[[str], None] | None = None,
+    reference: Subject | None = None,
 ) -> BenchmarkResult:
     """Measure ``baseline`` and every candidate; the result the gate and the report read.
 
     ``inputs`` (``{input key: array}``) or ``eval_data`` supply the timed inputs (rows are
     taken, or repeated, to each batch size); otherwise they are generated from the signature.
+    ``reference`` (the unoptimized input, when the baseline is a champion) is loaded beside
+    them but not timed: accuracy and every model's fidelity are measured against it.
     """
     if not candidates:
         raise InvalidInputsError("nothing to compare: give at least one candidate")
@@ -193,28 +238,39 @@ def run_benchmark(
     tf = import_tensorflow()
     tf.constant(0.0) + 1.0  # start TF's runtime now, so no model's RSS growth includes it
 
-    subjects = [baseline, *candidates]
+    subjects = [baseline, *candidates, *([reference] if reference is not None else [])]
     labels = _unique_labels(subjects)
+    contract = read_signature(baseline.path, config.signature, format=baseline.format)
     if isinstance(eval_data, (str, os.PathLike)):
-        eval_data = load_labelled_data(eval_data, read_signature(baseline.path, config.signature))
+        eval_data = load_labelled_data(eval_data, contract)
 
+    first_feeds = _batch_feeds(contract, min(config.batch_sizes), config.seed, inputs, eval_data)
     loaded: list[_Loaded] = []
     for subject, label in zip(subjects, labels):
+        if subject.role != REFERENCE:
+            subject = _with_serving_threads(subject, baseline, config.signature, first_feeds,
+                                            runtime, say, label)
         say(f"loading {label} ({subject.role}) from {subject.path}")
         item = _load(subject, label, config.signature, lambda r: _batch_feeds(
-            r, min(config.batch_sizes), config.seed, inputs, eval_data))
+            r.signature, min(config.batch_sizes), config.seed, inputs, eval_data))
         if loaded and not item.runner.signature.same_contract(loaded[0].runner.signature):
             raise InvalidInputsError(
                 f"{label} has signature {item.runner.signature.describe()}, but the baseline "
                 f"has {loaded[0].runner.signature.describe()}: they cannot be compared")
         loaded.append(item)
+    # The reference is loaded like the others (its memory and accuracy are measured) but only
+    # the baseline and the candidates are timed.
+    checked = loaded[-1] if reference is not None else None
+    timed_models = loaded[:-1] if reference is not None else loaded
+    ref_item = checked or loaded[0]
 
     samples: dict[str, dict[int, tuple[float, ...]]] = {item.label: {} for item in loaded}
     for batch_size in config.batch_sizes:
-        feeds = _batch_feeds(loaded[0].runner, batch_size, config.seed, inputs, eval_data)
-        tensors = {item.label: item.runner.to_tensors(feeds) for item in loaded}
+        feeds = _batch_feeds(loaded[0].runner.signature, batch_size, config.seed, inputs,
+                             eval_data)
+        tensors = {item.label: item.runner.to_tensors(feeds) for item in timed_models}
         calls = {item.label: (lambda r=item.runner, t=tensors[item.label]: r.call(t))
-                 for item in loaded}
+                 for item in timed_models}
         say(f"batch {batch_size}: timing {len(calls)} models interleaved, at least "
             f"{config.min_runs} rounds and {config.min_seconds:g}s")
         timed = time_interleaved(
@@ -232,7 +288,7 @@ def run_benchmark(
             b: p50_ratio_interval(samples[base_label][b], samples[item.label][b],
                                   config.confidence, config.resamples, seed=config.seed)
             for b in config.batch_sizes}
-        for item in loaded[1:]}
+        for item in timed_models[1:]}
 
     qualities: dict[str, Quality] = {}
     if eval_data is not None:
@@ -245,15 +301,19 @@ def run_benchmark(
     from optimizer.equivalence import compare
 
     fidelities: dict[str, Fidelity] = {}
-    feeds_list, feeds_source = _fidelity_feeds(loaded[0].runner, config.seed, inputs, eval_data)
-    for item in loaded[1:]:
-        report = compare(loaded[0].runner, item.runner, inputs=feeds_list)
+    feeds_list, feeds_source = _fidelity_feeds(ref_item.runner, config.seed, inputs, eval_data)
+    for item in loaded:
+        if item is ref_item:
+            continue
+        report = compare(ref_item.runner, item.runner, inputs=feeds_list)
         fidelities[item.label] = Fidelity(report.max_abs_diff, report.max_rel_diff,
                                           report.top1_agreement, report.batches, feeds_source)
 
     measurements = [
         ModelMeasurement(
             label=item.label, role=item.subject.role, path=str(item.subject.path),
+            format=item.runner.format, runtime=item.runner.runtime,
+            num_threads=item.runner.num_threads,
             digest=model_digest(item.subject.path), size_bytes=directory_size(item.subject.path),
             load_seconds=item.load_seconds, first_call_seconds=item.first_call_seconds,
             rss_growth_bytes=item.growth.rss_growth_bytes,
@@ -276,7 +336,8 @@ def run_benchmark(
         resamples=config.resamples, rotate_order=True, signature=config.signature,
         inputs=inputs_source)
     return BenchmarkResult(
-        baseline=measurements[0], candidates=tuple(measurements[1:]), ratios=ratios,
+        baseline=measurements[0], candidates=tuple(measurements[1:len(timed_models)]),
+        reference=measurements[-1] if checked is not None else None, ratios=ratios,
         settings=settings, environment=capture_environment(runtime),
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         wall_seconds=time.perf_counter() - started, notes=runtime.notes)

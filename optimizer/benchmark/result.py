@@ -23,6 +23,10 @@ FORMAT_VERSION = 1
 CHAMPION = "champion"
 UNOPTIMIZED_INPUT = "input"
 CANDIDATE = "candidate"
+# When the champion is the baseline, the unoptimized input is measured beside it (not timed):
+# accuracy budgets and fidelity are anchored to it, so that small losses cannot pile up from one
+# promotion to the next.
+REFERENCE = "reference"
 BASELINE_ROLES = {CHAMPION: "the current production model (the registry's champion)",
                   UNOPTIMIZED_INPUT: "the unoptimized input model"}
 
@@ -72,11 +76,16 @@ class ModelMeasurement:
     latency: dict[int, LatencySummary]  # batch size -> summary
     samples: dict[int, tuple[float, ...]]  # batch size -> per-call seconds, one per round
     quality: Quality | None = None
-    fidelity: Fidelity | None = None  # against the baseline; None for the baseline itself
+    # against the accuracy reference (the unoptimized input); None for the reference itself
+    fidelity: Fidelity | None = None
+    format: str = "savedmodel"  # what ran it: optimizer.runtime.registry
+    runtime: str = "tensorflow"
+    num_threads: int | None = None  # the runtime's own thread count; None: the process's
 
     def to_dict(self) -> dict:
         return {
             "label": self.label, "role": self.role, "path": self.path, "digest": self.digest,
+            "format": self.format, "runtime": self.runtime, "num_threads": self.num_threads,
             "size_bytes": self.size_bytes, "load_seconds": self.load_seconds,
             "first_call_seconds": self.first_call_seconds,
             "rss_growth_bytes": self.rss_growth_bytes,
@@ -101,6 +110,8 @@ class ModelMeasurement:
             samples={int(b): tuple(float(v) for v in s) for b, s in data["samples"].items()},
             quality=Quality(**data["quality"]) if data.get("quality") else None,
             fidelity=Fidelity(**data["fidelity"]) if data.get("fidelity") else None,
+            format=data.get("format", "savedmodel"), runtime=data.get("runtime", "tensorflow"),
+            num_threads=data.get("num_threads"),
         )
 
 
@@ -138,10 +149,23 @@ class BenchmarkResult:
     wall_seconds: float
     format_version: int = FORMAT_VERSION
     notes: tuple[str, ...] = field(default=())
+    reference: ModelMeasurement | None = None  # the input, when the baseline is the champion
 
     @property
     def models(self) -> tuple[ModelMeasurement, ...]:
+        """The timed models: the baseline, then the candidates."""
         return (self.baseline, *self.candidates)
+
+    @property
+    def accuracy_reference(self) -> ModelMeasurement:
+        """What accuracy drops and fidelity are measured against: the unoptimized input."""
+        return self.reference or self.baseline
+
+    @property
+    def measured(self) -> tuple[ModelMeasurement, ...]:
+        """Every model measured: the reference (when apart from the baseline), then
+        :attr:`models`."""
+        return ((self.reference,) if self.reference else ()) + self.models
 
     def candidate(self, label: str) -> ModelMeasurement:
         for c in self.candidates:
@@ -158,6 +182,7 @@ class BenchmarkResult:
             "environment": self.environment.to_dict(),
             "baseline": self.baseline.to_dict(),
             "candidates": [c.to_dict() for c in self.candidates],
+            "reference": self.reference.to_dict() if self.reference else None,
             "ratios": {label: {str(b): r.to_dict() for b, r in by_batch.items()}
                        for label, by_batch in self.ratios.items()},
             "notes": list(self.notes),
@@ -174,6 +199,8 @@ class BenchmarkResult:
             environment=Environment.from_dict(data["environment"]),
             created=data["created"], wall_seconds=float(data["wall_seconds"]),
             format_version=int(data["format_version"]), notes=tuple(data.get("notes", ())),
+            reference=(ModelMeasurement.from_dict(data["reference"]) if data.get("reference")
+                       else None),
         )
 
     def to_json(self) -> str:

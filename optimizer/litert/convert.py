@@ -247,7 +247,7 @@ def _compatible(saved: SignatureInfo, converted: SignatureInfo) -> str | None:
 
 def _converted_signature(flatbuffer: bytes, name: str, failure: str) -> SignatureInfo:
     """The signature as the runtime that will serve the model reads it."""
-    from optimizer.litert.runner import import_interpreter, litert_signature
+    from optimizer.runtime.litert import import_interpreter, litert_signature
 
     try:
         interpreter = import_interpreter()(model_content=flatbuffer)

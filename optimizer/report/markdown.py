@@ -63,7 +63,7 @@ def _quality_row(base: ModelMeasurement, cand: ModelMeasurement) -> list[object]
                 f"{c.value:.4f}", comment]
     fid = cand.fidelity
     if fid and fid.top1_agreement is not None:
-        return ["accuracy (no labels: top-1 agreement)", "reference",
+        return ["accuracy (no labels: top-1 agreement with the input)", "reference",
                 f"{fid.top1_agreement:.4f}",
                 f"max abs error {fid.max_abs_diff:.3g}, max rel error {fid.max_rel_diff:.3g}"]
     if fid:
@@ -133,6 +133,27 @@ def _profile_section(profiles: Sequence[OpProfile], top: int) -> list[str]:
     return lines
 
 
+def accuracy_table(result: BenchmarkResult) -> list[str]:
+    """Every model's accuracy, the unoptimized input first: the gate's budgets are drops from
+    the input's, whichever model the latency baseline is."""
+    reference = result.accuracy_reference
+    rows = []
+    for m in result.measured:
+        drop = ""
+        if m.quality is not None and reference.quality is not None and m is not reference:
+            delta = m.quality.value - reference.quality.value
+            drop = f"{-delta if m.quality.higher_is_better else delta:+.4f}"
+        agreement = ("-" if m.fidelity is None or m.fidelity.top1_agreement is None
+                     else f"{m.fidelity.top1_agreement:.4f}")
+        rows.append([m.label, m.role, m.runtime,
+                     "-" if m.quality is None else f"{m.quality.value:.4f}", drop or "-",
+                     agreement])
+    metric = next((m.quality.metric for m in result.measured if m.quality is not None),
+                  "accuracy")
+    return _table(["model", "role", "runtime", metric, f"drop vs {reference.label}",
+                   f"top-1 agreement with {reference.label}"], rows)
+
+
 def candidates_table(rows: Sequence[dict]) -> list[str]:
     """Every candidate, fastest first: format, runtime, speedup, accuracy, size, verdict."""
     table_rows = []
@@ -171,6 +192,8 @@ def render_markdown(result: BenchmarkResult, decision=None,
         lines.append("")
     if candidate_rows:
         lines += ["## Candidates", ""] + candidates_table(candidate_rows) + [""]
+    if result.reference is not None or any(m.quality for m in result.models):
+        lines += ["## Accuracy", ""] + accuracy_table(result) + [""]
     # The chosen candidate's table comes first: it is the one a reviewer is asked to accept.
     chosen = decision.chosen if decision is not None else None
     for candidate in sorted(result.candidates, key=lambda c: c.label != chosen):
@@ -201,10 +224,13 @@ def render_markdown(result: BenchmarkResult, decision=None,
     if profiles:
         lines += _profile_section(profiles, top_ops) + [""]
     lines += ["## Models", ""]
-    lines += _table(["model", "role", "path", "digest", "rss growth", "first call"],
-                    [[m.label, m.role, m.path, m.digest[:23] + "…",
-                      human_bytes(m.rss_growth_bytes), ms(m.first_call_seconds)]
-                     for m in result.models])
+    lines += _table(["model", "role", "format", "runtime", "path", "digest", "rss growth",
+                     "first call"],
+                    [[m.label, m.role, m.format, m.runtime
+                      + (f" ({m.num_threads} threads)" if m.num_threads else ""), m.path,
+                      m.digest[:23] + "…", human_bytes(m.rss_growth_bytes),
+                      ms(m.first_call_seconds)]
+                     for m in result.measured])
     lines += ["", "## Environment", "", result.environment.summary(), ""]
     for note in result.notes:
         lines.append(f"- note: {note}")

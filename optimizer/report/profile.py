@@ -148,8 +148,10 @@ def profile_ops(model: FrozenModel | str | os.PathLike, feeds: Mapping[str, np.n
 
 def profile_baseline_and_candidate(result, candidate_label: str, feeds: Mapping[str, np.ndarray],
                                    runs: int = 10) -> list[OpProfile]:
-    """Profiles of a :class:`BenchmarkResult`'s baseline and one candidate, on ``feeds``."""
+    """Profiles of a :class:`BenchmarkResult`'s baseline and one candidate, on ``feeds``; a
+    model another runtime than TensorFlow runs has no step stats and is left out."""
     signature = result.settings.signature
     return [profile_ops(m.path, feeds, label=f"{m.label} ({m.role})", runs=runs,
                         signature_name=signature)
-            for m in (result.baseline, result.candidate(candidate_label))]
+            for m in (result.baseline, result.candidate(candidate_label))
+            if m.format == "savedmodel"]

@@ -5,7 +5,7 @@ so every setting of the grid (:func:`thread_grid`: intra-op in {1, 2, CPUs} x in
 {1, 2}, deduplicated and capped at the CPUs this process may use, cgroup quota included; for a
 LiteRT ``.tflite`` file only the interpreter's ``num_threads`` in {1, 2, CPUs}) gets a worker
 process of its own (``python -m optimizer.runtime_tuning.worker``) that applies the setting
-before TensorFlow starts, loads the model through :func:`optimizer.runner.load_runner` (or the
+before TensorFlow starts, loads the model through :func:`optimizer.runtime.load_runner` (or the
 LiteRT runner with ``num_threads``), calls it once, and reports back the setting in effect as
 TensorFlow reads it (``tf.config.threading.get_*_parallelism_threads``).
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from optimizer.runtime_tuning.checks import RuntimeTuningError, positive
-from optimizer.runtime_tuning.grid import ThreadSetting, is_litert_model, validate_grid
+from optimizer.runtime_tuning.grid import ThreadSetting, has_per_model_threads, validate_grid
 from optimizer.runtime_tuning.probes import PROBE_MIN_RUNS, PROBE_WARMUP, Probe, Probes, Progress
 from optimizer.runtime_tuning.threads import prepare
 from optimizer.savedmodel import DEFAULT_SIGNATURE
@@ -98,7 +98,7 @@ def measure_batch_curve(
     batch_sizes = validate_batch_sizes(batch_sizes)
     model, _, reference, cpus = prepare(model, signature, None, None)
     setting = setting or reference
-    validate_grid([setting], setting, cpus, is_litert_model(model))
+    validate_grid([setting], setting, cpus, has_per_model_threads(model))
     with Probes(model, signature, [setting], say) as running:
         return measure_curve(running[setting], batch_sizes, time_budget_seconds, say)
 

@@ -17,7 +17,8 @@ from optimizer.runtime_tuning.checks import RuntimeTuningError, positive
 
 @dataclass(frozen=True)
 class ThreadSetting:
-    """TensorFlow's two pool sizes, or a LiteRT interpreter's ``num_threads``; None = unset."""
+    """TensorFlow's two pool sizes, or a per-model runtime's ``num_threads`` (a LiteRT
+    interpreter's); None = unset."""
 
     intra_op_threads: int | None = None
     inter_op_threads: int | None = None
@@ -56,25 +57,26 @@ class ThreadSetting:
                                                "num_threads")})
 
 
-def is_litert_model(model: str | os.PathLike) -> bool:
-    """A ``.tflite`` path: tuned over ``num_threads`` instead of TensorFlow's pools."""
-    from optimizer.litert import is_litert_path
+def has_per_model_threads(model: str | os.PathLike) -> bool:
+    """Whether the model's runtime takes a thread count per model (LiteRT's ``num_threads``):
+    tuned over that instead of TensorFlow's two process-wide pools."""
+    from optimizer.runtime import detect_format, runtime_for
 
-    return is_litert_path(model)
+    return runtime_for(detect_format(model)).per_model_threads
 
 
-def thread_grid(cpus: int, litert: bool = False) -> list[ThreadSetting]:
+def thread_grid(cpus: int, per_model: bool = False) -> list[ThreadSetting]:
     """The default settings to try on ``cpus`` CPUs (see the module docstring)."""
     positive("cpus", cpus)
     counts = sorted({n for n in (1, 2, cpus) if n <= cpus})
-    if litert:
+    if per_model:
         return [ThreadSetting(num_threads=n) for n in counts]
     return [ThreadSetting(intra, inter) for intra in counts for inter in (1, 2) if inter <= cpus]
 
 
-def reference_setting(cpus: int, litert: bool = False) -> ThreadSetting:
+def reference_setting(cpus: int, per_model: bool = False) -> ThreadSetting:
     """What runs without tuning: all CPUs for one op at a time (the benchmark's default)."""
-    return ThreadSetting(num_threads=cpus) if litert else ThreadSetting(cpus, 1)
+    return ThreadSetting(num_threads=cpus) if per_model else ThreadSetting(cpus, 1)
 
 
 def cpu_facts() -> tuple[int, float | None, str]:
@@ -96,16 +98,18 @@ def serving_env(setting: ThreadSetting) -> dict[str, str]:
 
 
 def validate_grid(grid: Sequence[ThreadSetting], reference: ThreadSetting, cpus: int,
-                  litert: bool) -> None:
+                  per_model: bool) -> None:
     """Refuse a grid that cannot be searched on this model and machine, naming the setting."""
     if not grid:
         raise RuntimeTuningError("the thread grid is empty")
     for setting in grid:
-        if litert and setting.intra_op_threads is not None:
-            raise RuntimeTuningError(f"[{setting.label}]: a LiteRT model takes only num_threads")
-        if not litert and setting.num_threads is not None:
-            raise RuntimeTuningError(f"[{setting.label}]: num_threads is a LiteRT setting; "
-                                     "a SavedModel takes intra_op_threads and inter_op_threads")
+        if per_model and setting.intra_op_threads is not None:
+            raise RuntimeTuningError(f"[{setting.label}]: this model's runtime takes only "
+                                     f"num_threads")
+        if not per_model and setting.num_threads is not None:
+            raise RuntimeTuningError(f"[{setting.label}]: num_threads is a LiteRT setting (a "
+                                     "runtime's own thread count); a SavedModel takes "
+                                     "intra_op_threads and inter_op_threads")
     if len(set(grid)) != len(grid):
         raise RuntimeTuningError("the thread grid lists a setting twice")
     if reference not in grid:

@@ -21,7 +21,7 @@ from optimizer.runtime_tuning.checks import check_min_gain, positive
 from optimizer.runtime_tuning.grid import (
     ThreadSetting,
     cpu_facts,
-    is_litert_model,
+    has_per_model_threads,
     reference_setting,
     thread_grid,
     validate_grid,
@@ -128,16 +128,16 @@ def run_search(running: dict[ThreadSetting, Probe], reference: ThreadSetting, ro
 def prepare(model, signature: str, grid, reference
             ) -> tuple[str, list[ThreadSetting], ThreadSetting, int]:
     """Check everything that can be checked here, before starting any probe process."""
-    from optimizer.runner import read_signature
+    from optimizer.runtime import read_signature
 
     if not Path(model).exists():
         raise SourceNotFoundError(f"no such model: {model}")
     read_signature(model, signature)  # not a model, or no such signature: say so now
     cpus, _, _ = cpu_facts()
-    litert = is_litert_model(model)
-    grid = list(grid) if grid is not None else thread_grid(cpus, litert)
-    reference = reference or reference_setting(cpus, litert)
-    validate_grid(grid, reference, cpus, litert)
+    per_model = has_per_model_threads(model)
+    grid = list(grid) if grid is not None else thread_grid(cpus, per_model)
+    reference = reference or reference_setting(cpus, per_model)
+    validate_grid(grid, reference, cpus, per_model)
     return str(model), grid, reference, cpus
 
 

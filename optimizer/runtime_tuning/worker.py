@@ -22,13 +22,9 @@ _MAX_RUNS = 100_000
 
 
 def _load_for_setting(model: str, signature: str, setting: ThreadSetting):
-    from optimizer.runner import load_runner
+    from optimizer.runtime import load_runner
 
-    if setting.num_threads is not None:
-        from optimizer.litert.runner import LiteRTRunner
-
-        return LiteRTRunner(model, signature, num_threads=setting.num_threads)
-    return load_runner(model, signature)
+    return load_runner(model, signature, num_threads=setting.num_threads)
 
 
 def _in_effect(setting: ThreadSetting, runner) -> dict:

@@ -423,7 +423,7 @@ def remeasure(result: SearchResult, original: FrozenModel, top_k: int = 3,
     from optimizer.benchmark.interleaved import time_interleaved
     from optimizer.benchmark.stats import p50_ratio_interval
     from optimizer.inputs import infer_int_ranges, make_inputs
-    from optimizer.runner import load_runner
+    from optimizer.runtime import load_runner
 
     tolerance = tolerance or Tolerance()
     # name -> (model, model cost, trace); one entry per distinct graph

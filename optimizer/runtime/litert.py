@@ -26,21 +26,21 @@ import numpy as np
 from optimizer.errors import (
     InvalidInputsError,
     SourceNotFoundError,
-    TfoptError,
     UnknownSignatureError,
+    first_line,
 )
-from optimizer.runner import ModelRunner
+from optimizer.runtime.base import CorruptModelError, ModelRunner, RuntimeUnavailableError
 from optimizer.savedmodel import DEFAULT_SIGNATURE
 from optimizer.signature import SignatureInfo, TensorSpecInfo
 
 _DELEGATE_NODE = "DELEGATE"  # the node that replaces each partition a delegate takes
 
 
-class LiteRTUnavailableError(TfoptError):
+class LiteRTUnavailableError(RuntimeUnavailableError):
     """The ``ai-edge-litert`` package is not installed."""
 
 
-class CorruptLiteRTModelError(TfoptError):
+class CorruptLiteRTModelError(CorruptModelError):
     """A ``.tflite`` file the interpreter cannot read."""
 
 
@@ -90,11 +90,6 @@ def default_threads() -> int:
     return available_cpus().available
 
 
-def _one_line(exc: Exception) -> str:
-    return next((line.strip() for line in str(exc).splitlines() if line.strip()),
-                type(exc).__name__)
-
-
 def _open_interpreter(path: Path, num_threads: int):
     if not path.exists():
         raise SourceNotFoundError(f"no such LiteRT model: {path}")
@@ -105,7 +100,7 @@ def _open_interpreter(path: Path, num_threads: int):
         return interpreter_class(model_path=str(path), num_threads=num_threads)
     except (ValueError, RuntimeError) as exc:
         raise CorruptLiteRTModelError(
-            f"cannot load LiteRT model {path}: {_one_line(exc)}") from None
+            f"cannot load LiteRT model {path}: {first_line(exc)}") from None
 
 
 def read_litert_signature(path: str | os.PathLike,
@@ -116,6 +111,9 @@ def read_litert_signature(path: str | os.PathLike,
 
 class LiteRTRunner(ModelRunner):
     """Calls one signature of a ``.tflite`` file; ``call`` is the hot path the benchmark times."""
+
+    format = "tflite"
+    runtime = "ai-edge-litert"
 
     def __init__(self, path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE,
                  num_threads: int | None = None):
@@ -128,7 +126,7 @@ class LiteRTRunner(ModelRunner):
             self._interpreter.allocate_tensors()  # applies the XNNPACK delegate
         except (ValueError, RuntimeError) as exc:
             raise CorruptLiteRTModelError(
-                f"cannot load LiteRT model {path}: {_one_line(exc)}") from None
+                f"cannot load LiteRT model {path}: {first_line(exc)}") from None
         signature = litert_signature(self._interpreter, signature_name, str(path))
         self.path = path
         self.num_threads = num_threads
@@ -154,10 +152,7 @@ class LiteRTRunner(ModelRunner):
         return sum(native.NodeName(i) == _DELEGATE_NODE for i in range(native.NumNodes()))
 
     def to_tensors(self, feeds: Mapping[str, np.ndarray]) -> list:
-        missing = [k for k in self.signature.input_keys if k not in feeds]
-        if missing:
-            raise InvalidInputsError(
-                f"inputs missing for signature '{self.signature.name}': {', '.join(missing)}")
+        self.check_feeds(feeds)
         tensors = []
         for spec in self.signature.inputs:
             array = np.asarray(feeds[spec.key], dtype=spec.numpy_dtype)
@@ -176,5 +171,16 @@ class LiteRTRunner(ModelRunner):
     # shapes are unchanged (measured: no difference per call from resizing only on change), so
     # batch 1 in the benchmark and batches of 64 in the evaluation go through the same runner.
 
-    def __call__(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {k: np.asarray(v) for k, v in self.call(self.to_tensors(feeds)).items()}
+    def close(self) -> None:
+        super().close()
+        self._interpreter = None
+
+
+def load_runner(path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE,
+                num_threads: int | None = None) -> LiteRTRunner:
+    return LiteRTRunner(path, signature_name, num_threads=num_threads)
+
+
+def read_signature(path: str | os.PathLike,
+                   signature_name: str = DEFAULT_SIGNATURE) -> SignatureInfo:
+    return read_litert_signature(path, signature_name)

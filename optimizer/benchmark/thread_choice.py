@@ -1,0 +1,60 @@
+"""A per-model runtime's thread count for the benchmark: the one it would be served with.
+
+TensorFlow's thread pools belong to the process; a LiteRT interpreter (and any runtime whose
+``per_model_threads`` is set, :mod:`optimizer.runtime.registry`) takes its own count. The
+champion runs at the count tuning chose for it, and for a small model that is often 1: a second
+thread costs more in handoffs than it saves. Timing every candidate at all CPUs instead would
+compare the champion as served with candidates as nobody serves them; measured on the digits
+CNN, the champion's own file came out 1.54x slower than itself.
+
+So a candidate in the champion's runtime is timed at the champion's recorded count: like for
+like with the model as deployed (measured otherwise: a champion tuned to 2 threads lost 2.8x to
+its own file at 1 thread, and a scheduled run would promote a copy of it). Any other candidate
+of such a runtime whose count is not given is timed briefly at 1 thread and at all CPUs, interleaved, and benchmarked at all CPUs unless 1 thread is clearly faster (median of
+the per-round ratios below :data:`CLEARLY_FASTER`). On a model of a few microseconds the two
+are often close and the choice can go either way from run to run (measured on a 16x16 CNN: 1
+thread took 0.53x the time of 2 in one session, 0.94-1.0x in another); either choice is a
+setting the model could be served with. The full search, in separate processes and
+with a sign test, still runs on the chosen model after the gate (:mod:`optimizer.runtime_tuning`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+from optimizer.benchmark.interleaved import time_interleaved
+
+CLEARLY_FASTER = 0.97
+WARMUP = 3
+MIN_ROUNDS = 30
+MIN_SECONDS = 0.3
+
+
+def choose_threads(path: str | os.PathLike, signature: str, fmt: str,
+                   feeds: Mapping[str, np.ndarray], cpus: int) -> tuple[int, float | None]:
+    """``(thread count, median ratio of 1 thread to all CPUs)``; the ratio is None when there
+    was nothing to choose (one CPU)."""
+    from optimizer.runtime import load_runner
+
+    if cpus <= 1:
+        return 1, None
+    runners = {n: load_runner(path, signature, format=fmt, num_threads=n) for n in (1, cpus)}
+    try:
+        tensors = {n: r.to_tensors(feeds) for n, r in runners.items()}
+        timed = time_interleaved({n: (lambda r=r, t=tensors[n]: r.call(t))
+                                  for n, r in runners.items()},
+                                 warmup=WARMUP, min_runs=MIN_ROUNDS, min_seconds=MIN_SECONDS,
+                                 rotate_order=True)
+    finally:
+        for runner in runners.values():
+            runner.close()
+    ratio = float(np.median(np.asarray(timed[1].seconds) / np.asarray(timed[cpus].seconds)))
+    return threads_for(ratio, cpus), ratio
+
+
+def threads_for(ratio: float, cpus: int) -> int:
+    """1 thread when it took clearly less time than ``cpus`` threads, else ``cpus``."""
+    return 1 if ratio < CLEARLY_FASTER else cpus

@@ -1,0 +1,51 @@
+"""Run a model in this process, whatever its format, behind one interface.
+
+:func:`load_runner` gives a :class:`~optimizer.runtime.base.ModelRunner` for a SavedModel
+directory, a :class:`~optimizer.frozen.FrozenModel`, or a model file of any format in
+:data:`~optimizer.runtime.registry.RUNTIMES`; each format's runtime is one module of this
+package (:mod:`.tensorflow`, :mod:`.litert`), imported when first needed. The benchmark, the
+equivalence check, the evaluation and runtime tuning go through here only.
+"""
+
+from __future__ import annotations
+
+import os
+
+from optimizer.frozen import FrozenModel
+from optimizer.runtime.base import (
+    CorruptModelError,
+    ModelRunner,
+    RuntimeUnavailableError,
+    UnknownFormatError,
+)
+from optimizer.runtime.registry import RUNTIMES, Runtime, detect_format, runtime_for
+from optimizer.savedmodel import DEFAULT_SIGNATURE
+from optimizer.signature import SignatureInfo
+
+Model = str | os.PathLike | FrozenModel | ModelRunner
+
+__all__ = ["RUNTIMES", "CorruptModelError", "Model", "ModelRunner", "Runtime",
+           "RuntimeUnavailableError", "UnknownFormatError", "detect_format", "load_runner",
+           "read_signature", "runtime_for"]
+
+
+def load_runner(model: Model, signature_name: str = DEFAULT_SIGNATURE, *,
+                format: str | None = None, num_threads: int | None = None) -> ModelRunner:
+    """A runner for ``model``; ``format`` defaults to what the path looks like
+    (:func:`~optimizer.runtime.registry.detect_format`). ``num_threads`` applies where the
+    runtime sets threads per model; None takes the CPUs this process may use."""
+    if isinstance(model, ModelRunner):
+        return model
+    if isinstance(model, FrozenModel):
+        from optimizer.runtime.tensorflow import frozen_runner
+
+        return frozen_runner(model)
+    runtime = runtime_for(format or detect_format(model))
+    return runtime.implementation().load_runner(model, signature_name, num_threads)
+
+
+def read_signature(model: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE, *,
+                   format: str | None = None) -> SignatureInfo:
+    """The signature of a model on disk, read without running it."""
+    runtime = runtime_for(format or detect_format(model))
+    return runtime.implementation().read_signature(model, signature_name)

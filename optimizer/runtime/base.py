@@ -1,0 +1,75 @@
+"""What every runtime's runner offers, so the benchmark, equivalence check, evaluation and tuning
+treat a SavedModel, a LiteRT flatbuffer or any other format alike.
+
+``runner(feeds) -> outputs`` takes and returns ``{signature key: numpy array}``. ``call`` is the
+hot path the benchmark times: it takes what ``to_tensors`` made once, so that converting numpy
+arrays to the runtime's own tensors is not timed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from optimizer.errors import InvalidInputsError, TfoptError
+from optimizer.signature import SignatureInfo
+
+
+class RuntimeUnavailableError(TfoptError):
+    """The package a format's runtime needs is not installed."""
+
+
+class UnknownFormatError(TfoptError):
+    """A model format no runtime here runs."""
+
+
+class CorruptModelError(TfoptError):
+    """A model file its runtime cannot read."""
+
+
+class ModelRunner:
+    """Calls one signature of one model.
+
+    ``format`` and ``runtime`` say what runs it (see :mod:`optimizer.runtime.registry`);
+    ``num_threads`` is the runtime's own thread count for this model, or None where threads are
+    the process's (TensorFlow sizes its pools once per process).
+    """
+
+    format = ""
+    runtime = ""
+    num_threads: int | None = None
+
+    def __init__(self, signature: SignatureInfo, fn, by_keyword: bool, description: str):
+        self.signature = signature
+        self._fn = fn
+        self._by_keyword = by_keyword
+        self.description = description
+
+    def check_feeds(self, feeds: Mapping[str, np.ndarray]) -> None:
+        missing = [k for k in self.signature.input_keys if k not in feeds]
+        if missing:
+            raise InvalidInputsError(
+                f"inputs missing for signature '{self.signature.name}': {', '.join(missing)}")
+
+    def to_tensors(self, feeds: Mapping[str, np.ndarray]) -> list:
+        """The runtime's inputs for ``feeds``, in signature order; numpy arrays by default."""
+        self.check_feeds(feeds)
+        return [np.asarray(feeds[s.key], dtype=s.numpy_dtype) for s in self.signature.inputs]
+
+    def call(self, tensors: list):
+        if self._by_keyword:
+            return self._fn(**dict(zip(self.signature.input_keys, tensors)))
+        return self._fn(*tensors)
+
+    def outputs(self, raw) -> dict[str, np.ndarray]:
+        """What ``call`` returned, as ``{output key: numpy array}``."""
+        return {k: np.asarray(v) for k, v in raw.items()}
+
+    def __call__(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.outputs(self.call(self.to_tensors(feeds)))
+
+    def close(self) -> None:
+        """Drop the runtime's hold on the model; the runner is unusable afterwards."""
+        self._fn = None
+

@@ -1,0 +1,66 @@
+"""TensorFlow: a SavedModel signature, or a :class:`FrozenModel` graph, called in this process.
+
+Thread pools are the process's (TensorFlow sizes them once, when its runtime starts; see
+:mod:`optimizer.benchmark.runtime`), so ``num_threads`` cannot be set per model: a SavedModel
+tuned to other pool sizes runs here with this process's, and a caller that must honour them
+runs it in a process of its own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+from optimizer.frozen import FrozenModel
+from optimizer.runtime.base import ModelRunner
+from optimizer.savedmodel import DEFAULT_SIGNATURE, get_signature
+from optimizer.signature import SignatureInfo
+from optimizer.tf_runtime import import_tensorflow
+
+
+class TensorFlowRunner(ModelRunner):
+    format = "savedmodel"
+    runtime = "tensorflow"
+
+    def to_tensors(self, feeds: Mapping[str, np.ndarray]) -> list:
+        tf = import_tensorflow()
+        self.check_feeds(feeds)
+        return [tf.constant(np.asarray(feeds[s.key]), dtype=tf.as_dtype(s.dtype))
+                for s in self.signature.inputs]
+
+    def outputs(self, raw) -> dict[str, np.ndarray]:
+        return {k: np.asarray(v.numpy()) for k, v in raw.items()}
+
+
+def _frozen_function(model: FrozenModel):
+    tf = import_tensorflow()
+
+    def _import():
+        tf.compat.v1.import_graph_def(model.graph_def, name="")
+
+    wrapped = tf.compat.v1.wrap_function(_import, [])
+    graph = wrapped.graph
+    feeds = [graph.get_tensor_by_name(s.tensor_name) for s in model.signature.inputs]
+    fetches = {s.key: graph.get_tensor_by_name(s.tensor_name) for s in model.signature.outputs}
+    return wrapped.prune(feeds, fetches)
+
+
+def frozen_runner(model: FrozenModel) -> TensorFlowRunner:
+    return TensorFlowRunner(model.signature, _frozen_function(model), by_keyword=False,
+                            description=f"frozen graph of {model.source or 'a model'}")
+
+
+def load_runner(path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE,
+                num_threads: int | None = None) -> TensorFlowRunner:
+    from optimizer.freeze import load_signature_function
+
+    signature = get_signature(path, signature_name)
+    fn = load_signature_function(path, signature_name)
+    return TensorFlowRunner(signature, fn, by_keyword=True, description=f"SavedModel {path}")
+
+
+def read_signature(path: str | os.PathLike,
+                   signature_name: str = DEFAULT_SIGNATURE) -> SignatureInfo:
+    return get_signature(path, signature_name)
