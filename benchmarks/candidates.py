@@ -53,16 +53,17 @@ def source_of(name: str, workdir: Path):
 
 
 def _calibration(stock: Path, eval_data: Path | None):
-    from optimizer.candidates import calibration_inputs
+    from optimizer.calibration import SYNTHETIC, Calibration, from_rows
     from optimizer.evaluation import load_labelled_data
     from optimizer.inputs import make_inputs
     from optimizer.savedmodel import get_signature
 
     signature = get_signature(stock)
     if eval_data is not None:
-        return calibration_inputs(signature, load_labelled_data(eval_data, signature).x,
-                                  CALIBRATION_ROWS)
-    return [make_inputs(signature, batch_size=1, seed=1000 + i) for i in range(CALIBRATION_ROWS)]
+        return from_rows(signature, load_labelled_data(eval_data, signature).x,
+                         CALIBRATION_ROWS, source=f"eval data {eval_data}")
+    return Calibration(tuple(make_inputs(signature, batch_size=1, seed=1000 + i)
+                             for i in range(CALIBRATION_ROWS)), SYNTHETIC)
 
 
 def measure_model(name: str, workdir: Path, args, runtime) -> dict:

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from optimizer.calibration import Calibration
 from optimizer.errors import InvalidInputsError, TfoptError
 from optimizer.frozen import FrozenModel
 from optimizer.savedmodel import DEFAULT_SIGNATURE
@@ -111,16 +112,6 @@ def parse_targets(text: str) -> tuple[str, ...]:
     return targets
 
 
-def calibration_inputs(signature, x: np.ndarray, samples: int) -> list[dict[str, np.ndarray]]:
-    """One-row feed dicts for full int8 calibration, a seeded draw of ``samples`` rows of the
-    eval data's ``x``: calibration only fits activation ranges, and a draw (not the first rows)
-    spreads it over the classes of a sorted file."""
-    from optimizer.litert.convert import calibration_feeds
-
-    rows = np.random.default_rng(0).permutation(len(x))[:samples]
-    return calibration_feeds(signature, np.asarray(x)[rows], samples)
-
-
 def derive_candidates(
     source: str | os.PathLike,
     optimized: FrozenModel,
@@ -128,14 +119,14 @@ def derive_candidates(
     settings: CandidateSettings,
     *,
     signature: str = DEFAULT_SIGNATURE,
-    calibration: Iterable[Mapping[str, np.ndarray]] | None = None,
+    calibration: Calibration | None = None,
     source_digest: str | None = None,
 ) -> tuple[list[Candidate], list[Skipped]]:
     """Build every candidate ``settings`` allows under ``workdir`` (one directory each).
 
     ``source`` is the SavedModel the LiteRT converter reads; ``optimized`` is the float32 graph
-    the SavedModel variants start from. ``calibration`` (feed dicts) is needed by
-    ``full_int8`` only; without it that flavour is skipped.
+    the SavedModel variants start from. ``calibration`` (:mod:`optimizer.calibration`) is
+    needed by the int8 flavours that calibrate; without it they are skipped.
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -144,7 +135,7 @@ def derive_candidates(
         for variant in settings.savedmodel_variants:
             makers.append((variant, _savedmodel_maker(variant, optimized, signature)))
     if "litert" in settings.targets:
-        feeds = list(calibration) if calibration is not None else None
+        feeds = list(calibration.feeds) if calibration is not None else None
         for flavour in settings.litert_flavours:
             makers.append((f"litert_{flavour}", _litert_maker(
                 flavour, Path(source), signature, feeds, settings.calibration_samples,

@@ -4,12 +4,8 @@ machine or model cannot have is skipped with its reason, never fatal."""
 import numpy as np
 import pytest
 
-from optimizer.candidates import (
-    CandidateSettings,
-    calibration_inputs,
-    derive_candidates,
-    parse_targets,
-)
+from optimizer.calibration import from_rows
+from optimizer.candidates import CandidateSettings, derive_candidates, parse_targets
 from optimizer.cpu_features import cpu_supports_bf16
 from optimizer.errors import InvalidInputsError
 from optimizer.evaluation import load_labelled_data, top1_accuracy
@@ -32,7 +28,7 @@ def built(digits, tmp_path_factory):
     made, skipped = derive_candidates(
         digits.saved_model, freeze(digits.saved_model), tmp_path_factory.mktemp("candidates"),
         CandidateSettings(targets=("savedmodel", "litert")),
-        calibration=calibration_inputs(signature, data.x, 50))
+        calibration=from_rows(signature, data.x, 50, source=f"eval data {data.source}"))
     return {c.label: c for c in made}, {s.label: s.reason for s in skipped}, data
 
 
@@ -98,7 +94,9 @@ def test_calibration_draws_single_rows_spread_over_the_data():
                               inputs=(TensorSpecInfo("x", "x:0", "float32", (None, 2)),),
                               outputs=(TensorSpecInfo("y", "y:0", "float32", (None, 1)),))
     x = np.arange(200, dtype=np.float32).reshape(100, 2)
-    feeds = calibration_inputs(signature, x, 10)
+    calibration = from_rows(signature, x, 10, source="eval data x.npz")
+    feeds = calibration.feeds
+    assert not calibration.synthetic and calibration.tag == "data"
     assert len(feeds) == 10 and all(f["x"].shape == (1, 2) for f in feeds)
     firsts = sorted(int(f["x"][0, 0]) for f in feeds)
     assert firsts != list(range(0, 20, 2))  # not simply the first rows

@@ -52,9 +52,10 @@ def add_arguments(p) -> None:
 
 
 def _calibration(eval_data, signature, samples: int):
-    from optimizer.candidates import calibration_inputs
+    from optimizer.calibration import from_rows
 
-    return None if eval_data is None else calibration_inputs(signature, eval_data.x, samples)
+    return None if eval_data is None else from_rows(signature, eval_data.x, samples,
+                                                    source=f"eval data {eval_data.source}")
 
 
 def _print_rows(rows: list[dict]) -> None:

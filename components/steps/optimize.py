@@ -91,10 +91,10 @@ def _calibration(config: PipelineConfig, pulled: PulledModel, step_dir: Path, sa
             or "full_int8" not in config.candidates.litert_flavours or not config.evaluation.data):
         return None
     from components.steps.evaluate import local_eval_data
-    from optimizer.candidates import calibration_inputs
+    from optimizer.calibration import from_rows
     from optimizer.evaluation import load_labelled_data
     from optimizer.savedmodel import get_signature
 
     signature = get_signature(pulled.path, config.signature)
     data = load_labelled_data(local_eval_data(config, step_dir), signature)
-    return calibration_inputs(signature, data.x, samples)
+    return from_rows(signature, data.x, samples, source=f"eval data {data.source}")
