@@ -26,7 +26,16 @@ KFP_OUTPUT ?= work/kfp/model_optimization_pipeline.yaml
 
 .PHONY: install lock demo test lint kfp clean
 
-install: $(STAMP)
+# The MLflow UI test drives Debian's Chromium through Playwright (Playwright's own browser download
+# cannot be fetched here). It is installed once: as root (the image's build stage, CI) or via sudo.
+CHROMIUM := /usr/bin/chromium
+AS_ROOT  := $(if $(filter 0,$(shell id -u)),,sudo)
+
+install: $(STAMP) $(CHROMIUM)
+
+$(CHROMIUM):
+	$(AS_ROOT) apt-get update -qq
+	$(AS_ROOT) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

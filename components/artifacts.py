@@ -139,6 +139,9 @@ class GateOutput(Record):
     verdict_path: str
     report_dir: str | None = None
     runtime_settings_path: str | None = None  # the chosen model's tuned threads and batch
+    # The serving signature every candidate keeps (SignatureInfo.to_dict()): publish describes
+    # the MLflow Models with it without loading TensorFlow.
+    signature: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,9 @@ class PublishOutput(Record):
     experiment_id: str
     run_id: str
     registered_model: str
-    version: str | None
-    alias: str
+    version: str | None  # the version registered: the champion, or a challenger
+    alias: str  # the alias that version gets (mlflow.alias, or challenger)
     alias_moved: bool
     promote: bool
+    model_uri: str | None = None  # the run's model as an MLflow Model: models:/<model id>
+    logged_models: dict[str, str] = field(default_factory=dict)  # candidate label -> model id

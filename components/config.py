@@ -86,6 +86,14 @@ class MlflowConfig(_Section):
     alias: str = Field("champion", description="moved to a new version only on a pass")
 
 
+class PublishConfig(_Section):
+    """What publish registers besides a promoted model (components/steps/publish.py)."""
+
+    register_rejected: bool = Field(
+        False, description="when the gate rejects, register the fastest candidate anyway, "
+                           "with the 'challenger' alias and a tag saying why it lost")
+
+
 class S3Config(_Section):
     endpoint_url: str | None = Field(None, description="for S3-compatible stores")
     region: str | None = Field(None, description="default: the environment's")
@@ -213,6 +221,7 @@ class PipelineConfig(_Section):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
+    publish: PublishConfig = Field(default_factory=PublishConfig)
     s3: S3Config = Field(default_factory=S3Config)
     execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)

@@ -3,7 +3,9 @@
 1. trains a small CNN on scikit-learn's bundled digits (fixed seed; reused on a rerun);
 2. runs the ``model_optimization`` DAG with ``airflow dags test`` on the DAG's own config
    (``dags/model_optimization.yaml``: the local model, a sqlite MLflow under ``work/mlflow``);
-3. prints the gate's verdict, the before/after table and where to look.
+3. prints the gate's verdict, the before/after table, where to look, and last the one line
+   that loads the champion the MLflow way (``mlflow.pyfunc.load_model("models:/...@champion")``)
+   and the command that serves it.
 
 A second ``make demo`` is a new DAG run: it benchmarks against the champion the first run
 promoted, so expect it to reject (the same model is not faster than itself).
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -65,23 +68,45 @@ def _show_outcome(tracking_uri: str, experiment: str, model: str, run_id: str | 
     tags = run.data.tags
     print(f"verdict      {tags.get('tfopt.verdict', '?').upper()}: "
           f"{tags.get('tfopt.gate_summary', '')}")
+    champion_found = False
     try:
         champion = client.get_model_version_by_alias(model, "champion")
         print(f"registry     {model}: alias 'champion' -> version {champion.version} "
               f"({champion.tags.get('tfopt.candidate', '?')}, "
               f"{champion.tags.get('tfopt.format', '?')} on "
               f"{champion.tags.get('tfopt.runtime', '?')})")
+        champion_found = True
     except Exception:  # noqa: BLE001 - no champion yet is a normal outcome
         print(f"registry     {model}: no champion")
-    report = Path(client.download_artifacts(run.info.run_id, "report/report.md",
-                                            str(WORK / "demo" / "last_report")))
-    text = report.read_text()
+    report = Path(client.download_artifacts(run.info.run_id, "report",
+                                            str(WORK / "demo" / "last_report"))) / "report.html"
+    text = report.with_name("report.md").read_text()
     table = text[text.find("| "):].split("\n\n", 1)[0] if "| " in text else ""
     if table:
         print("\n" + table + "\n")
     print(f"report       {report}")
     print(f"browse       {Path(sys.executable).parent / 'mlflow'} ui --backend-store-uri "
           f"{tracking_uri}   (then open http://127.0.0.1:5000)")
+    if champion_found:
+        print(f"load it      {pyfunc_one_liner(tracking_uri, model)}")
+        print(f"serve it     {serve_command(tracking_uri, model)}")
+
+
+def pyfunc_one_liner(tracking_uri: str, model: str, alias: str = "champion") -> str:
+    """A shell line that loads the registry's champion as MLflow does and predicts on its
+    input example: the way any MLflow consumer takes the model."""
+    code = (f"import mlflow; m = mlflow.pyfunc.load_model('models:/{model}@{alias}'); "
+            f"print(m.predict(m.input_example))")
+    return (f"MLFLOW_TRACKING_URI={shlex.quote(tracking_uri)} "
+            f"{shlex.quote(str(Path(sys.executable)))} -c {shlex.quote(code)}")
+
+
+def serve_command(tracking_uri: str, model: str, alias: str = "champion") -> str:
+    """``mlflow models serve`` on the champion, in this environment (whose bin directory must
+    be on PATH: the server starts its uvicorn by name)."""
+    venv_bin = shlex.quote(str(Path(sys.executable).parent))
+    return (f"PATH={venv_bin}:\"$PATH\" MLFLOW_TRACKING_URI={shlex.quote(tracking_uri)} "
+            f"mlflow models serve -m models:/{model}@{alias} --env-manager local -p 5001")
 
 
 def main(argv: list[str] | None = None) -> int:

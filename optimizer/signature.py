@@ -71,6 +71,12 @@ class TensorSpecInfo:
         return {"key": self.key, "tensor": self.tensor_name, "dtype": self.dtype,
                 "shape": None if self.shape is None else list(self.shape)}
 
+    @classmethod
+    def from_dict(cls, data: dict) -> TensorSpecInfo:
+        shape = data["shape"]
+        return cls(key=data["key"], tensor_name=data["tensor"], dtype=data["dtype"],
+                   shape=None if shape is None else tuple(shape))
+
 
 @dataclass(frozen=True)
 class SignatureInfo:
@@ -115,3 +121,10 @@ class SignatureInfo:
         return {"name": self.name, "method_name": self.method_name,
                 "inputs": [s.to_dict() for s in self.inputs],
                 "outputs": [s.to_dict() for s in self.outputs]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SignatureInfo:
+        """What :meth:`to_dict` wrote (a step's JSON output carries it to the next step)."""
+        return cls(name=data["name"], method_name=data["method_name"],
+                   inputs=tuple(TensorSpecInfo.from_dict(s) for s in data["inputs"]),
+                   outputs=tuple(TensorSpecInfo.from_dict(s) for s in data["outputs"]))

@@ -57,40 +57,59 @@ class PublishInputs:
                                 stderr=subprocess.PIPE, text=True, env=environment)
 
 
+def judge(root: Path, baseline: Path, candidates: list, gate_config=None, **benchmark):
+    """``(evaluation, gate)`` outputs for ``candidates`` (CandidateModels) benchmarked against
+    ``baseline`` and judged by the gate, with its verdict file and report under ``root``, as
+    the evaluate and gate steps write them."""
+    from components.artifacts import EvaluationOutput, GateOutput
+    from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+    from optimizer.candidates import Candidate
+    from optimizer.gate import GateConfig, evaluate_gate
+    from optimizer.report.write import write_report
+    from optimizer.runtime import read_signature
+    from optimizer.selection import candidate_rows
+
+    # enough rounds that a burst of load from the other test worker cannot hide a win
+    settings = {"batch_sizes": (1,), "warmup": 3, "min_runs": 200, "min_seconds": 1.5,
+                **benchmark}
+    result = run_benchmark(
+        Subject.baseline(baseline, label="input"),
+        [Subject.candidate(c.path, label=c.label, format=c.format) for c in candidates],
+        BenchmarkConfig(**settings))
+    tags = [c.tag() for c in candidates]
+    evaluation = EvaluationOutput(result_path=str(result.save(root / "evaluation.json")),
+                                  has_labels=False, metric="top1", candidate_tags=tags)
+    decision = evaluate_gate(result, gate_config or GateConfig(min_speedup=1.05))
+    verdict_path = root / "verdict.json"
+    verdict_path.write_text(json.dumps(decision.to_dict(), indent=2))
+    report = write_report(result, root / "report", decision,
+                          candidate_rows=candidate_rows(result, decision,
+                                                        [Candidate(**t) for t in tags]))
+    shown = decision.verdict(decision.chosen) if decision.chosen else decision.verdicts[0]
+    gate = GateOutput(promote=decision.promote, chosen=decision.chosen,
+                      chosen_path=result.candidate(decision.chosen).path
+                      if decision.chosen else None,
+                      summary=shown.summary(), verdict_path=str(verdict_path),
+                      report_dir=str(report.directory),
+                      signature=read_signature(baseline).to_dict())
+    return evaluation, gate
+
+
 def _build(root: Path, source: Path) -> dict[str, dict]:
     from benchmark_testing import with_output_neutral_work
 
-    from components.artifacts import CandidateModel, EvaluationOutput, GateOutput, PulledModel
+    from components.artifacts import CandidateModel, PulledModel
     from optimizer.benchmark.environment import model_digest
-    from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
     from optimizer.export import write_saved_model
     from optimizer.freeze import freeze
-    from optimizer.gate import GateConfig, evaluate_gate
     from optimizer.optimize import apply_recipe
     from optimizer.recipe import DEPLOYMENT_RECIPE, Recipe
-    from optimizer.report.write import write_report
 
     frozen = freeze(source)
     optimized = apply_recipe(frozen, Recipe.from_string(DEPLOYMENT_RECIPE))
     write_saved_model(frozen, root / "frozen")
     write_saved_model(optimized.model, root / "optimized")
     write_saved_model(with_output_neutral_work(frozen), root / "slowed_input")
-    result = run_benchmark(
-        Subject.baseline(root / "slowed_input", label="input"),
-        [Subject.candidate(root / "optimized", label="optimized")],
-        # enough rounds that a burst of load from the other test worker cannot hide a win
-        BenchmarkConfig(batch_sizes=(1,), warmup=3, min_runs=200, min_seconds=1.5))
-    evaluation = EvaluationOutput(result_path=str(result.save(root / "evaluation.json")),
-                                  has_labels=False, metric="top1")
-    decision = evaluate_gate(result, GateConfig(min_speedup=1.05))
-    assert decision.promote, decision.verdicts[0].summary()
-    verdict_path = root / "verdict.json"
-    verdict_path.write_text(json.dumps(decision.to_dict(), indent=2))
-    report = write_report(result, root / "report", decision)
-    gate = GateOutput(promote=True, chosen=decision.chosen,
-                      chosen_path=str(root / "optimized"),
-                      summary=decision.verdicts[0].summary(), verdict_path=str(verdict_path),
-                      report_dir=str(report.directory))
     candidates = {
         "freeze": CandidateModel(label="frozen", path=str(root / "frozen"), kind="frozen",
                                  digest=model_digest(root / "frozen")),
@@ -99,6 +118,8 @@ def _build(root: Path, source: Path) -> dict[str, dict]:
                                    recipe=optimized.recipe,
                                    trace=[step.to_dict() for step in optimized.trace]),
     }
+    evaluation, gate = judge(root, root / "slowed_input", [candidates["optimize"]])
+    assert gate.promote, gate.summary
     pulled = PulledModel(uri=str(source), path=str(source), digest=model_digest(source))
     return {"pull": pulled.to_dict(), **{k: v.to_dict() for k, v in candidates.items()},
             "evaluate": evaluation.to_dict(), "gate": gate.to_dict()}

@@ -11,37 +11,17 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from local_ports import free_port
+from served_process import responds, served
 
 STARTUP_TIMEOUT_SECONDS = 30
 REGION = "us-east-1"
-
-
-def _answers(url: str) -> bool:
-    try:
-        urllib.request.urlopen(url, timeout=1).close()
-    except urllib.error.HTTPError:
-        return True  # any HTTP status means the server is up
-    except OSError:
-        return False
-    return True
-
-
-def _log_tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 @pytest.fixture(scope="session", name="moto_endpoint")
@@ -53,28 +33,9 @@ def moto_endpoint_fixture(tmp_path_factory):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = tmp_path_factory.mktemp("moto") / "moto_server.log"
-    # Output goes to a file: a pipe nobody reads would fill up and stall the server.
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen([str(executable), "-H", "127.0.0.1", "-p", str(port)],
-                                   stdout=log_file, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
-        while not _answers(f"{url}/moto-api/"):
-            if process.poll() is not None:
-                pytest.fail(f"moto_server exited with {process.returncode}:\n"
-                            f"{_log_tail(log_path)}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"moto_server did not answer on {url} within "
-                            f"{STARTUP_TIMEOUT_SECONDS}s:\n{_log_tail(log_path)}")
-            time.sleep(0.1)
+    with served([str(executable), "-H", "127.0.0.1", "-p", str(port)], f"{url}/moto-api/",
+                log_path, STARTUP_TIMEOUT_SECONDS, ready=responds):
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @dataclass

@@ -17,7 +17,7 @@ import time
 import pytest
 from fault_proxy import FaultProxy
 from mlflow import MlflowClient
-from mlflow.entities import ViewType
+from mlflow.entities import LoggedModelStatus, ViewType
 
 pytest_plugins = ["mlflow_server", "publish_inputs"]
 
@@ -94,6 +94,21 @@ def test_every_dag_run_has_exactly_one_version_and_each_process_reports_it(raced
         reported = json.loads(out)
         [version] = by_dag_run[run_id]
         assert (reported["version"], reported["run_id"]) == (version.version, version.run_id)
+
+
+def test_every_dag_run_has_exactly_one_ready_logged_model(raced):
+    client = raced["client"]
+    experiment = client.get_experiment_by_name("exp-load")
+    models = client.search_logged_models([experiment.experiment_id], max_results=1000)
+
+    by_dag_run = _by_dag_run(models, lambda m: m.tags)
+
+    assert sorted(by_dag_run) == sorted([*raced["run_ids"], RACED_RUN_ID])
+    assert {dag_run: len(found) for dag_run, found in by_dag_run.items() if len(found) != 1} == {}
+    assert {m.status for m in models} == {LoggedModelStatus.READY}
+    for run_id, _, out, _ in raced["outcomes"]:
+        [model] = by_dag_run[run_id]
+        assert json.loads(out)["model_uri"] == f"models:/{model.model_id}"
 
 
 def test_the_same_key_racers_all_created_and_settled_on_one_run_and_version(raced):

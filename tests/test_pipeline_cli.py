@@ -66,9 +66,14 @@ def test_with_litert_allowed_the_registry_version_says_its_format_and_how_to_run
     assert version.tags["tfopt.runtime"] == "ai-edge-litert"
     assert "Interpreter(model_path='model.tflite'" in version.tags["tfopt.load"]
     assert int(version.tags["tfopt.runtime.num_threads"]) >= 1
-    files = {a.path for a in client.list_artifacts(version.run_id, "model")}
-    assert files == {"model/model.tflite", "model/model.tflite.json",
-                     "model/runtime_settings.json"}
+    # The version is an MLflow Model: the LiteRT file and sidecar, the loader shipped with
+    # them, the tuned settings; its thread count is what the pyfunc loader runs with.
+    model_id = outcome["publish"]["logged_models"][chosen]
+    files = {a.path for a in client.list_logged_model_artifacts(model_id)}
+    assert {"MLmodel", "litert", "code", "runtime_settings.json", "requirements.txt"} <= files
+    assert {a.path for a in client.list_logged_model_artifacts(model_id, "litert")} == {
+        "litert/model.tflite", "litert/model.tflite.json"}
+    assert version.source == client.get_logged_model(model_id).artifact_location
 
 
 def test_run_executes_every_step_and_reports_the_verdict(local_config, tmp_path, capsys):

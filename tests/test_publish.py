@@ -8,7 +8,9 @@ config (min_speedup 100) on the same measurements makes the rejected case.
 """
 
 import json
+import re
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -17,11 +19,17 @@ import pytest
 from benchmark_testing import with_output_neutral_work
 from fault_proxy import FaultProxy
 from mlflow import MlflowClient
+from mlflow.entities import LoggedModelStatus
 
 from components.artifacts import CandidateModel, EvaluationOutput, GateOutput, PulledModel
 from components.config import config_from_mapping
+from components.publishing.logged_models import log_model
+from components.publishing.publication import PUBLISH_KEY_TAG, publication
+from components.publishing.race_tolerant_client import RaceTolerantClient
+from components.publishing.registry_protocol import register
+from components.publishing.run_logging import log_run
 from components.steps import publish as publish_step
-from components.steps.publish import publish
+from components.steps.publish import publish, step_name
 from components.tracking import TrackingError, mlflow_client
 from components.tracking.champion import find_champion
 from components.workspace import Workspace
@@ -80,12 +88,13 @@ def made(tmp_path_factory, model_dir):
 class Pipeline:
     """One registered model and experiment per test, so tests share the server, not state."""
 
-    def __init__(self, made, tracking_uri: str, name: str, verdict: str = "promote"):
+    def __init__(self, made, tracking_uri: str, name: str, verdict: str = "promote",
+                 register_rejected: bool = False):
         self.made, self.name = made, name
         gate = PROMOTING if verdict == "promote" else REJECTING
         self.config = config_from_mapping({
             "source": made["pulled"].uri, "workdir": str(made["root"] / name),
-            "gate": gate.model_dump(),
+            "gate": gate.model_dump(), "publish": {"register_rejected": register_rejected},
             "mlflow": {"tracking_uri": tracking_uri, "experiment": f"exp-{name}",
                        "registered_model": name}})
         self.gate = made["gates"][verdict]
@@ -113,6 +122,14 @@ def artifact_paths(client, run_id, path=None) -> set[str]:
     found = set()
     for item in client.list_artifacts(run_id, path):
         found |= artifact_paths(client, run_id, item.path) if item.is_dir else {item.path}
+    return found
+
+
+def model_files(client, model_id, path=None) -> set[str]:
+    """Every file of a logged model, by its path inside the MLflow Model."""
+    found = set()
+    for item in client.list_logged_model_artifacts(model_id, path):
+        found |= model_files(client, model_id, item.path) if item.is_dir else {item.path}
     return found
 
 
@@ -146,15 +163,30 @@ def test_a_promoted_candidate_is_logged_registered_and_made_champion(made, mlflo
     assert tags["env.onednn"] in ("on", "off", "unknown") and int(tags["env.cpus_available"]) >= 1
 
     artifacts = artifact_paths(p.client, out.run_id)
-    assert {"model/saved_model.pb", "trace.json", "verdict.json", "report/report.md",
+    assert {"trace.json", "verdict.json", "report/report.md", "report/report.html",
             "report/report.json", "report/latency_distribution.png",
             "report/speedup.png"} <= artifacts
+    # The model is a logged model of the run, named after its candidate, not a run artifact.
+    assert not {a for a in artifacts if a.startswith("model/")}
+    [logged] = p.client.search_logged_models([run.info.experiment_id])
+    assert (out.model_uri, out.logged_models) == (f"models:/{logged.model_id}",
+                                                  {"optimized": logged.model_id})
+    assert (logged.name, logged.source_run_id, logged.status) == (
+        "optimized", out.run_id, LoggedModelStatus.READY)
+    assert logged.metrics and {m.key: m.value for m in logged.metrics} == {
+        k: v for k, v in metrics.items() if k.startswith("optimized.")}
     model_dir = Path(made["candidates"][0].path)
-    assert {a for a in artifacts if a.startswith("model/")} == {
-        f"model/{f.relative_to(model_dir).as_posix()}" for f in model_dir.rglob("*") if f.is_file()}
+    files = model_files(p.client, logged.model_id)
+    assert {"MLmodel", "requirements.txt", "input_example.json"} <= files
+    assert {f for f in files if f.startswith("saved_model/")} == {
+        f"saved_model/{f.relative_to(model_dir).as_posix()}" for f in model_dir.rglob("*")
+        if f.is_file()}
 
     version = p.client.get_model_version("promoted", out.version)
-    assert version.run_id == out.run_id and version.source.endswith("/model")
+    assert version.run_id == out.run_id and version.source == logged.artifact_location
+    assert version.description.startswith("**PROMOTE optimized: ")
+    assert f"/runs/{out.run_id}/artifactPath/report/report.html" in version.description
+    assert version.tags["tfopt.role"] == "champion"
     assert version.tags["tfopt.verdict"] == "promote"
     assert version.tags["tfopt.gate_summary"].startswith("PROMOTE optimized")
     assert version.tags["tfopt.source_uri"] == made["pulled"].uri
@@ -171,7 +203,11 @@ def test_the_published_champion_downloads_as_the_same_files(made, mlflow_server)
 
     assert champion.uri == "models:/roundtrip@champion" and champion.version == out.version
     assert champion.digest == model_digest(made["candidates"][0].path)
-    assert champion.path.endswith(f"champions/roundtrip-v{out.version}")
+    # the version is an MLflow Model; the champion is the SavedModel its MLmodel names
+    assert champion.directory.endswith(f"champions/roundtrip-v{out.version}")
+    assert champion.path == f"{champion.directory}/saved_model"
+    assert (champion.format, champion.runtime, champion.candidate) == (
+        "savedmodel", "tensorflow", "optimized")
 
 
 def test_a_rejected_candidate_is_logged_for_review_and_the_champion_stays(made, mlflow_server):
@@ -189,7 +225,38 @@ def test_a_rejected_candidate_is_logged_for_review_and_the_champion_stays(made, 
     assert run.data.tags["tfopt.verdict"] == "reject"
     assert "latency improvement too small" in run.data.tags["tfopt.gate_summary"]
     assert run.data.metrics["gate.promote"] == 0.0
-    assert "model/saved_model.pb" in artifact_paths(rejected.client, out.run_id)
+    [logged] = rejected.client.search_logged_models(
+        [run.info.experiment_id], filter_string=f"source_run_id = '{out.run_id}'")
+    assert out.model_uri == f"models:/{logged.model_id}"
+    assert logged.tags["tfopt.verdict"] == "reject" and logged.status == LoggedModelStatus.READY
+
+
+def test_a_rejected_candidate_is_registered_as_challenger_only_when_asked(made, mlflow_server,
+                                                                          tmp_path):
+    monday = Pipeline(made, mlflow_server, "contest").publish({"dag_run_id": "monday"})
+    asked = Pipeline(made, mlflow_server, "contest", verdict="reject", register_rejected=True)
+
+    out = asked.publish({"dag_run_id": "tuesday"})
+
+    assert (out.promote, out.version, out.alias, out.alias_moved) == (False, "2", "challenger",
+                                                                      True)
+    aliases = asked.client.get_registered_model("contest").aliases
+    assert aliases == {"champion": monday.version, "challenger": "2"}
+    version = asked.client.get_model_version("contest", "2")
+    assert (version.tags["tfopt.role"], version.tags["tfopt.verdict"]) == ("challenger", "reject")
+    assert version.tags["tfopt.lost_because"].startswith("latency improvement too small")
+    assert version.description.startswith("**REJECT optimized: ")
+    assert "Lost because: latency improvement too small" in version.description
+    # A newer challenger does not hold the champion back; each alias moves in its own role.
+    wednesday = Pipeline(made, mlflow_server, "contest").publish({"dag_run_id": "wednesday"})
+    assert wednesday.alias_moved and wednesday.version == "3"
+    assert asked.client.get_registered_model("contest").aliases == {"champion": "3",
+                                                                    "challenger": "2"}
+    assert find_champion(asked.config).version == "3"
+    # A rerun of the rejected DAG run (another pod: MLflow's tags alone tell) finds its version.
+    assert asked.publish({"dag_run_id": "tuesday"},
+                         ws=Workspace(tmp_path / asked.ws.key)).version == "2"
+    assert len(asked.versions()) == 3
 
 
 def test_publishing_the_same_dag_run_again_creates_no_second_run_or_version(made, mlflow_server,
@@ -203,7 +270,9 @@ def test_publishing_the_same_dag_run_again_creates_no_second_run_or_version(made
 
     assert again == first == from_scratch
     assert len(p.runs()) == 1 and [v.version for v in p.versions()] == ["1"]
-    assert elsewhere.finished(publish_step._step_name({"dag_run_id": "run-1"})) is not None
+    assert elsewhere.finished(step_name({"dag_run_id": "run-1"})) is not None
+    experiment = p.client.get_experiment_by_name(p.config.mlflow.experiment).experiment_id
+    assert len(p.client.search_logged_models([experiment])) == 1
 
 
 def test_another_dag_run_of_the_same_model_is_a_new_run_and_version(made, mlflow_server):
@@ -218,10 +287,10 @@ def test_another_dag_run_of_the_same_model_is_a_new_run_and_version(made, mlflow
 
 def test_a_publish_killed_after_logging_the_run_is_completed_by_the_rerun(made, mlflow_server):
     p = Pipeline(made, mlflow_server, "killed_after_run")
-    pub = publish_step._publication(p.config, made["pulled"], made["candidates"],
-                                    made["evaluation"], p.gate, p.ws, {"dag_run_id": "run-1"})
+    pub = publication(p.config, made["pulled"], made["candidates"], made["evaluation"], p.gate,
+                      p.ws, {"dag_run_id": "run-1"})
     with mlflow_client(mlflow_server) as client:
-        _, half_done = publish_step._log_run(client, pub)
+        _, half_done = log_run(client, pub)
     assert half_done.info.status == "RUNNING" and p.versions() == []
 
     out = p.publish()
@@ -234,11 +303,12 @@ def test_a_publish_killed_after_logging_the_run_is_completed_by_the_rerun(made, 
 
 def test_a_publish_killed_before_moving_the_alias_is_completed_by_the_rerun(made, mlflow_server):
     p = Pipeline(made, mlflow_server, "killed_before_alias")
-    pub = publish_step._publication(p.config, made["pulled"], made["candidates"],
-                                    made["evaluation"], p.gate, p.ws, {"dag_run_id": "run-1"})
+    pub = publication(p.config, made["pulled"], made["candidates"], made["evaluation"], p.gate,
+                      p.ws, {"dag_run_id": "run-1"})
     with mlflow_client(mlflow_server) as client:
-        _, run = publish_step._log_run(client, pub)
-        registered = publish_step._register(client, pub, run)
+        experiment, run = log_run(client, pub)
+        logged = log_model(client, pub, experiment, run, pub.model)
+        registered = register(client, pub, pub.model, logged, experiment, run)
     assert p.champion_version() is None
 
     out = p.publish()
@@ -272,10 +342,32 @@ def test_a_local_sqlite_store_keeps_artifacts_beside_its_database(made, tmp_path
     champion = find_champion(p.config)
 
     assert list(cwd.iterdir()) == []
-    run_artifacts = tmp_path / "store" / "artifacts" / out.run_id / "artifacts"
-    assert (run_artifacts / "model" / "saved_model.pb").is_file()
+    artifacts = tmp_path / "store" / "artifacts"
+    assert (artifacts / out.run_id / "artifacts" / "report" / "report.html").is_file()
+    model_id = out.model_uri.removeprefix("models:/")
+    assert (artifacts / "models" / model_id / "artifacts" / "saved_model" / "saved_model.pb"
+            ).is_file()
     assert champion.version == out.version == "1"
     assert champion.digest == model_digest(made["candidates"][0].path)
+
+
+def test_the_demos_one_liner_loads_the_champion_of_a_local_store(made, tmp_path):
+    from components.demo import pyfunc_one_liner
+
+    store = tmp_path / "mlflow" / "mlflow.db"
+    store.parent.mkdir()
+    p = Pipeline(made, f"sqlite:///{store}", "demo")
+    p.publish()
+
+    done = subprocess.run(["bash", "-c", pyfunc_one_liner(f"sqlite:///{store}", "demo")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          check=False)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    # the input example's prediction, one row of the signature's output_0
+    assert re.match(r"\{'output_0': \[\[(-?[0-9.e-]+, ){4}-?[0-9.e-]+\]\]\}$",
+                    done.stdout.strip()), done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow"]  # no stray store
 
 
 def test_an_unreachable_server_fails_fast_with_one_line_and_records_nothing(made, mlflow_server):
@@ -294,7 +386,7 @@ def test_an_unreachable_server_fails_fast_with_one_line_and_records_nothing(made
     assert elapsed < 30
     message = str(caught.value)
     assert "\n" not in message and message.startswith(f"MLflow at {closed} is unreachable")
-    assert down.ws.finished(publish_step._step_name({"dag_run_id": "during"})) is None
+    assert down.ws.finished(step_name({"dag_run_id": "during"})) is None
     assert reachable.champion_version() == "1" and len(reachable.runs()) == 1
 
 
@@ -329,7 +421,7 @@ def test_a_server_that_accepts_connections_but_never_answers_fails_in_bounded_ti
 
     assert elapsed < HUNG_BOUND_SECONDS
     assert str(caught.value) == f"MLflow at {hung} is unreachable: no answer in time"
-    assert down.ws.finished(publish_step._step_name({"dag_run_id": "during"})) is None
+    assert down.ws.finished(step_name({"dag_run_id": "during"})) is None
     assert reachable.champion_version() == "1" and len(reachable.runs()) == 1
 
 
@@ -390,8 +482,9 @@ def test_a_version_deleted_between_reading_and_aliasing_is_passed_over(made, mlf
     # Seen in a 20-publish load run: a publish saw another DAG run's duplicate version before
     # that run deleted it, tried to move the alias onto it, and failed on the missing version.
     p = Pipeline(made, mlflow_server, "vanishing")
-    assert p.publish({"dag_run_id": "a"}).version == "1"
-    plain = publish_step._RaceTolerantClient
+    first = p.publish({"dag_run_id": "a"})
+    assert first.version == "1"
+    plain = RaceTolerantClient
     injected = {}
 
     class RacedClient(plain):
@@ -400,7 +493,8 @@ def test_a_version_deleted_between_reading_and_aliasing_is_passed_over(made, mlf
                 source = p.client.get_model_version(name, "1")
                 injected["registered"] = p.client.create_model_version(
                     name, source=source.source, run_id=source.run_id,
-                    tags={publish_step.PUBLISH_KEY_TAG: "another DAG run"}).version
+                    model_id=first.model_uri.removeprefix("models:/"),
+                    tags={PUBLISH_KEY_TAG: "another DAG run"}).version
             return super().__getattr__("get_registered_model")(name)
 
         def set_registered_model_alias(self, name, alias, version):
@@ -409,7 +503,7 @@ def test_a_version_deleted_between_reading_and_aliasing_is_passed_over(made, mlf
                 injected["deleted"] = version
             return super().__getattr__("set_registered_model_alias")(name, alias, version)
 
-    monkeypatch.setattr(publish_step, "_RaceTolerantClient", RacedClient)
+    monkeypatch.setattr(publish_step, "RaceTolerantClient", RacedClient)
     out = p.publish({"dag_run_id": "b"})
 
     assert injected == {"registered": "3", "deleted": "3"}  # the fault did happen

@@ -1,7 +1,8 @@
 """A publish SIGKILLed at a real point inside its conversation with MLflow, then run again.
 
 ``tfopt step publish`` runs as its own process against a real mlflow server, through
-tests/fault_proxy.py, which holds one chosen request: the upload of the model's files, the
+tests/fault_proxy.py, which holds one chosen request: the upload of the model's files (into its
+logged model), the
 version's creation (before the server sees it, or after the server made the version but before
 its answer), the alias move, the tag that marks the run logged. Once the process is blocked
 there, it is killed with SIGKILL, as the OOM killer or a lost node would. The same DAG run is
@@ -15,6 +16,7 @@ import signal
 import pytest
 from fault_proxy import FaultProxy
 from mlflow import MlflowClient
+from mlflow.entities import LoggedModelStatus
 
 from components.config import load_config
 from components.step_runner import run_step
@@ -25,7 +27,8 @@ RUN_ID = "scheduled__2025-03-01T03:00:00+00:00"
 API = "/api/2.0/mlflow"
 KILL_POINTS = {
     # name: (fault, method, path held, (versions, alias) the kill leaves in the registry)
-    "uploading_the_model": ("stall", "PUT", r"/mlflow-artifacts/artifacts/.*/model/",
+    "uploading_the_model": ("stall", "PUT",
+                            r"/mlflow-artifacts/artifacts/.*/models/m-[0-9a-f]+/artifacts/",
                             (0, None)),
     "marking_the_run_logged": ("stall_after_forward", "POST", rf"{API}/runs/set-tag$",
                                (0, None)),
@@ -80,14 +83,16 @@ def test_a_publish_killed_midway_is_completed_by_the_rerun_without_duplicates(
     assert (rerun["run_id"], rerun["version"]) == (run.info.run_id, version.version)
     assert version.run_id == run.info.run_id and version.tags["tfopt.dag_run_id"] == RUN_ID
     assert client.get_registered_model(name).aliases == {"champion": version.version}
-    model_files = {f"model/{p.relative_to(publish_inputs.root / 'optimized').as_posix()}"
+    [model] = client.search_logged_models([experiment.experiment_id])
+    assert model.status == LoggedModelStatus.READY and version.source == model.artifact_location
+    saved_model = {f"saved_model/{p.relative_to(publish_inputs.root / 'optimized').as_posix()}"
                    for p in (publish_inputs.root / "optimized").rglob("*") if p.is_file()}
-    assert model_files <= _artifacts(client, run.info.run_id)
+    assert saved_model | {"MLmodel", "requirements.txt"} <= _files(client, model.model_id)
 
 
-def _artifacts(client, run_id, path=None) -> set[str]:
+def _files(client, model_id, path=None) -> set[str]:
     found = set()
-    for item in client.list_artifacts(run_id, path):
-        found |= _artifacts(client, run_id, item.path) if item.is_dir else {item.path}
+    for item in client.list_logged_model_artifacts(model_id, path):
+        found |= _files(client, model_id, item.path) if item.is_dir else {item.path}
     return found
 

@@ -32,9 +32,10 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace) ->
         shown = decision.chosen or max(
             decision.verdicts, key=lambda v: v.speedup or 0.0).candidate
         profiles = []
+        # Every model measured keeps the source's signature; the baseline's is read here.
+        signature = read_signature(result.baseline.path, config.signature,
+                                   format=result.baseline.format)
         try:
-            signature = read_signature(result.baseline.path, config.signature,
-                                       format=result.baseline.format)
             feeds = make_inputs(signature, batch_size=min(result.settings.batch_sizes))
             profiles = profile_baseline_and_candidate(result, shown, feeds)
         except Exception as exc:  # noqa: BLE001 - the profile is an aid, never a blocker
@@ -52,7 +53,8 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace) ->
         return GateOutput(promote=decision.promote, chosen=decision.chosen,
                           chosen_path=chosen_path, summary=summary,
                           verdict_path=str(verdict_path), report_dir=str(report.directory),
-                          runtime_settings_path=str(tuned) if tuned else None)
+                          runtime_settings_path=str(tuned) if tuned else None,
+                          signature=signature.to_dict())
 
     return ws.reuse_or_run(Workspace.keyed("gate", evaluation.result_path), GateOutput, run)
 

@@ -2,8 +2,9 @@
 
 Sources: a local SavedModel directory or ``.tar.gz``/``.tgz`` of one; ``s3://bucket/prefix``
 (the objects under the prefix are the SavedModel's files) or ``s3://bucket/key.tar.gz``;
-``models:/name@alias`` or ``models:/name/version`` from the MLflow registry. An archive whose
-only top-level entry is a directory holding ``saved_model.pb`` yields that directory.
+``models:/name@alias`` or ``models:/name/version`` from the MLflow registry (an MLflow Model
+yields the SavedModel its MLmodel names, as publish registers it). An archive whose only
+top-level entry is a directory holding ``saved_model.pb`` yields that directory.
 
 A pulled source lives in ``<workdir>/sources/<key>/``, its key named after what the source is:
 for S3, a hash of endpoint, bucket and listing (key, size and ETag of every object), so an
@@ -243,7 +244,8 @@ def _pull_registry(config: PipelineConfig, sources: Path) -> PulledModel:
     try:
         version = download_registered_model(config.source, scratch / MODEL_DIR,
                                             config.mlflow.tracking_uri)
-        root = find_savedmodel_root(scratch / MODEL_DIR, config.source)
+        root = find_savedmodel_root(_saved_model_in(scratch / MODEL_DIR, config.source),
+                                    config.source)
         digest = model_digest(root)
         target = sources / f"mlflow-{_short(json.dumps([str(version), digest]))}"
         return _reused(target, config.source) or _store(
@@ -251,3 +253,20 @@ def _pull_registry(config: PipelineConfig, sources: Path) -> PulledModel:
             expected_digest=digest, version=str(version))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _saved_model_in(version_dir: Path, uri: str) -> Path:
+    """Where a registry version keeps its SavedModel: inside an MLflow Model (what publish
+    registers), the directory its MLmodel names; else the version's files themselves."""
+    from components.mlflow_models.mlmodel import MLMODEL_FILE, artifact_inside, recorded_format
+
+    mlmodel = version_dir / MLMODEL_FILE
+    if not mlmodel.is_file():
+        return version_dir
+    fmt, runtime, artifact = recorded_format(mlmodel, uri, NotASavedModelError)
+    if fmt != "savedmodel":
+        raise NotASavedModelError(
+            f"{uri} is an MLflow Model of a {fmt} model{f' for {runtime}' if runtime else ''}, "
+            f"not a SavedModel: tfopt optimizes SavedModels (register the source model)")
+    return artifact_inside(version_dir, artifact, uri, NotASavedModelError) if artifact \
+        else version_dir

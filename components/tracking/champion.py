@@ -11,15 +11,16 @@ is unknown) is a :class:`ChampionUnusableError`, never a silent fallback to the 
 The champion may be any format tfopt publishes. Its format is read from what the version
 records, not guessed from file names:
 
-- an MLflow Model (an ``MLmodel`` file): its ``metadata.tfopt`` block (format, runtime and the
-  artifact's path inside the model), else its flavor (``tensorflow``: a SavedModel);
+- an MLflow Model (an ``MLmodel`` file, what publish registers): its ``metadata.tfopt`` block
+  (format, runtime and the artifact's path inside the model), else its flavor (``tensorflow``:
+  a SavedModel), read by :mod:`components.mlflow_models.mlmodel`;
 - a folder published before versions were MLflow Models: the version's ``tfopt.format`` and
   ``tfopt.runtime`` tags;
 - a version registered by hand with neither: a SavedModel if it is one (the way a team
   bootstraps the registry with the model it serves today), else unusable.
 
-Its runtime settings come with it: ``runtime_settings.json`` beside the artifact, else the
-version's ``tfopt.runtime.*`` tags; a per-model thread count (LiteRT's ``num_threads``) is then
+Its runtime settings come with it: ``runtime_settings.json`` beside the artifact or at the
+version's root, else the version's ``tfopt.runtime.*`` tags; a per-model thread count (LiteRT's ``num_threads``) is then
 what the champion is benchmarked with.
 
 Each version is downloaded once, to ``<workdir>/champions/<name>-v<version>/``, and reused: a
@@ -37,6 +38,12 @@ from urllib.parse import urlparse
 
 from components.artifacts import ChampionModel
 from components.config import PipelineConfig
+from components.mlflow_models.mlmodel import (
+    MLMODEL_FILE,
+    RUNTIME_SETTINGS_FILE,
+    artifact_inside,
+    recorded_format,
+)
 from components.storage.model_tree import check_model_tree
 from components.storage.registry import download_version
 from components.tracking import is_missing, mlflow_client
@@ -44,10 +51,6 @@ from optimizer.errors import TfoptError, first_line
 
 log = logging.getLogger(__name__)
 
-MLMODEL_FILE = "MLmodel"
-RUNTIME_SETTINGS_FILE = "runtime_settings.json"
-# MLflow flavors that say the format by themselves.
-FLAVOR_FORMATS = {"tensorflow": "savedmodel", "onnx": "onnx"}
 
 
 class ChampionUnusableError(TfoptError):
@@ -126,7 +129,7 @@ def usable_champion(directory: Path, tags: dict[str, str], *, uri: str, version:
             f"{runtime.package} package is not installed here")
     path = _artifact_path(directory, artifact, runtime, where)
     _check_readable(path, fmt, signature, where)
-    threads = _recorded_threads(path, tags)
+    threads = _recorded_threads(path, directory, tags)
     log.info("champion: %s is %s on %s%s", where, fmt, runtime_name or runtime.name,
              f", {threads['num_threads']} threads" if threads.get("num_threads") else "")
     return ChampionModel(uri=uri, version=version, path=str(path), directory=str(directory),
@@ -140,7 +143,7 @@ def _recorded_format(directory: Path, tags: dict[str, str],
     """``(format, runtime, artifact path inside directory or None)`` as the version records."""
     mlmodel = directory / MLMODEL_FILE
     if mlmodel.is_file():
-        return _mlmodel_format(mlmodel, where)
+        return recorded_format(mlmodel, where, ChampionUnusableError)
     if tags.get("tfopt.format"):
         return tags["tfopt.format"], tags.get("tfopt.runtime"), None
     from optimizer.runtime.registry import SAVED_MODEL_FILES
@@ -153,36 +156,9 @@ def _recorded_format(directory: Path, tags: dict[str, str],
         f"SavedModel: its files are {found}")
 
 
-def _mlmodel_format(mlmodel: Path, where: str) -> tuple[str, str | None, str | None]:
-    from optimizer.yaml_files import read_yaml_file
-
-    data = read_yaml_file(mlmodel, f"{where}: MLmodel", ChampionUnusableError)
-    if not isinstance(data, dict):
-        raise ChampionUnusableError(f"{where}: its MLmodel file is not a mapping")
-    recorded = (data.get("metadata") or {}).get("tfopt") or {}
-    if isinstance(recorded, dict) and recorded.get("format"):
-        return recorded["format"], recorded.get("runtime"), recorded.get("artifact")
-    flavors = data.get("flavors") or {}
-    for flavor, fmt in FLAVOR_FORMATS.items():
-        if flavor in flavors:
-            conf = flavors[flavor] or {}
-            artifact = conf.get("saved_model_dir") or conf.get("data")
-            return fmt, None, artifact
-    raise ChampionUnusableError(
-        f"{where} is an MLflow Model with flavors {', '.join(sorted(flavors)) or 'none'}, "
-        f"none of which this tfopt can run")
-
-
 def _artifact_path(directory: Path, artifact: str | None, runtime, where: str) -> Path:
     if artifact:
-        path = (directory / artifact)
-        if not path.resolve().is_relative_to(directory.resolve()):
-            raise ChampionUnusableError(f"{where}: its artifact path '{artifact}' leaves the "
-                                        f"model directory")
-        if not path.exists():
-            raise ChampionUnusableError(f"{where}: its {runtime.format} artifact '{artifact}' "
-                                        f"is missing")
-        return path
+        return artifact_inside(directory, artifact, where, ChampionUnusableError)
     if runtime.suffix is None:
         return directory
     files = sorted(directory.glob(f"*{runtime.suffix}"))
@@ -208,12 +184,15 @@ def _check_readable(path: Path, fmt: str, signature: str, where: str) -> None:
                                     ) from None
 
 
-def _recorded_threads(path: Path, tags: dict[str, str]) -> dict[str, int | None]:
-    """The runtime settings tuning recorded for the version: the JSON beside the artifact,
-    else the version's ``tfopt.runtime.*`` tags."""
+def _recorded_threads(path: Path, directory: Path,
+                      tags: dict[str, str]) -> dict[str, int | None]:
+    """The runtime settings tuning recorded for the version: the JSON beside the artifact or
+    at the version's root (an MLflow Model keeps it there), else the version's
+    ``tfopt.runtime.*`` tags."""
     import json
 
-    settings_file = (path if path.is_dir() else path.parent) / RUNTIME_SETTINGS_FILE
+    beside = (path if path.is_dir() else path.parent) / RUNTIME_SETTINGS_FILE
+    settings_file = beside if beside.is_file() else directory / RUNTIME_SETTINGS_FILE
     recorded: dict = {}
     if settings_file.is_file():
         try:

@@ -1,8 +1,9 @@
-"""Write a report directory: ``report.json``, ``report.md`` and the PNG charts it shows.
+"""Write a report directory: ``report.json``, ``report.md``, ``report.html`` and the PNG charts.
 
 ``report.json`` holds the whole benchmark result, the gate decision and the op profiles, so a
 machine reading it needs nothing else; ``report.md`` links the charts by relative name, so the
-directory can be moved or attached as a whole.
+directory can be moved or attached as a whole; ``report.html`` is the same page with the charts
+embedded, one file that MLflow's artifact viewer renders (:mod:`optimizer.report.html`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from optimizer.benchmark.result import BenchmarkResult
 from optimizer.errors import DestinationError
+from optimizer.report.html import render_html
 from optimizer.report.markdown import render_markdown
 from optimizer.report.profile import OpProfile
 
@@ -28,6 +30,7 @@ class ReportFiles:
     directory: Path
     json: Path
     markdown: Path
+    html: Path
     charts: tuple[Path, ...]
 
 
@@ -89,6 +92,9 @@ def _write_report(result: BenchmarkResult, directory: Path, decision, profiles: 
     payload["candidates"] = list(candidate_rows)
     json_path.write_text(json.dumps(payload, indent=2) + "\n")
     md_path = directory / "report.md"
-    md_path.write_text(render_markdown(result, decision, profiles, [p.name for p in written],
-                                       candidate_rows=candidate_rows))
-    return ReportFiles(directory, json_path, md_path, tuple(written))
+    markdown = render_markdown(result, decision, profiles, [p.name for p in written],
+                               candidate_rows=candidate_rows)
+    md_path.write_text(markdown)
+    html_path = directory / "report.html"
+    html_path.write_text(render_html(markdown, directory))
+    return ReportFiles(directory, json_path, md_path, html_path, tuple(written))

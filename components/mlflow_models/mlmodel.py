@@ -1,0 +1,52 @@
+"""Reading a downloaded MLflow Model back: which format it is, what runs it, where its model is.
+
+Published models record it in their MLmodel's ``metadata.tfopt`` block (``format``,
+``runtime``, ``artifact``: see :mod:`components.mlflow_models`). An MLflow Model logged by
+anything else is read from its flavor where the flavor says the format by itself
+(``tensorflow``: a SavedModel in ``saved_model_dir``). Read with ``yaml.safe_load`` only and
+without MLflow: the champion lookup and a ``models:/`` source read registry versions this way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from optimizer.errors import TfoptError
+from optimizer.runtime_tuning.record import RUNTIME_SETTINGS_FILE
+
+__all__ = ["MLMODEL_FILE", "RUNTIME_SETTINGS_FILE", "artifact_inside", "recorded_format"]
+
+MLMODEL_FILE = "MLmodel"
+# MLflow flavors that say the format by themselves, and the key naming their artifact.
+FLAVOR_FORMATS = {"tensorflow": ("savedmodel", "saved_model_dir"), "onnx": ("onnx", "data")}
+
+
+def recorded_format(mlmodel: Path, where: str,
+                    error: type[TfoptError]) -> tuple[str, str | None, str | None]:
+    """``(format, runtime or None, artifact path inside the model or None)`` as ``mlmodel``
+    records them; ``error`` (naming ``where``) when it records none this tfopt knows."""
+    from optimizer.yaml_files import read_yaml_file
+
+    data = read_yaml_file(mlmodel, f"{where}: MLmodel", error)
+    if not isinstance(data, dict):
+        raise error(f"{where}: its MLmodel file is not a mapping")
+    recorded = (data.get("metadata") or {}).get("tfopt") or {}
+    if isinstance(recorded, dict) and recorded.get("format"):
+        return recorded["format"], recorded.get("runtime"), recorded.get("artifact")
+    flavors = data.get("flavors") or {}
+    for flavor, (fmt, artifact_key) in FLAVOR_FORMATS.items():
+        if flavor in flavors:
+            return fmt, None, (flavors[flavor] or {}).get(artifact_key)
+    raise error(f"{where} is an MLflow Model with flavors {', '.join(sorted(flavors)) or 'none'}, "
+                f"none of which this tfopt can run")
+
+
+def artifact_inside(directory: Path, artifact: str, where: str,
+                    error: type[TfoptError]) -> Path:
+    """``directory / artifact``, refused when it leads outside ``directory`` or is missing."""
+    path = directory / artifact
+    if not path.resolve().is_relative_to(directory.resolve()):
+        raise error(f"{where}: its artifact path '{artifact}' leaves the model directory")
+    if not path.exists():
+        raise error(f"{where}: its artifact '{artifact}' is missing")
+    return path

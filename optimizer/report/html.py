@@ -1,0 +1,61 @@
+"""``report.html``: the Markdown report as one self-contained page, its charts embedded.
+
+MLflow's artifact viewer shows a ``.md`` file as plain text and a PNG on its own, but renders an
+HTML file in place; a reviewer opening the run then sees the verdict, the tables and the charts
+together. The page is made from ``report.md`` itself (CommonMark with tables, through
+markdown-it-py), so the two never say different things. Each chart the Markdown links by file
+name is read from the report directory and inlined as a base64 ``data:`` URI: the page is one
+file, which needs nothing beside it and no network (the viewer's frame loads nothing else).
+Raw HTML in the Markdown is escaped, not passed through: labels and paths come from user input.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em;
+       color: #1f2328; line-height: 1.45; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.92em; }
+th, td { border: 1px solid #d0d7de; padding: 0.3em 0.6em; text-align: left;
+         vertical-align: top; }
+th { background: #f6f8fa; }
+tr:nth-child(even) td { background: #fbfcfd; }
+img { max-width: 100%; border: 1px solid #d0d7de; margin: 0.5em 0; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.3em; margin-top: 1.4em; } h3 { font-size: 1.1em; }
+code { background: #f6f8fa; padding: 0 0.2em; }
+"""
+
+
+def _data_uri(directory: Path, name: str) -> str | None:
+    """The chart ``name`` (a file directly in ``directory``) as a data URI, else None."""
+    if "/" in name or "\\" in name or name in ("", ".", ".."):
+        return None
+    path = directory / name
+    if path.suffix.lower() != ".png" or not path.is_file():
+        return None
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def render_html(markdown: str, directory: str | Path, title: str = "Benchmark report") -> str:
+    """The page for ``markdown`` (a report.md), its PNG charts read from ``directory``."""
+    from markdown_it import MarkdownIt
+
+    directory = Path(directory)
+    parser = MarkdownIt("commonmark", {"html": False}).enable("table")
+    default_image = parser.renderer.rules.get("image")
+
+    def image(_renderer, tokens, idx, options, env):
+        token = tokens[idx]
+        inlined = _data_uri(directory, token.attrGet("src") or "")
+        if inlined is not None:
+            token.attrSet("src", inlined)
+        return default_image(tokens, idx, options, env)
+
+    parser.add_render_rule("image", image)
+    body = parser.render(markdown)
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{html.escape(title)}</title>\n<style>{_STYLE}</style>\n</head>\n"
+            f"<body>\n{body}</body>\n</html>\n")

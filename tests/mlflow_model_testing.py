@@ -1,0 +1,42 @@
+"""Candidates as the pipeline records them, for the tests of their MLflow Models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from components.artifacts import CandidateModel
+from optimizer.benchmark.environment import model_digest
+
+LITERT_FILE = "model.tflite"
+
+
+def savedmodel_candidate(path, label: str = "optimized") -> CandidateModel:
+    return CandidateModel(label=label, path=str(path), kind="optimized",
+                          digest=model_digest(path), recipe="fold_constants")
+
+
+def litert_candidate(source, folder, flavour: str = "fp32") -> CandidateModel:
+    """``source`` converted to LiteRT into ``folder``, as the optimize step derives it."""
+    from optimizer.litert.convert import convert_to_litert
+    from optimizer.litert.manifest import load_snippet
+    from optimizer.runtime import read_signature
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    convert_to_litert(source, folder / LITERT_FILE, flavour)
+    return CandidateModel(
+        label=f"litert_{flavour}", path=str(folder / LITERT_FILE), kind="derived",
+        digest=model_digest(folder), target="litert", variant=flavour, format="tflite",
+        runtime="ai-edge-litert",
+        how_to_load=load_snippet(LITERT_FILE, read_signature(folder / LITERT_FILE)))
+
+
+def mlmodel(directory) -> dict:
+    return yaml.safe_load((Path(directory) / "MLmodel").read_text())
+
+
+def requirement_names(directory) -> list[str]:
+    lines = (Path(directory) / "requirements.txt").read_text().split()
+    return [line.split("==")[0] for line in lines]
