@@ -45,7 +45,8 @@ def add_parser(sub) -> None:
                                        "tf.train.Example with x (floats) and y (int64)")
     p.add_argument("--metric", default="top1", help="metric on --eval-data (top1, mse, mae)")
     p.add_argument("--json", dest="json_out", metavar="OUT", help="write RESULT.json here")
-    p.add_argument("--report", metavar="DIR", help="write report.md, report.json and charts")
+    p.add_argument("--report", metavar="DIR",
+                   help="write report.html, report.md, report.json and charts")
     p.add_argument("--gate-config", metavar="FILE",
                    help="gate thresholds (YAML) for the report's verdict; default thresholds "
                         "otherwise")

@@ -205,7 +205,8 @@ def model_tags(pub: Publication, model: CandidateModel) -> dict[str, str]:
             "tfopt.format": model.format, "tfopt.runtime": model.runtime,
             "tfopt.variant": model.variant, "tfopt.model_digest": model.digest,
             "tfopt.verdict": "promote" if verdict.get("promote") else "reject",
-            "tfopt.load": pub.load_instructions(model)[:TAG_LIMIT]}
+            "tfopt.load": pub.load_instructions(model)[:TAG_LIMIT],
+            "mlflow.note.content": verdict_line(pub, model)[:TAG_LIMIT]}
 
 
 def version_tags(pub: Publication, model: CandidateModel) -> dict[str, str]:
