@@ -12,6 +12,9 @@ of ``--vocabulary`` - 1 tokens and the out-of-vocabulary index) -> ``Embedding(v
 - ``frozen``: :func:`optimizer.freeze.freeze`, the table folded into constants
   (:mod:`optimizer.graph.lookup_tables`), written back as a SavedModel;
 - ``optimized``: frozen + :data:`optimizer.recipe.INFERENCE_RECIPE`;
+- ``table_kept``: what folding is weighed against: the frozen graph with its table kept as a
+  ``HashTableV2`` filled from constants (the SavedModel the LiteRT converter reads,
+  :mod:`optimizer.litert.constant_tables`), run by TensorFlow;
 - ``litert_fp32``: the LiteRT fp32 candidate (its table as LiteRT's hash-table builtins), run by
   ai-edge-litert with XNNPACK on every CPU this process may use, and ``litert_fp32_1t`` on one.
 
@@ -35,7 +38,7 @@ sys.path.insert(0, str(ROOT.parent))
 from common import work_directory
 from transforms import print_results, time_model, write_rows
 
-VARIANTS = ("stock", "frozen", "optimized", "litert_fp32", "litert_fp32_1t")
+VARIANTS = ("stock", "frozen", "optimized", "table_kept", "litert_fp32", "litert_fp32_1t")
 
 
 def export_classifier(path: Path, vocabulary: int, length: int) -> list[str]:
@@ -69,9 +72,9 @@ def build_variants(workdir: Path, vocabulary: int, length: int):
     result = optimize(stock, INFERENCE_RECIPE)
     print(f"  froze and optimized in {time.perf_counter() - started:.1f}s: "
           f"{result.report.summary()}", flush=True)
-    litert = convert_to_litert(litert_source(stock, workdir), workdir / "model.tflite", "fp32",
-                               overwrite=True)
-    paths = {"stock": stock,
+    table_kept = litert_source(stock, workdir)
+    litert = convert_to_litert(table_kept, workdir / "model.tflite", "fp32", overwrite=True)
+    paths = {"stock": stock, "table_kept": table_kept,
              "frozen": write_saved_model(result.original, workdir / "frozen", overwrite=True),
              "optimized": write_optimized(result, workdir / "optimized", overwrite=True),
              "litert_fp32": litert.path}

@@ -184,14 +184,19 @@ def _savedmodel_maker(variant: str, optimized: FrozenModel, signature: str):
 
 def _litert_source(source: Path, workdir: Path, signature: str) -> Callable[[], Path]:
     """What the converter reads (:func:`optimizer.litert.constant_tables.litert_source`), made
-    once, when the first LiteRT flavour needs it; a failure skips every flavour."""
-    made: list[Path] = []
+    once, when the first LiteRT flavour needs it; its failure skips every flavour."""
+    made: list[Path | TfoptError] = []
 
     def source_for_litert() -> Path:
         if not made:
             from optimizer.litert.constant_tables import litert_source
 
-            made.append(litert_source(source, workdir, signature))
+            try:
+                made.append(litert_source(source, workdir, signature))
+            except TfoptError as exc:
+                made.append(exc)
+        if isinstance(made[0], TfoptError):
+            raise made[0]
         return made[0]
     return source_for_litert
 

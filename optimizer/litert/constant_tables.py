@@ -36,6 +36,7 @@ from optimizer.graph.lookup_tables import (
     FIND_OP,
     TABLE_CREATOR_OPS,
     captured_tables,
+    check_no_graph_tables,
     export_table,
     table_uses,
 )
@@ -101,6 +102,7 @@ def write_constant_table_model(saved_model: str | os.PathLike, dst: str | os.Pat
     tf = import_tensorflow()
     signature = get_signature(saved_model, signature_name)
     fn = load_signature_function(saved_model, signature_name)
+    check_no_graph_tables(fn)
     frozen_fn = convert_variables_to_constants_v2(fn, lower_control_flow=False)
     graph_def = frozen_fn.graph.as_graph_def()
     module = tf.Module()
