@@ -13,6 +13,7 @@ the table's hits and its default; without one, every string is a made-up token.
 from __future__ import annotations
 
 import collections
+import itertools
 
 import numpy as np
 
@@ -101,15 +102,9 @@ def out_of_vocabulary(vocabulary: np.ndarray | None, count: int) -> np.ndarray:
     if vocabulary is not None and len(vocabulary) and vocabulary.dtype.kind in "iu":
         return np.asarray(vocabulary).max() + 1 + np.arange(count, dtype=vocabulary.dtype)
     known = set(vocabulary.tolist()) if vocabulary is not None else set()
-    tokens, n = [], 0
-    candidates = iter([b""])
-    while len(tokens) < count:
-        token = next(candidates, None)
-        if token is None:
-            token, n = f"tfopt-oov-{n}".encode(), n + 1
-        if token not in known:
-            tokens.append(token)
-    return np.asarray(tokens, dtype=object)
+    made_up = itertools.chain([b""], (f"tfopt-oov-{n}".encode() for n in itertools.count()))
+    fresh = (token for token in made_up if token not in known)
+    return np.asarray(list(itertools.islice(fresh, count)), dtype=object)
 
 
 def draw_tokens(rng: np.random.Generator, shape: tuple[int, ...],

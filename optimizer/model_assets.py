@@ -81,6 +81,9 @@ class ModelAssets:
         self.bodies = {name: {n.name: n for n in f.node_def} for name, f in self.library.items()}
         self.asset_tensors = asset_filenames(meta_graph)
         self.calls: dict[str, list[tuple[str | None, object]]] = {}
+        # (function, argument) -> its asset file names; None while being traced (a call cycle)
+        # or when unprovable, so a hostile call graph costs one trace per argument
+        self._arguments: dict[tuple[str, int], set[str] | None] = {}
         for node in meta_graph.graph_def.node:
             self._note_call(None, node)
         for fname, function in self.library.items():
@@ -121,7 +124,11 @@ class ModelAssets:
             name = _data_inputs(body[name])[0].split(":")[0]
         if name not in args:
             return None
-        return self._argument_filenames(function, args.index(name), depth)
+        key = (function, args.index(name))
+        if key not in self._arguments:
+            self._arguments[key] = None
+            self._arguments[key] = self._argument_filenames(function, key[1], depth)
+        return self._arguments[key]
 
     def _graph_filenames(self, tensor: str, depth: int) -> set[str] | None:
         tensor = tensor_name(tensor)
@@ -176,9 +183,11 @@ class ModelAssets:
         captures = list(bound.bound_inputs) if bound is not None else []
         first_capture = len(self.library[function].signature.input_arg) - len(captures)
         if captures and index >= first_capture:
-            obj = self.meta_graph.object_graph_def.nodes[captures[index - first_capture]]
-            if obj.WhichOneof("kind") != "asset":
+            objects = self.meta_graph.object_graph_def.nodes
+            capture = captures[index - first_capture]
+            if capture >= len(objects) or objects[capture].WhichOneof("kind") != "asset":
                 return None
+            obj = objects[capture]
             files = self.meta_graph.asset_file_def
             if obj.asset.asset_file_def_index >= len(files):
                 return None
