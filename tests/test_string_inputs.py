@@ -4,7 +4,7 @@ same way by every runtime, read from labelled data, and compared output for outp
 import numpy as np
 import pytest
 import string_models
-from string_models import STRING_VOCABULARY, tokens
+from string_models import INTEGER_VOCABULARY, STRING_VOCABULARY, tokens
 
 from optimizer.equivalence import compare
 from optimizer.evaluation import load_labelled_data
@@ -58,6 +58,15 @@ def test_the_vocabulary_is_found_in_the_frozen_graph_and_on_disk(lookup):
     for path in (written, stock):  # tfopt's frozen SavedModel as is; the stock one frozen first
         on_disk = saved_model_vocabularies([path], "serving_default", frozen.signature)
         assert set(on_disk["tokens"].tolist()) == expected
+
+
+def test_integer_inputs_that_key_a_table_get_its_keys(tmp_path):
+    string_models.keras_integer_lookup(tmp_path / "ids")
+    frozen = freeze(tmp_path / "ids")
+    found = infer_vocabularies(frozen.graph_def, frozen.signature)
+    assert sorted(found["ids"].tolist()) == sorted(INTEGER_VOCABULARY)
+    drawn = make_inputs(frozen.signature, 16, vocabularies=found)["ids"]
+    assert np.isin(drawn, INTEGER_VOCABULARY).mean() > 0.5
 
 
 def test_the_equivalence_check_of_a_frozen_lookup_is_exact(lookup):

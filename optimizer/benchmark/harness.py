@@ -166,9 +166,11 @@ def _fidelity_feeds(runner: ModelRunner, seed: int, inputs, eval_data,
 
 def _vocabularies(subjects: Sequence[Subject], contract: SignatureInfo, signature: str,
                   generated: bool) -> dict[str, np.ndarray]:
-    """Tokens for generated string inputs, from the SavedModels among ``subjects``
-    (:mod:`optimizer.vocabulary`); none needed when the inputs are supplied."""
-    if not generated or not any(s.dtype == "string" for s in contract.inputs):
+    """Tokens for generated string inputs (and integer inputs that key a table), from the
+    SavedModels among ``subjects`` (:mod:`optimizer.vocabulary`); none needed when the inputs
+    are supplied."""
+    if not generated or not any(s.dtype == "string" or s.dtype.startswith(("int", "uint"))
+                                for s in contract.inputs):
         return {}
     from optimizer.runtime import detect_format
     from optimizer.vocabulary import saved_model_vocabularies
