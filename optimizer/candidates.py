@@ -18,6 +18,12 @@ still go to the benchmark, and the gate picks the fastest one inside the accurac
 of these candidates is held to the float rewrite's equivalence bound; their accuracy is what the
 evaluation measures and the gate's budget bounds.
 
+A model with lookup tables is converted from a rewrite with the tables filled from constants and
+the outputs' shapes pinned (:mod:`optimizer.litert.constant_tables`), which the converter keeps as
+LiteRT's hash-table builtins. Every LiteRT candidate is run once on generated inputs before
+it is listed: a flatbuffer that converts but cannot run here is skipped with the interpreter's
+reason, not found out by the benchmark.
+
 Each LiteRT candidate is a directory holding ``model.tflite`` and its sidecar
 ``model.tflite.json`` (what it is, how to load it), so that every candidate is a directory to
 store and publish; :attr:`Candidate.path` names the file a runner loads.
@@ -34,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from optimizer.calibration import Calibration
-from optimizer.errors import InvalidInputsError, TfoptError
+from optimizer.errors import InvalidInputsError, TfoptError, first_line
 from optimizer.frozen import FrozenModel
 from optimizer.savedmodel import DEFAULT_SIGNATURE
 
@@ -136,9 +142,10 @@ def derive_candidates(
             makers.append((variant, _savedmodel_maker(variant, optimized, signature)))
     if "litert" in settings.targets:
         feeds = list(calibration.feeds) if calibration is not None else None
+        litert_source = _litert_source(Path(source), workdir, signature)
         for flavour in settings.litert_flavours:
             makers.append((f"litert_{flavour}", _litert_maker(
-                flavour, Path(source), signature, feeds, settings.calibration_samples,
+                flavour, litert_source, signature, feeds, settings.calibration_samples,
                 source_digest)))
     made, skipped = [], []
     for n, (label, make) in enumerate(makers, 1):
@@ -175,7 +182,53 @@ def _savedmodel_maker(variant: str, optimized: FrozenModel, signature: str):
     return make
 
 
-def _litert_maker(flavour: str, source: Path, signature: str,
+def _litert_source(source: Path, workdir: Path, signature: str) -> Callable[[], Path]:
+    """What the converter reads (:func:`optimizer.litert.constant_tables.litert_source`), made
+    once, when the first LiteRT flavour needs it; its failure skips every flavour."""
+    made: list[Path | TfoptError] = []
+
+    def source_for_litert() -> Path:
+        if not made:
+            from optimizer.litert.constant_tables import litert_source
+
+            try:
+                made.append(litert_source(source, workdir, signature))
+            except TfoptError as exc:
+                made.append(exc)
+        if isinstance(made[0], TfoptError):
+            raise made[0]
+        return made[0]
+    return source_for_litert
+
+
+def _smoke_run(path: Path, signature: str) -> None:
+    """Run the converted model once on generated inputs; one line when it cannot run."""
+    from optimizer.inputs import make_inputs
+    from optimizer.litert.convert import LiteRTConversionError
+    from optimizer.runtime import load_runner
+
+    runner = load_runner(path, signature)
+    try:
+        runner(make_inputs(runner.signature, batch_size=1, seed=0))
+    except (RuntimeError, ValueError) as exc:
+        raise LiteRTConversionError(f"the converted model does not run in ai-edge-litert: "
+                                    f"{first_line(exc)}") from None
+    finally:
+        runner.close()
+
+
+def _check_calibration_inputs(feeds: Sequence[Mapping[str, np.ndarray]]) -> None:
+    """TFLite's calibrator feeds numeric tensors only: given a string input it fails with
+    "basic_string::_M_create" (TF 2.21), so a model with one gets no full_int8 candidate."""
+    from optimizer.litert.convert import LiteRTConversionError
+
+    for key, value in feeds[0].items():
+        if np.asarray(value).dtype.kind in "OSU":
+            raise LiteRTConversionError(f"full_int8 needs calibration, and TFLite's calibrator "
+                                        f"cannot feed string input '{key}'")
+
+
+def _litert_maker(flavour: str, source: Callable[[], Path], signature: str,
                   feeds: Sequence[Mapping[str, np.ndarray]] | None, samples: int,
                   source_digest: str | None):
     def make(dst: Path) -> Candidate:
@@ -185,12 +238,15 @@ def _litert_maker(flavour: str, source: Path, signature: str,
         if flavour == "full_int8" and not feeds:
             raise InvalidInputsError("full_int8 needs calibration inputs drawn from the eval "
                                      "data; none were given")
+        if flavour == "full_int8":
+            _check_calibration_inputs(feeds)
         with atomic_directory(dst, overwrite=True) as staging:
             staging.mkdir(parents=True, exist_ok=True)
             converted = convert_to_litert(
-                source, staging / LITERT_FILE, flavour, signature=signature,
+                source(), staging / LITERT_FILE, flavour, signature=signature,
                 representative_data=feeds, calibration_samples=samples,
                 source_digest=source_digest)
+            _smoke_run(staging / LITERT_FILE, signature)
         snippet = converted.manifest.to_dict()["load"]["python"]
         return Candidate(label=f"litert_{flavour}", target="litert", variant=flavour,
                          format="tflite", runtime="ai-edge-litert",

@@ -1,8 +1,9 @@
 """Quality of a model on labelled data, batch by batch, with a pluggable metric.
 
 Labelled data is an ``.npz`` holding ``x`` and ``y``, or a TFRecord file of ``tf.train.Example``
-records with a float list ``x`` (reshaped to the signature's input shape) and an int64 (or
-float) ``y``. The model's single input is fed ``x``; its first output (or ``output_key``) is
+records with a float list ``x`` (a bytes list for a string input; reshaped to the signature's
+input shape) and an int64 (or float) ``y``. String ``x`` in an ``.npz`` is a numpy unicode or
+bytes array (``allow_pickle`` stays off, so not an object array). The model's single input is fed ``x``; its first output (or ``output_key``) is
 scored against ``y`` by a metric from :data:`METRICS`, a registry by name: ``top1`` for
 classifiers, ``mse`` and ``mae`` for regression. Each metric says whether higher is better, so
 that "accuracy drop" means the same thing for all of them.
@@ -89,6 +90,13 @@ def _example_shape(signature: SignatureInfo | None, values: int) -> tuple[int, .
     return tuple(-1 if d is None else d for d in dims)
 
 
+def _feature_values(feature) -> np.ndarray:
+    """A feature's values: float32, or the raw bytes of a ``bytes_list`` (string inputs)."""
+    if feature.HasField("bytes_list"):
+        return np.asarray(list(feature.bytes_list.value), dtype=object)
+    return np.asarray(feature.float_list.value, dtype=np.float32)
+
+
 def _read_tfrecord(path: Path, signature: SignatureInfo | None) -> LabelledData:
     from optimizer.tf_runtime import import_tensorflow
 
@@ -102,7 +110,7 @@ def _read_tfrecord(path: Path, signature: SignatureInfo | None) -> LabelledData:
                 raise InvalidInputsError(
                     f"{path}: every tf.train.Example needs features 'x' and 'y'; found "
                     f"{', '.join(sorted(features)) or 'none'}")
-            xs.append(np.asarray(features["x"].float_list.value, dtype=np.float32))
+            xs.append(_feature_values(features["x"]))
             label = features["y"]
             ys.append(np.asarray(label.int64_list.value if label.HasField("int64_list")
                                  else label.float_list.value))

@@ -104,6 +104,10 @@ def xla_compiled(model: FrozenModel) -> FrozenModel:
             f"Enter/Exit/NextIteration/LoopCond nodes, e.g. {loop_nodes[0]}), which XLA cannot "
             "compile inside a function; freeze with lower_control_flow=False to keep the "
             "functional While that XLA compiles")
+    strings = [s.key for s in model.signature.inputs if s.dtype == "string"]
+    if strings:
+        raise XlaRefused(f"XLA candidate refused: input '{strings[0]}' is a string tensor, and "
+                         "XLA compiles no string op")
     for spec in model.signature.inputs:
         if not spec.tensor_name.endswith(":0"):
             raise XlaRefused(f"XLA candidate refused: input '{spec.key}' is tensor "

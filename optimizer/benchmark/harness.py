@@ -13,6 +13,10 @@ Quality is measured per model: with labelled data, a metric (``top1`` by default
 agreement, max absolute and relative output error) on the eval data's inputs, or on inputs
 generated from the signature when there is none.
 
+Generated inputs follow the signature (:func:`optimizer.inputs.make_inputs`); string inputs take
+their tokens from the model's own vocabulary (:mod:`optimizer.vocabulary`), a quarter of them out
+of it.
+
 Memory: models share the process, so per model the harness records how much the resident set
 grew, and how far its peak rose, while that model was loaded and called once
 (:mod:`optimizer.benchmark.memory`): the model's increment, not the footprint of a process serving it
@@ -57,7 +61,7 @@ from optimizer.benchmark.runtime import (
 from optimizer.benchmark.stats import LatencySummary, p50_ratio_interval
 from optimizer.errors import InvalidInputsError
 from optimizer.evaluation import LabelledData, evaluate, get_metric, load_labelled_data
-from optimizer.inputs import make_inputs
+from optimizer.inputs import OUT_OF_VOCABULARY_SHARE, make_inputs
 from optimizer.runtime import ModelRunner, load_runner, read_signature
 from optimizer.savedmodel import DEFAULT_SIGNATURE, directory_size
 from optimizer.signature import SignatureInfo
@@ -137,16 +141,18 @@ def _rows(array: np.ndarray, batch_size: int) -> np.ndarray:
 
 def _batch_feeds(signature: SignatureInfo, batch_size: int, seed: int,
                  inputs: Mapping[str, np.ndarray] | None,
-                 eval_data: LabelledData | None) -> dict[str, np.ndarray]:
+                 eval_data: LabelledData | None,
+                 vocabularies: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     if inputs is not None:
         return {k: _rows(np.asarray(inputs[k]), batch_size) for k in signature.input_keys}
     if eval_data is not None and len(signature.inputs) == 1:
         spec = signature.inputs[0]
         return {spec.key: _rows(eval_data.x, batch_size).astype(spec.numpy_dtype, copy=False)}
-    return make_inputs(signature, batch_size, seed)
+    return make_inputs(signature, batch_size, seed, vocabularies=dict(vocabularies or {}))
 
 
-def _fidelity_feeds(runner: ModelRunner, seed: int, inputs, eval_data) -> tuple[list, str]:
+def _fidelity_feeds(runner: ModelRunner, seed: int, inputs, eval_data,
+                    vocabularies: Mapping[str, np.ndarray] | None = None) -> tuple[list, str]:
     if eval_data is not None and len(runner.signature.inputs) == 1:
         spec = runner.signature.inputs[0]
         x = eval_data.x[:FIDELITY_ROWS].astype(spec.numpy_dtype, copy=False)
@@ -154,7 +160,23 @@ def _fidelity_feeds(runner: ModelRunner, seed: int, inputs, eval_data) -> tuple[
             "eval data"
     if inputs is not None:
         return [dict(inputs)], "supplied"
-    return [make_inputs(runner.signature, 8, seed + 100 + i) for i in range(3)], "generated"
+    return [make_inputs(runner.signature, 8, seed + 100 + i, vocabularies=dict(vocabularies or {}))
+            for i in range(3)], "generated"
+
+
+def _vocabularies(subjects: Sequence[Subject], contract: SignatureInfo, signature: str,
+                  generated: bool) -> dict[str, np.ndarray]:
+    """Tokens for generated string inputs (and integer inputs that key a table), from the
+    SavedModels among ``subjects`` (:mod:`optimizer.vocabulary`); none needed when the inputs
+    are supplied."""
+    if not generated or not any(s.dtype == "string" or s.dtype.startswith(("int", "uint"))
+                                for s in contract.inputs):
+        return {}
+    from optimizer.runtime import detect_format
+    from optimizer.vocabulary import saved_model_vocabularies
+
+    paths = [s.path for s in subjects if (s.format or detect_format(s.path)) == "savedmodel"]
+    return saved_model_vocabularies(paths, signature, contract)
 
 
 @dataclass
@@ -244,7 +266,10 @@ def run_benchmark(
     if isinstance(eval_data, (str, os.PathLike)):
         eval_data = load_labelled_data(eval_data, contract)
 
-    first_feeds = _batch_feeds(contract, min(config.batch_sizes), config.seed, inputs, eval_data)
+    vocabularies = _vocabularies(subjects, contract, config.signature,
+                                 generated=inputs is None and eval_data is None)
+    first_feeds = _batch_feeds(contract, min(config.batch_sizes), config.seed, inputs, eval_data,
+                               vocabularies)
     loaded: list[_Loaded] = []
     for subject, label in zip(subjects, labels):
         if subject.role != REFERENCE:
@@ -252,7 +277,7 @@ def run_benchmark(
                                             runtime, say, label)
         say(f"loading {label} ({subject.role}) from {subject.path}")
         item = _load(subject, label, config.signature, lambda r: _batch_feeds(
-            r.signature, min(config.batch_sizes), config.seed, inputs, eval_data))
+            r.signature, min(config.batch_sizes), config.seed, inputs, eval_data, vocabularies))
         if loaded and not item.runner.signature.same_contract(loaded[0].runner.signature):
             raise InvalidInputsError(
                 f"{label} has signature {item.runner.signature.describe()}, but the baseline "
@@ -267,7 +292,7 @@ def run_benchmark(
     samples: dict[str, dict[int, tuple[float, ...]]] = {item.label: {} for item in loaded}
     for batch_size in config.batch_sizes:
         feeds = _batch_feeds(loaded[0].runner.signature, batch_size, config.seed, inputs,
-                             eval_data)
+                             eval_data, vocabularies)
         tensors = {item.label: item.runner.to_tensors(feeds) for item in timed_models}
         calls = {item.label: (lambda r=item.runner, t=tensors[item.label]: r.call(t))
                  for item in timed_models}
@@ -301,7 +326,8 @@ def run_benchmark(
     from optimizer.equivalence import compare
 
     fidelities: dict[str, Fidelity] = {}
-    feeds_list, feeds_source = _fidelity_feeds(ref_item.runner, config.seed, inputs, eval_data)
+    feeds_list, feeds_source = _fidelity_feeds(ref_item.runner, config.seed, inputs, eval_data,
+                                               vocabularies)
     for item in loaded:
         if item is ref_item:
             continue
@@ -330,6 +356,9 @@ def run_benchmark(
         inputs_source = f"rows of {eval_data.source}"
     else:
         inputs_source = f"generated from the signature (seed {config.seed})"
+        if vocabularies:
+            inputs_source += ("; tokens from the model's vocabulary, "
+                              f"{OUT_OF_VOCABULARY_SHARE:.0%} out of it")
     settings = BenchmarkSettings(
         batch_sizes=tuple(config.batch_sizes), warmup=config.warmup, min_runs=config.min_runs,
         min_seconds=config.min_seconds, max_runs=config.max_runs, confidence=config.confidence,
