@@ -72,7 +72,8 @@ EVAL_BATCH = 64
 @dataclass(frozen=True)
 class Subject:
     """A model to benchmark: a SavedModel directory or a model file of another format (its
-    size is the file's), a display label and its role. ``format`` (default: what the path looks
+    size and digest are the file's and its companions', such as an OpenVINO IR's ``.bin``), a
+    display label and its role. ``format`` (default: what the path looks
     like) and ``num_threads`` (per-model runtimes; default: the CPUs available) say how it
     runs: :func:`optimizer.runtime.load_runner`."""
 
