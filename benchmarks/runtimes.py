@@ -50,7 +50,11 @@ def main() -> int:
     names = model_names(parser, args.models)
 
     from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+    from optimizer.benchmark.runtime import apply_runtime_settings, default_runtime_settings
 
+    # Before the converters start TensorFlow: its pools are sized once, as the pipeline sizes
+    # them (intra-op = the CPUs available, inter-op = 1).
+    runtime = apply_runtime_settings(default_runtime_settings())
     workdir = work_directory(args.workdir, "tfopt-bench-runtimes-")
     rows, skipped_all = [], {}
     for name in names:
@@ -66,7 +70,7 @@ def main() -> int:
             Subject.baseline(stock, label="stock"),
             [Subject.candidate(c.path, label=c.label) for c in made],
             BenchmarkConfig(batch_sizes=(1,), warmup=5, min_runs=30, min_seconds=args.seconds),
-            progress=say)
+            runtime=runtime, progress=say)
         base = result.baseline.latency[1].p50
         for m in result.candidates:
             interval = result.ratios[m.label][1]

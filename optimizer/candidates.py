@@ -74,7 +74,7 @@ class Candidate:
 
     label: str
     target: str  # one of TARGETS
-    variant: str  # fp32, bf16, xla, or the LiteRT flavour
+    variant: str  # fp32, bf16, xla, or the LiteRT, ONNX or OpenVINO flavour
     format: str  # savedmodel | tflite | onnx | openvino (optimizer.runtime.registry)
     runtime: str  # tensorflow | tensorflow+xla | ai-edge-litert | onnxruntime | openvino
     path: str  # the SavedModel directory, or the model file (.tflite, .onnx, .xml)
@@ -133,7 +133,6 @@ class CandidateSettings:
         if self.calibration_samples < 1:
             raise InvalidInputsError(f"calibration_samples must be >= 1, got "
                                      f"{self.calibration_samples}")
-
 
     def flavours(self, target: str) -> tuple[str, ...]:
         return {"savedmodel": self.savedmodel_variants, "litert": self.litert_flavours,

@@ -4,7 +4,7 @@ offline optimization and quantizers, the written file read back by ONNX Runtime.
 Tolerances: the float flavours compute what the SavedModel computes, in another order, so they
 agree within 1e-5 of softmax outputs (measured: 5e-8). The int8 flavours are held to the gate's
 accuracy budget on real data (tests/test_runtime_candidates.py), not here; here they only have
-to run and stay within 0.05 of the float outputs (measured: 7e-4 dynamic, 3e-3 static).
+to run and stay within 0.05 of the float outputs (measured: 3e-3 static).
 """
 
 import json
@@ -84,7 +84,9 @@ def test_the_quantized_flavours_really_hold_int8(converted):
     ops = {flavour: {n.op_type for n in onnx.load(str(m.path)).graph.node}
            for flavour, m in models.items()}
     assert "QuantizeLinear" in ops["static_int8"] and "DequantizeLinear" in ops["static_int8"]
-    assert ops["dynamic_int8"] & {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger"}
+    # dynamic: the Dense layer's MatMul in int8; convolutions left float (ConvInteger is slow)
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops["dynamic_int8"]
+    assert "ConvInteger" not in ops["dynamic_int8"] and "Conv" in ops["dynamic_int8"]
     assert not ops["fp32"] & {"QuantizeLinear", "DynamicQuantizeLinear"}
 
 

@@ -201,6 +201,9 @@ def test_an_onnx_or_openvino_winner_is_published_loadable_and_judged_in_its_runt
     chosen = first["gate"]["chosen"]
     fmt, runtime, file = {"onnx_fp32": ("onnx", "onnxruntime", "model.onnx"),
                           "openvino_fp32": ("openvino", "openvino", "model.xml")}[chosen]
+    report = (Path(first["gate"]["report_dir"]) / "report.md").read_text()
+    assert "| onnx_fp32 | onnx | onnxruntime |" in report  # the candidate table
+    assert "| openvino_fp32 | openvino | openvino |" in report
     client, versions, alias = _registry(mlflow_server, name)
     assert versions == ["1"] and str(alias) == "1"
     tags = client.get_model_version(name, "1").tags
