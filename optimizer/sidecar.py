@@ -137,9 +137,10 @@ def read_sidecar(model_path: str | os.PathLike, fmt: str,
         return None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SidecarError(f"unreadable sidecar {path}: {exc}") from None
-    if not isinstance(data, dict) or data.get("format") != fmt:
-        raise SidecarError(f"{path} is not the sidecar of a {fmt} model (its format is "
-                           f"{data.get('format') if isinstance(data, dict) else 'missing'})")
+    found = data.get("format") if isinstance(data, dict) else None
+    if found != fmt:
+        raise SidecarError(f"sidecar {path} describes a model in format '{found}', not "
+                           f"'{fmt}'")
     missing = [k for k in required if k not in data]
     if missing:
         raise SidecarError(f"sidecar {path} lacks {', '.join(missing)}")

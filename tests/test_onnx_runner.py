@@ -56,7 +56,7 @@ def test_the_sidecars_optimization_level_is_what_the_session_loads_with(onnx_fil
         load_runner(copy)
 
     (tmp_path / "model.onnx.json").write_text(json.dumps({**sidecar, "format": "openvino"}))
-    with pytest.raises(SidecarError, match="is not the sidecar of a onnx model"):
+    with pytest.raises(SidecarError, match="describes a model in format 'openvino', not 'onnx'"):
         read_signature(copy)
 
 
