@@ -7,7 +7,6 @@ models themselves stay on disk or in object storage and are referred to by path 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any, Self, TypeVar
 
 T = TypeVar("T", bound="Record")
@@ -65,16 +64,16 @@ class CandidateModel(Record):
     judged by the evaluation's accuracy instead."""
 
     label: str
-    path: str  # a SavedModel directory, or a .tflite file
+    path: str  # a SavedModel directory, or a model file (.tflite, .onnx, .xml)
     kind: str  # frozen | optimized | derived
     digest: str
     recipe: str | None = None
     equivalence: dict[str, Any] = field(default_factory=dict)
     trace: list[dict[str, Any]] = field(default_factory=list)
-    target: str = "savedmodel"  # savedmodel | litert
-    variant: str = "fp32"  # fp32 | bf16 | xla | the LiteRT flavour
-    format: str = "savedmodel"  # savedmodel | tflite
-    runtime: str = "tensorflow"  # tensorflow | tensorflow+xla | ai-edge-litert
+    target: str = "savedmodel"  # savedmodel | litert | onnx | openvino
+    variant: str = "fp32"  # fp32 | bf16 | xla | the LiteRT, ONNX or OpenVINO flavour
+    format: str = "savedmodel"  # savedmodel | tflite | onnx | openvino
+    runtime: str = "tensorflow"  # tensorflow | tensorflow+xla | ai-edge-litert | onnxruntime...
     how_to_load: str = ""
     derived: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)  # {label, reason}
@@ -82,7 +81,9 @@ class CandidateModel(Record):
     @property
     def artifact_dir(self) -> str:
         """The directory holding everything of this candidate: what gets published."""
-        return str(Path(self.path).parent) if self.format == "tflite" else self.path
+        from optimizer.candidates import artifact_dir
+
+        return str(artifact_dir(self.path, self.format))
 
     def tag(self) -> dict[str, str]:
         """What the candidate is, as :class:`optimizer.candidates.Candidate` fields: carried

@@ -127,23 +127,32 @@ class ScheduleConfig(_Section):
 class CandidatesConfig(_Section):
     """Which runtimes the result may need; optimizer/candidates.py builds the candidates."""
 
-    targets: list[Literal["savedmodel", "litert"]] = Field(
+    targets: list[Literal["savedmodel", "litert", "onnx", "openvino"]] = Field(
         default_factory=lambda: ["savedmodel"],
-        description="savedmodel (TF Serving, tf.saved_model.load) and/or litert "
-                    "(ai-edge-litert); a TF Serving site allows only savedmodel")
+        description="savedmodel (TF Serving, tf.saved_model.load), litert (ai-edge-litert), "
+                    "onnx (onnxruntime), openvino; a TF Serving site allows only savedmodel")
     savedmodel_variants: list[Literal["bf16", "xla"]] = Field(
         default_factory=lambda: ["bf16", "xla"],
         description="besides the optimized fp32 graph: bf16 (native bfloat16 CPUs only), xla")
     litert_flavours: list[Literal["fp32", "fp16", "dynamic_int8", "full_int8"]] = Field(
         default_factory=lambda: ["fp32", "fp16", "dynamic_int8", "full_int8"],
         description="with the litert target; full_int8 calibrates on evaluation.data")
-    calibration_samples: int = Field(100, ge=1, description="eval rows that calibrate full_int8")
+    onnx_flavours: list[Literal["fp32", "optimized", "dynamic_int8", "static_int8"]] = Field(
+        default_factory=lambda: ["fp32", "optimized", "dynamic_int8", "static_int8"],
+        description="with the onnx target; static_int8 calibrates on evaluation.data")
+    openvino_flavours: list[Literal["fp32", "bf16", "int8"]] = Field(
+        default_factory=lambda: ["fp32", "bf16", "int8"],
+        description="with the openvino target: bf16 on native bfloat16 CPUs only; int8 "
+                    "calibrates on evaluation.data")
+    calibration_samples: int = Field(
+        100, ge=1, description="eval rows that calibrate full_int8, static_int8 and int8")
 
     @field_validator("targets")
     @classmethod
     def _some_target(cls, value: list[str]) -> list[str]:
         if not value:
-            raise ValueError("at least one target is needed: savedmodel, litert")
+            raise ValueError("at least one target is needed: savedmodel, litert, onnx, "
+                             "openvino")
         return value
 
     def settings(self):
@@ -152,6 +161,8 @@ class CandidatesConfig(_Section):
         return CandidateSettings(targets=tuple(self.targets),
                                  savedmodel_variants=tuple(self.savedmodel_variants),
                                  litert_flavours=tuple(self.litert_flavours),
+                                 onnx_flavours=tuple(self.onnx_flavours),
+                                 openvino_flavours=tuple(self.openvino_flavours),
                                  calibration_samples=self.calibration_samples)
 
 

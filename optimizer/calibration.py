@@ -8,10 +8,12 @@ calibrated on real data.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from optimizer.errors import InvalidInputsError
 from optimizer.signature import SignatureInfo
 
 SYNTHETIC = "synthetic"
@@ -41,3 +43,23 @@ def from_rows(signature: SignatureInfo, x: np.ndarray, samples: int, source: str
 
     rows = np.random.default_rng(seed).permutation(len(x))[:samples]
     return Calibration(tuple(calibration_feeds(signature, np.asarray(x)[rows], samples)), source)
+
+
+def checked_feeds(signature: SignatureInfo, feeds: Iterable[Mapping[str, np.ndarray]],
+                  limit: int, needed_by: str) -> list[dict[str, np.ndarray]]:
+    """The first ``limit`` feed dicts, each holding every input of ``signature`` in its dtype;
+    ``needed_by`` (the flavour that calibrates) names who asked when there are none."""
+    checked = []
+    for feed in feeds:
+        if len(checked) >= limit:
+            break
+        missing = [k for k in signature.input_keys if k not in feed]
+        if missing:
+            raise InvalidInputsError(f"calibration sample {len(checked)} lacks input(s) "
+                                     f"{', '.join(missing)} of signature '{signature.name}'")
+        checked.append({s.key: np.asarray(feed[s.key]).astype(s.numpy_dtype, copy=False)
+                        for s in signature.inputs})
+    if not checked:
+        raise InvalidInputsError(f"{needed_by} needs calibration data: the representative "
+                                 "dataset is empty")
+    return checked

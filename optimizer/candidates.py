@@ -11,12 +11,21 @@ source this module derives the others the config's ``targets`` allow:
     ``litert_fp32``, ``litert_fp16`` (float16 weights), ``litert_dynamic_int8`` (dynamic-range
     int8) and ``litert_full_int8`` (int8 calibrated on representative inputs drawn from the eval
     data), converted from the source SavedModel by :mod:`optimizer.litert.convert`.
+``onnx`` (ONNX Runtime, CPU provider)
+    ``onnx_fp32`` (tf2onnx's graph), ``onnx_optimized`` (ONNX Runtime's graph optimizations
+    saved into the file), ``onnx_dynamic_int8`` and ``onnx_static_int8`` (QDQ, calibrated),
+    from the source SavedModel by :mod:`optimizer.onnx.convert`; tf2onnx runs once for all four.
+``openvino`` (OpenVINO's CPU plugin)
+    ``openvino_fp32``, ``openvino_bf16`` (the same IR compiled with the bf16 precision hint,
+    native bfloat16 CPUs only) and ``openvino_int8`` (NNCF, calibrated), from the source
+    SavedModel by :mod:`optimizer.openvino.convert`; converted once for all three.
 
-A candidate that cannot be built here (no native bfloat16, an op XLA or the LiteRT converter
-refuses, no calibration data) is *skipped* with its one-line reason, never fatal: the others
-still go to the benchmark, and the gate picks the fastest one inside the accuracy budget. None
-of these candidates is held to the float rewrite's equivalence bound; their accuracy is what the
-evaluation measures and the gate's budget bounds.
+A candidate that cannot be built here (no native bfloat16, an op XLA or a converter refuses, no
+calibration data) is *skipped* with its one-line reason, never fatal: the others still go to
+the benchmark, and the gate picks the fastest one inside the accuracy budget. None of these
+candidates is held to the float rewrite's equivalence bound; their accuracy is what the
+evaluation measures and the gate's budget bounds. The calibrating flavours (LiteRT full int8,
+ONNX static int8, OpenVINO int8) all take the same :class:`~optimizer.calibration.Calibration`.
 
 A model with lookup tables is converted from a rewrite with the tables filled from constants and
 the outputs' shapes pinned (:mod:`optimizer.litert.constant_tables`), which the converter keeps as
@@ -24,13 +33,16 @@ LiteRT's hash-table builtins. Every LiteRT candidate is run once on generated in
 it is listed: a flatbuffer that converts but cannot run here is skipped with the interpreter's
 reason, not found out by the benchmark.
 
-Each LiteRT candidate is a directory holding ``model.tflite`` and its sidecar
-``model.tflite.json`` (what it is, how to load it), so that every candidate is a directory to
-store and publish; :attr:`Candidate.path` names the file a runner loads.
+Each candidate of another format is a directory holding its model file(s) and the JSON sidecar
+(``model.tflite`` and ``model.tflite.json``; ``model.onnx`` and ``model.onnx.json``;
+``model.xml``, ``model.bin`` and ``model.xml.json``: what it is, how to load it), so that every
+candidate is a directory to store and publish; :attr:`Candidate.path` names the file a runner
+loads.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -46,10 +58,16 @@ from optimizer.savedmodel import DEFAULT_SIGNATURE
 
 log = logging.getLogger(__name__)
 
-TARGETS = ("savedmodel", "litert")
+TARGETS = ("savedmodel", "litert", "onnx", "openvino")
 SAVEDMODEL_VARIANTS = ("bf16", "xla")
 LITERT_FLAVOURS = ("fp32", "fp16", "dynamic_int8", "full_int8")
+ONNX_FLAVOURS = ("fp32", "optimized", "dynamic_int8", "static_int8")
+OPENVINO_FLAVOURS = ("fp32", "bf16", "int8")
+# The flavours that calibrate on representative inputs, by target.
+CALIBRATING = {"litert": ("full_int8",), "onnx": ("static_int8",), "openvino": ("int8",)}
 LITERT_FILE = "model.tflite"
+ONNX_FILE = "model.onnx"
+OPENVINO_FILE = "model.xml"
 
 
 def savedmodel_load_instructions(signature: str) -> str:
@@ -62,20 +80,27 @@ class Candidate:
 
     label: str
     target: str  # one of TARGETS
-    variant: str  # fp32, bf16, xla, or the LiteRT flavour
-    format: str  # savedmodel | tflite
-    runtime: str  # tensorflow | tensorflow+xla | ai-edge-litert
-    path: str  # the SavedModel directory, or the .tflite file
+    variant: str  # fp32, bf16, xla, or the LiteRT, ONNX or OpenVINO flavour
+    format: str  # savedmodel | tflite | onnx | openvino (optimizer.runtime.registry)
+    runtime: str  # tensorflow | tensorflow+xla | ai-edge-litert | onnxruntime | openvino
+    path: str  # the SavedModel directory, or the model file (.tflite, .onnx, .xml)
     how_to_load: str
 
     @property
     def artifact_dir(self) -> Path:
         """The directory that holds everything of this candidate (what gets published)."""
-        path = Path(self.path)
-        return path.parent if self.format == "tflite" else path
+        return artifact_dir(self.path, self.format)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def artifact_dir(path: str | os.PathLike, format: str) -> Path:
+    """A model file's directory (it holds the sidecar and companions), or a SavedModel itself."""
+    from optimizer.runtime.registry import runtime_for
+
+    path = Path(path)
+    return path.parent if runtime_for(format).suffix is not None else path
 
 
 @dataclass(frozen=True)
@@ -92,13 +117,18 @@ class CandidateSettings:
     targets: tuple[str, ...] = ("savedmodel",)
     savedmodel_variants: tuple[str, ...] = SAVEDMODEL_VARIANTS
     litert_flavours: tuple[str, ...] = LITERT_FLAVOURS
+    onnx_flavours: tuple[str, ...] = ONNX_FLAVOURS
+    openvino_flavours: tuple[str, ...] = OPENVINO_FLAVOURS
     calibration_samples: int = 100
 
     def __post_init__(self) -> None:
         for name, given, valid in (("target", self.targets, TARGETS),
                                    ("SavedModel variant", self.savedmodel_variants,
                                     SAVEDMODEL_VARIANTS),
-                                   ("LiteRT flavour", self.litert_flavours, LITERT_FLAVOURS)):
+                                   ("LiteRT flavour", self.litert_flavours, LITERT_FLAVOURS),
+                                   ("ONNX flavour", self.onnx_flavours, ONNX_FLAVOURS),
+                                   ("OpenVINO flavour", self.openvino_flavours,
+                                    OPENVINO_FLAVOURS)):
             unknown = [g for g in given if g not in valid]
             if unknown:
                 raise InvalidInputsError(f"unknown {name} '{unknown[0]}'; valid: "
@@ -109,6 +139,15 @@ class CandidateSettings:
         if self.calibration_samples < 1:
             raise InvalidInputsError(f"calibration_samples must be >= 1, got "
                                      f"{self.calibration_samples}")
+
+    def flavours(self, target: str) -> tuple[str, ...]:
+        return {"savedmodel": self.savedmodel_variants, "litert": self.litert_flavours,
+                "onnx": self.onnx_flavours, "openvino": self.openvino_flavours}[target]
+
+    @property
+    def needs_calibration(self) -> bool:
+        """Whether a flavour these settings build calibrates on representative inputs."""
+        return any(f in CALIBRATING.get(t, ()) for t in self.targets for f in self.flavours(t))
 
 
 def parse_targets(text: str) -> tuple[str, ...]:
@@ -147,6 +186,12 @@ def derive_candidates(
             makers.append((f"litert_{flavour}", _litert_maker(
                 flavour, litert_source, signature, feeds, settings.calibration_samples,
                 source_digest)))
+    for target in ("onnx", "openvino"):
+        if target in settings.targets:
+            make = _converter(target, Path(source), signature, calibration,
+                              settings.calibration_samples, source_digest)
+            for flavour in settings.flavours(target):
+                makers.append((f"{target}_{flavour}", functools.partial(make, flavour)))
     made, skipped = [], []
     for n, (label, make) in enumerate(makers, 1):
         log.info("candidates: [%d/%d] %s", n, len(makers), label)
@@ -251,4 +296,32 @@ def _litert_maker(flavour: str, source: Callable[[], Path], signature: str,
         return Candidate(label=f"litert_{flavour}", target="litert", variant=flavour,
                          format="tflite", runtime="ai-edge-litert",
                          path=str(dst / LITERT_FILE), how_to_load=snippet)
+    return make
+
+
+def _converter(target: str, source: Path, signature: str, calibration: Calibration | None,
+               samples: int, source_digest: str | None) -> Callable:
+    """``make(flavour, dst)``: one flavour of ``target`` (onnx or openvino) built into the
+    candidate directory ``dst``; every flavour shares one conversion of the source."""
+    if target == "onnx":
+        from optimizer.onnx.convert import OnnxExport as Export
+        from optimizer.onnx.convert import convert_to_onnx as convert
+        file_name, runtime = ONNX_FILE, "onnxruntime"
+    else:
+        from optimizer.openvino.convert import OpenVINOExport as Export
+        from optimizer.openvino.convert import convert_to_openvino as convert
+        file_name, runtime = OPENVINO_FILE, "openvino"
+    export = Export(source, signature)
+
+    def make(flavour: str, dst: Path) -> Candidate:
+        from optimizer.atomic import atomic_directory
+
+        with atomic_directory(dst, overwrite=True) as staging:
+            staging.mkdir(parents=True, exist_ok=True)
+            converted = convert(source, staging / file_name, flavour, signature=signature,
+                                calibration=calibration, calibration_samples=samples,
+                                source_digest=source_digest, export=export)
+        return Candidate(label=f"{target}_{flavour}", target=target, variant=flavour,
+                         format=target, runtime=runtime, path=str(dst / file_name),
+                         how_to_load=converted.sidecar.load_python)
     return make

@@ -111,3 +111,17 @@ def tf1_saved_model(path):
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
             tf.compat.v1.saved_model.simple_save(session, str(path), {"x": x}, {"y": y})
+
+
+class IgammaModule(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def serve(self, x):
+        return {"y": tf.math.igamma(tf.abs(x) + 1.0, tf.abs(x) + 0.5)}
+
+
+def igamma_module(path):
+    """A model with an op (Igamma, the regularized incomplete gamma function) that neither
+    tf2onnx nor OpenVINO's TensorFlow frontend converts: what a converter refuses."""
+    module = IgammaModule()
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+    return module

@@ -78,8 +78,15 @@ def test_a_savedmodel_only_target_builds_no_litert_file(digits, tmp_path):
     assert not list(tmp_path.rglob("*.tflite"))
 
 
+def test_targets_name_every_runtime_and_say_when_calibration_is_needed():
+    assert parse_targets("savedmodel, onnx,openvino") == ("savedmodel", "onnx", "openvino")
+    assert not CandidateSettings(targets=("onnx",), onnx_flavours=("fp32",)).needs_calibration
+    assert CandidateSettings(targets=("openvino",)).needs_calibration  # int8 by default
+    assert not CandidateSettings(targets=("savedmodel",)).needs_calibration
+
+
 @pytest.mark.parametrize("text, message", [
-    ("savedmodel,onnx", "unknown target 'onnx'"),
+    ("savedmodel,tensorrt", "unknown target 'tensorrt'"),
     ("", "at least one target"),
 ])
 def test_unknown_or_missing_targets_are_one_line_errors(text, message):

@@ -1,4 +1,5 @@
-"""``tfopt optimize SRC DST --targets savedmodel,litert``: build candidates, let the gate choose.
+"""``tfopt optimize SRC DST --targets savedmodel,litert,onnx,openvino``: build candidates, let the
+gate choose.
 
 The optimized float32 SavedModel (recipe or search, checked for equivalence as always) and the
 candidates the targets allow (:mod:`optimizer.candidates`) are benchmarked against SRC in one
@@ -6,7 +7,8 @@ process and evaluated (held-out accuracy with ``--eval-data``, agreement with SR
 without); the gate chooses the fastest that is faster with confidence and inside
 ``--accuracy-budget`` (:mod:`optimizer.selection`). DST is a directory, written atomically:
 
-- the chosen SavedModel itself, or ``model.tflite`` with its ``model.tflite.json``;
+- the chosen SavedModel itself, or the chosen model's file(s) with its JSON sidecar
+  (``model.tflite``, ``model.onnx``, or ``model.xml`` and ``model.bin``; plus ``<file>.json``);
 - ``candidates.json``: every candidate with its format, latency, accuracy and verdict;
 - ``runtime_settings.json`` with ``--tune``: the thread settings measured best for it.
 
@@ -32,9 +34,11 @@ def add_arguments(p) -> None:
     group = p.add_argument_group("candidates (with --targets)")
     group.add_argument("--targets", default=None, metavar="LIST",
                        help="build and measure candidates for these runtimes, comma-separated: "
-                            "savedmodel (optimized fp32, bf16, XLA) and/or litert (fp32, fp16, "
-                            "dynamic-range int8, full int8); write the fastest inside the "
-                            "accuracy budget at DST, and DST/candidates.json")
+                            "savedmodel (optimized fp32, bf16, XLA), litert (fp32, fp16, "
+                            "dynamic-range int8, full int8), onnx (fp32, optimized, dynamic "
+                            "int8, static int8) and/or openvino (fp32, bf16, int8); write the "
+                            "fastest inside the accuracy budget at DST, and "
+                            "DST/candidates.json")
     group.add_argument("--eval-data", default=None, dest="eval_data", metavar="FILE.npz",
                        help="labelled data (x, y) for held-out accuracy and int8 calibration; "
                             "without it accuracy is agreement with SRC's top-1")
@@ -121,13 +125,14 @@ def run_with_targets(args, result, runtime=None) -> int:
             beside = selection.write_json(dst.parent / f"{dst.name}.{CANDIDATES_FILE}", kept={})
             print(f"no candidate passed the gate; nothing written at {dst}; see {beside}")
             return EXIT_REJECT
+        is_file = chosen.artifact_dir != Path(chosen.path)
         with atomic_directory(dst, overwrite=args.overwrite) as staging:
             shutil.copytree(chosen.artifact_dir, staging)
-            final = dst / Path(chosen.path).name if chosen.format == "tflite" else dst
+            final = dst / Path(chosen.path).name if is_file else dst
             selection.write_json(staging / CANDIDATES_FILE, kept={chosen.label: str(final)})
             if args.tune:
-                _tune(staging, staging / Path(chosen.path).name
-                      if chosen.format == "tflite" else staging, args.signature)
+                _tune(staging, staging / Path(chosen.path).name if is_file else staging,
+                      args.signature)
         print(f"chosen       {chosen.label} ({chosen.format}, {chosen.runtime}): "
               f"{selection.decision.verdict(chosen.label).speedup:.2f}x vs {args.src}")
         print(f"load with    {chosen.how_to_load.strip().splitlines()[-1]}")

@@ -70,7 +70,8 @@ def optimize(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> Cand
 def derive(config: PipelineConfig, pulled: PulledModel, optimized, step_dir: Path
            ) -> tuple[list[CandidateModel], list]:
     """The candidates ``candidates.targets`` allows besides the optimized graph (bf16, XLA,
-    LiteRT), built under ``step_dir/candidates``; full int8 calibrates on evaluation.data."""
+    LiteRT, ONNX, OpenVINO), built under ``step_dir/candidates``; the int8 flavours that
+    calibrate do it on evaluation.data."""
     from optimizer.benchmark.environment import model_digest
     from optimizer.candidates import derive_candidates
 
@@ -87,8 +88,7 @@ def derive(config: PipelineConfig, pulled: PulledModel, optimized, step_dir: Pat
 
 
 def _calibration(config: PipelineConfig, pulled: PulledModel, step_dir: Path, samples: int):
-    if ("litert" not in config.candidates.targets
-            or "full_int8" not in config.candidates.litert_flavours or not config.evaluation.data):
+    if not config.candidates.settings().needs_calibration or not config.evaluation.data:
         return None
     from components.steps.evaluate import local_eval_data
     from optimizer.calibration import from_rows

@@ -11,7 +11,8 @@ What a reviewer finds in the experiment ``mlflow.experiment``, for each pipeline
   is ``baseline``, whatever it was benchmarked as, and beside a champion the unoptimized input's
   is ``input``); whose tags hold the verdict and its summary,
   the source URI and digest and the environment fingerprint (``env.*``); and whose artifacts are
-  ``model/`` (the chosen candidate: a SavedModel, or ``model.tflite`` with its JSON sidecar;
+  ``model/`` (the chosen candidate: a SavedModel, or its model file(s) with their JSON sidecar:
+  ``model.tflite``, ``model.onnx``, or an OpenVINO ``model.xml`` and ``model.bin``;
   when the gate rejected, the fastest candidate, for review; with ``runtime_settings.json``,
   the thread settings and batch size tuned for it, also as ``tfopt.runtime.*`` tags), ``report/`` (Markdown, JSON and charts), ``trace.json`` (the transforms applied, in
   order) and ``verdict.json`` (every check of the gate);

@@ -63,7 +63,8 @@ from optimizer.errors import InvalidInputsError
 from optimizer.evaluation import LabelledData, evaluate, get_metric, load_labelled_data
 from optimizer.inputs import OUT_OF_VOCABULARY_SHARE, make_inputs
 from optimizer.runtime import ModelRunner, load_runner, read_signature
-from optimizer.savedmodel import DEFAULT_SIGNATURE, directory_size
+from optimizer.runtime.registry import model_files
+from optimizer.savedmodel import DEFAULT_SIGNATURE
 from optimizer.signature import SignatureInfo
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,8 @@ EVAL_BATCH = 64
 @dataclass(frozen=True)
 class Subject:
     """A model to benchmark: a SavedModel directory or a model file of another format (its
-    size is the file's), a display label and its role. ``format`` (default: what the path looks
+    size and digest are the file's and its companions', such as an OpenVINO IR's ``.bin``), a
+    display label and its role. ``format`` (default: what the path looks
     like) and ``num_threads`` (per-model runtimes; default: the CPUs available) say how it
     runs: :func:`optimizer.runtime.load_runner`."""
 
@@ -335,12 +337,14 @@ def run_benchmark(
         fidelities[item.label] = Fidelity(report.max_abs_diff, report.max_rel_diff,
                                           report.top1_agreement, report.batches, feeds_source)
 
+    files = {item.label: model_files(item.subject.path, item.runner.format) for item in loaded}
     measurements = [
         ModelMeasurement(
             label=item.label, role=item.subject.role, path=str(item.subject.path),
             format=item.runner.format, runtime=item.runner.runtime,
             num_threads=item.runner.num_threads,
-            digest=model_digest(item.subject.path), size_bytes=directory_size(item.subject.path),
+            digest=model_digest(item.subject.path, files[item.label]),
+            size_bytes=sum(f.stat().st_size for f in files[item.label]),
             load_seconds=item.load_seconds, first_call_seconds=item.first_call_seconds,
             rss_growth_bytes=item.growth.rss_growth_bytes,
             peak_rss_growth_bytes=item.growth.peak_rss_growth_bytes,
