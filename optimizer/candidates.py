@@ -9,11 +9,17 @@ source this module derives the others the config's ``targets`` allow:
     compile (:mod:`optimizer.xla`; TF Serving needs ``--xla_cpu_compilation_enabled=true``).
 ``litert`` (the ``ai-edge-litert`` interpreter with XNNPACK)
     ``litert_fp32``, ``litert_fp16`` (float16 weights), ``litert_dynamic_int8`` (dynamic-range
-    int8) and ``litert_full_int8`` (int8 calibrated on representative inputs drawn from the eval
-    data), converted from the source SavedModel by :mod:`optimizer.litert.convert`.
+    int8) and ``litert_full_int8`` (int8 calibrated on representative inputs: the calibration
+    data, else the eval data's inputs, else inputs generated from the signature, see
+    :mod:`optimizer.calibration`), converted from the source SavedModel by
+    :mod:`optimizer.litert.convert`.
+
+A calibrated candidate says what it was calibrated on (:attr:`Candidate.calibration`: ``data``
+or ``synthetic``), so that one fitted to generated noise is never taken for one fitted to real
+inputs; the others say nothing (``None``).
 
 A candidate that cannot be built here (no native bfloat16, an op XLA or the LiteRT converter
-refuses, no calibration data) is *skipped* with its one-line reason, never fatal: the others
+refuses) is *skipped* with its one-line reason, never fatal: the others
 still go to the benchmark, and the gate picks the fastest one inside the accuracy budget. None
 of these candidates is held to the float rewrite's equivalence bound; their accuracy is what the
 evaluation measures and the gate's budget bounds.
@@ -27,13 +33,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
-from optimizer.calibration import Calibration
+from optimizer.calibration import Calibration, synthetic
 from optimizer.errors import InvalidInputsError, TfoptError
 from optimizer.frozen import FrozenModel
 from optimizer.savedmodel import DEFAULT_SIGNATURE
@@ -61,6 +65,7 @@ class Candidate:
     runtime: str  # tensorflow | tensorflow+xla | ai-edge-litert
     path: str  # the SavedModel directory, or the .tflite file
     how_to_load: str
+    calibration: str | None = None  # int8 calibrated on: "data" | "synthetic"; else None
 
     @property
     def artifact_dir(self) -> Path:
@@ -104,6 +109,11 @@ class CandidateSettings:
             raise InvalidInputsError(f"calibration_samples must be >= 1, got "
                                      f"{self.calibration_samples}")
 
+    @property
+    def calibrates(self) -> bool:
+        """Whether a candidate these settings allow needs calibration inputs."""
+        return "litert" in self.targets and "full_int8" in self.litert_flavours
+
 
 def parse_targets(text: str) -> tuple[str, ...]:
     """``"savedmodel,litert"`` -> ``("savedmodel", "litert")``, checked."""
@@ -125,20 +135,24 @@ def derive_candidates(
     """Build every candidate ``settings`` allows under ``workdir`` (one directory each).
 
     ``source`` is the SavedModel the LiteRT converter reads; ``optimized`` is the float32 graph
-    the SavedModel variants start from. ``calibration`` (:mod:`optimizer.calibration`) is
-    needed by the int8 flavours that calibrate; without it they are skipped.
+    the SavedModel variants start from. ``calibration`` (:mod:`optimizer.calibration`) feeds the
+    int8 flavours that calibrate; without it they calibrate on inputs generated from the
+    signature and are tagged ``synthetic``.
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    if settings.calibrates and calibration is None:
+        from optimizer.savedmodel import get_signature
+
+        calibration = synthetic(get_signature(source, signature), settings.calibration_samples)
     makers: list[tuple[str, Callable[[Path], Candidate]]] = []
     if "savedmodel" in settings.targets:
         for variant in settings.savedmodel_variants:
             makers.append((variant, _savedmodel_maker(variant, optimized, signature)))
     if "litert" in settings.targets:
-        feeds = list(calibration.feeds) if calibration is not None else None
         for flavour in settings.litert_flavours:
             makers.append((f"litert_{flavour}", _litert_maker(
-                flavour, Path(source), signature, feeds, settings.calibration_samples,
+                flavour, Path(source), signature, calibration, settings.calibration_samples,
                 source_digest)))
     made, skipped = [], []
     for n, (label, make) in enumerate(makers, 1):
@@ -176,23 +190,24 @@ def _savedmodel_maker(variant: str, optimized: FrozenModel, signature: str):
 
 
 def _litert_maker(flavour: str, source: Path, signature: str,
-                  feeds: Sequence[Mapping[str, np.ndarray]] | None, samples: int,
-                  source_digest: str | None):
+                  calibration: Calibration | None, samples: int, source_digest: str | None):
+    calibrated = calibration if flavour == "full_int8" else None
+
     def make(dst: Path) -> Candidate:
         from optimizer.atomic import atomic_directory
         from optimizer.litert.convert import convert_to_litert
 
-        if flavour == "full_int8" and not feeds:
-            raise InvalidInputsError("full_int8 needs calibration inputs drawn from the eval "
-                                     "data; none were given")
         with atomic_directory(dst, overwrite=True) as staging:
             staging.mkdir(parents=True, exist_ok=True)
             converted = convert_to_litert(
                 source, staging / LITERT_FILE, flavour, signature=signature,
-                representative_data=feeds, calibration_samples=samples,
+                representative_data=calibrated.feeds if calibrated else None,
+                calibration_samples=samples,
+                calibration_source=calibrated.source if calibrated else None,
                 source_digest=source_digest)
         snippet = converted.manifest.to_dict()["load"]["python"]
         return Candidate(label=f"litert_{flavour}", target="litert", variant=flavour,
                          format="tflite", runtime="ai-edge-litert",
-                         path=str(dst / LITERT_FILE), how_to_load=snippet)
+                         path=str(dst / LITERT_FILE), how_to_load=snippet,
+                         calibration=calibrated.tag if calibrated else None)
     return make

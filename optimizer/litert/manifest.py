@@ -78,6 +78,7 @@ class Manifest:
     tensorflow_version: str
     converter: dict = field(default_factory=dict)
     calibration_samples: int | None = None
+    calibration_source: str | None = None  # optimizer.calibration.Calibration.source
 
     def to_dict(self) -> dict:
         def specs(items):
@@ -98,6 +99,7 @@ class Manifest:
             "source": {"path": self.source_path, "digest": self.source_digest},
             "converter": {"tensorflow_version": self.tensorflow_version, **self.converter},
             "calibration_samples": self.calibration_samples,
+            "calibration_source": self.calibration_source,
             "runtime": {"package": "ai-edge-litert", "delegate": "XNNPACK (default)"},
             "load": {"python": load_snippet(self.file, self.signature)},
         }
