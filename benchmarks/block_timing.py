@@ -2,7 +2,7 @@
 round, blocks of consecutive calls, against each candidate timed alone.
 
     .venv/bin/python benchmarks/block_timing.py [--models digits,MobileNetV2] [--seconds 10]
-        [--min-runs 30] [--block-size 10] [--passes 3] [--alone-seconds 2]
+        [--min-runs 30] [--block-size 10] [--passes 5] [--alone-seconds 1]
         [--litert-threads N] [--accuracy-budget 0.005] [--workdir DIR] [--print-only]
 
 Per model, the candidates of ``benchmarks/candidates.py`` (optimized fp32, bf16 where the CPU
@@ -20,11 +20,12 @@ SavedModel, timed at batch 1 three ways in one process:
   state a serving process sees, and the reference the two others are judged by.
 
 A per-model runtime (LiteRT) runs at the thread count the ``blocks`` run chose for it, in all
-three, or at ``--litert-threads``. Reported per candidate: p50 and speedup over the stock model each way; per way, the pairs
-of candidates ranked in another order than ``alone``, among all pairs and among the pairs that
-``alone`` tells apart by more than 10%; the largest factor between a candidate's speedup that
-way and alone; and the gate's choice (``--accuracy-budget``) from each interleaved timing. Ratios are within one process and one run; absolute times move with the
-machine's load.
+three, or at ``--litert-threads``. Reported per candidate: p50 and speedup over the stock model
+each way; per way, the pairs of candidates ranked in another order than ``alone``, among all
+pairs and among the pairs that ``alone`` tells apart by more than 10%; the largest factor
+between a candidate's speedup that way and alone; and the gate's choice
+(``--accuracy-budget``) from each interleaved timing. Ratios are within one process and one
+run; absolute times move with the machine's load.
 """
 
 from __future__ import annotations
@@ -159,8 +160,8 @@ def main() -> int:
                         help="minimum timed seconds of each interleaved run")
     parser.add_argument("--min-runs", type=int, default=30, dest="min_runs")
     parser.add_argument("--block-size", type=int, default=10, dest="block_size")
-    parser.add_argument("--passes", type=int, default=3, help="passes of the alone timing")
-    parser.add_argument("--alone-seconds", type=float, default=2.0, dest="alone_seconds",
+    parser.add_argument("--passes", type=int, default=5, help="passes of the alone timing")
+    parser.add_argument("--alone-seconds", type=float, default=1.0, dest="alone_seconds",
                         help="timed seconds of each model per pass, alone")
     parser.add_argument("--litert-threads", type=int, default=None, dest="litert_threads",
                         help="LiteRT threads (default: the harness's choice)")

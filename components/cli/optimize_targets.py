@@ -5,8 +5,9 @@ candidates the targets allow (:mod:`optimizer.candidates`) are benchmarked again
 process and evaluated (held-out accuracy with ``--eval-data``, agreement with SRC's top-1
 without); int8 candidates calibrate on ``--calibration-data`` (inputs only), else on the eval
 data's inputs, else on inputs generated from the signature, and say which
-(:mod:`optimizer.calibration`); the gate chooses the fastest that is faster with confidence and inside
-``--accuracy-budget`` (:mod:`optimizer.selection`). DST is a directory, written atomically:
+(:mod:`optimizer.calibration`); the gate chooses the fastest that is faster with confidence
+and inside ``--accuracy-budget`` (:mod:`optimizer.selection`). DST is a directory, written
+atomically:
 
 - the chosen SavedModel itself, or ``model.tflite`` with its ``model.tflite.json``;
 - ``candidates.json``: every candidate with its format, latency, accuracy and verdict;

@@ -278,9 +278,10 @@ def run_benchmark(
         tensors = {item.label: item.runner.to_tensors(feeds) for item in timed_models}
         calls = {item.label: (lambda r=item.runner, t=tensors[item.label]: r.call(t))
                  for item in timed_models}
-        say(f"batch {batch_size}: timing {len(calls)} models interleaved in blocks of "
-            f"{config.block_size} calls, at least {config.min_runs} rounds and "
-            f"{config.min_seconds:g}s")
+        each = (f"in blocks of {config.block_size} calls" if config.block_size > 1
+                else "one call each per round")
+        say(f"batch {batch_size}: timing {len(calls)} models interleaved {each}, at least "
+            f"{config.min_runs} rounds and {config.min_seconds:g}s")
         timed = time_interleaved(
             calls, warmup=config.warmup, min_runs=config.min_runs,
             min_seconds=config.min_seconds, max_runs=config.max_runs, rotate_order=True,

@@ -15,10 +15,11 @@ interleaved in blocks of consecutive calls like the benchmark itself
 (:mod:`optimizer.benchmark.interleaved`), and benchmarked at all CPUs unless 1 thread is clearly
 faster (median of the per-round ratios of block medians below :data:`CLEARLY_FASTER`). Blocks
 matter most here: a thread pool woken for a single call between other models' calls is what
-one-call interleaving times, and that penalises more threads (LiteRT fp32 on the digits CNN: 98
-us at 2 threads against 31 us at 1 thread, called once per round; 15 us both, in blocks). On a
-model of a few microseconds the two are often close and the choice can go either way from run
-to run; either choice is a setting the model could be served with. The full search, in
+one-call interleaving times, and that penalises more threads (LiteRT fp32 on the digits CNN,
+``benchmarks/block_timing.py``: called once per round, 101 us at 2 threads and 73 us at 1; in
+blocks, 17 us and 13 us; alone, 19 us and 13 us). On a model of a few microseconds the two are
+often close and the choice can go either way from run to run; either choice is a setting the
+model could be served with. The full search, in
 separate processes and with a sign test, still runs on the chosen model after the gate
 (:mod:`optimizer.runtime_tuning`).
 """

@@ -6,12 +6,12 @@
 - ``dynamic_int8``: int8 weights; activations are quantized on the fly, per op, from their
   observed range (dynamic range quantization). No data needed.
 - ``full_int8``: int8 weights and activations, with activation ranges calibrated on
-  representative data (feed dicts of inputs, :mod:`optimizer.calibration`). The interface stays float32
-  (quantize at the input, dequantize at the output) so the serving signature is the SavedModel's.
-  ``supported_ops`` is ``TFLITE_BUILTINS_INT8`` *plus* ``TFLITE_BUILTINS``: an op with no int8
-  kernel falls back to float between a dequantize and a quantize instead of failing the whole
-  conversion. The candidate may then be slower than a pure int8 model, but it exists, and the
-  gate measures its speed and accuracy like any other's.
+  representative data (feed dicts of inputs, :mod:`optimizer.calibration`). The interface
+  stays float32 (quantize at the input, dequantize at the output) so the serving signature is
+  the SavedModel's. ``supported_ops`` is ``TFLITE_BUILTINS_INT8`` *plus* ``TFLITE_BUILTINS``:
+  an op with no int8 kernel falls back to float between a dequantize and a quantize instead of
+  failing the whole conversion. The candidate may then be slower than a pure int8 model, but
+  it exists, and the gate measures its speed and accuracy like any other's.
 
 Select TF ops (Flex) are never enabled: they need the full TF runtime linked into the
 interpreter, which is what a LiteRT candidate exists to avoid. A model with such an op fails to
