@@ -23,8 +23,9 @@ A per-model runtime (LiteRT) runs at the thread count the ``blocks`` run chose f
 three, or at ``--litert-threads``. Reported per candidate: p50 and speedup over the stock model
 each way; per way, the pairs of candidates ranked in another order than ``alone``, among all
 pairs and among the pairs that ``alone`` tells apart by more than 10%; the largest factor
-between a candidate's speedup that way and alone; and the gate's choice
-(``--accuracy-budget``) from each interleaved timing. Ratios are within one process and one
+between a candidate's speedup that way and alone; the median width of the candidates' 95%
+intervals (as a share of the ratio: blocks fit fewer rounds into ``--seconds``); and the gate's
+choice (``--accuracy-budget``) from each interleaved timing. Ratios are within one process and one
 run; absolute times move with the machine's load.
 """
 
@@ -79,6 +80,12 @@ def _discordant(p50: dict[str, float], alone: dict[str, float]) -> tuple[list, l
     return flipped, clear
 
 
+def _median(by_label: dict[str, float]) -> float:
+    import statistics
+
+    return statistics.median(by_label.values())
+
+
 def measure_model(name: str, workdir: Path, args, runtime) -> dict:
     from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
     from optimizer.gate import GateConfig, evaluate_gate
@@ -113,6 +120,10 @@ def measure_model(name: str, workdir: Path, args, runtime) -> dict:
     out = {"model": name, "block_size": args.block_size, "skipped": [s.reason for s in skipped],
            "threads": {m.label: m.num_threads for m in results["blocks"].candidates},
            "rounds": {way: r.ratios[labels[0]][1].rounds for way, r in results.items()},
+           # the 95% interval of each candidate's ratio to stock, as a share of the ratio
+           "interval_width": {way: {label: (r.ratios[label][1].high - r.ratios[label][1].low)
+                                    / r.ratios[label][1].ratio for label in labels}
+                              for way, r in results.items()},
            "p50_ms": {way: {k: v * 1e3 for k, v in by.items()} for way, by in p50.items()},
            "speedup": {way: {label: by["stock"] / by[label] for label in labels}
                        for way, by in p50.items()},
@@ -149,6 +160,7 @@ def print_tables(models: list[dict]) -> None:
                   + (f" ({', '.join('/'.join(p) for p in flipped)})" if flipped else "")
                   + f"; {len(clear)} of them more than {CLEARLY_APART:.2f}x apart alone"
                   + f"; speedups up to {m['speedup_off_by'][way]:.2f}x off alone's"
+                  + f"; median interval width {_median(m['interval_width'][way]):.1%}"
                   + f"; fastest {m['fastest'][way]}; gate chose {m['chosen'][way] or 'none'}")
         print(f"alone: fastest {m['fastest']['alone']}")
 
