@@ -75,6 +75,7 @@ class CandidateModel(Record):
     format: str = "savedmodel"  # savedmodel | tflite | onnx | openvino
     runtime: str = "tensorflow"  # tensorflow | tensorflow+xla | ai-edge-litert | onnxruntime...
     how_to_load: str = ""
+    calibration: str | None = None  # int8 calibrated on "data" or "synthetic" inputs; else None
     derived: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)  # {label, reason}
 
@@ -85,12 +86,12 @@ class CandidateModel(Record):
 
         return str(artifact_dir(self.path, self.format))
 
-    def tag(self) -> dict[str, str]:
+    def tag(self) -> dict[str, str | None]:
         """What the candidate is, as :class:`optimizer.candidates.Candidate` fields: carried
         by the benchmark and evaluate records so the gate's table says it, not a guess."""
         return {"label": self.label, "target": self.target, "variant": self.variant,
                 "format": self.format, "runtime": self.runtime, "path": self.path,
-                "how_to_load": self.how_to_load}
+                "how_to_load": self.how_to_load, "calibration": self.calibration}
 
 
 def candidate_models(*models: CandidateModel) -> list[CandidateModel]:
@@ -119,7 +120,7 @@ class BenchmarkOutput(Record):
     baseline_format: str = "savedmodel"
     baseline_runtime: str = "tensorflow"
     candidate_paths: dict[str, str] = field(default_factory=dict)  # label -> model path
-    candidate_tags: list[dict[str, str]] = field(default_factory=list)  # CandidateModel.tag()
+    candidate_tags: list[dict[str, str | None]] = field(default_factory=list)  # .tag()
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ class EvaluationOutput(Record):
     has_labels: bool
     metric: str
     scores: dict[str, float | None] = field(default_factory=dict)
-    candidate_tags: list[dict[str, str]] = field(default_factory=list)  # from the benchmark
+    candidate_tags: list[dict[str, str | None]] = field(default_factory=list)  # benchmark's
 
 
 @dataclass(frozen=True)

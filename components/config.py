@@ -59,8 +59,12 @@ class BenchmarkSection(_Section):
     batch_sizes: list[int] = Field(default_factory=lambda: [1],
                                    description="the gate judges the smallest")
     warmup: int = Field(10, ge=0, description="untimed calls per model first")
-    min_runs: int = Field(50, ge=2, description="timed rounds at least (one call of each)")
+    min_runs: int = Field(50, ge=2, description="timed rounds at least (one block of each "
+                                                "model)")
     min_seconds: float = Field(5.0, ge=0, description="timed seconds at least, per batch size")
+    block_size: int = Field(10, ge=1, description="consecutive timed calls per model per round, "
+                                                  "after one untimed call (1: one call, none "
+                                                  "untimed)")
     threads: int | None = Field(None, ge=1, description="default: CPUs really available")
     confidence: float = Field(0.95, gt=0.5, lt=1,
                               description="level of the speedup's bootstrap interval")
@@ -76,6 +80,15 @@ class BenchmarkSection(_Section):
 class EvaluationConfig(_Section):
     data: str | None = Field(None, description=".npz with x/y or a TFRecord; local or s3://")
     metric: str = Field("top1", description="top1, or mse/mae for regression")
+
+
+class CalibrationConfig(_Section):
+    """Representative inputs for int8 candidates (optimizer/calibration.py): no labels needed."""
+
+    data: str | None = Field(
+        None, description=".npz of inputs (x, or one array per input key) or a TFRecord of "
+                          "them; local or s3://. Default: evaluation.data, else inputs "
+                          "generated from the signature (tagged synthetic)")
 
 
 class MlflowConfig(_Section):
@@ -136,16 +149,16 @@ class CandidatesConfig(_Section):
         description="besides the optimized fp32 graph: bf16 (native bfloat16 CPUs only), xla")
     litert_flavours: list[Literal["fp32", "fp16", "dynamic_int8", "full_int8"]] = Field(
         default_factory=lambda: ["fp32", "fp16", "dynamic_int8", "full_int8"],
-        description="with the litert target; full_int8 calibrates on evaluation.data")
+        description="with the litert target; full_int8 calibrates (see calibration.data)")
     onnx_flavours: list[Literal["fp32", "optimized", "dynamic_int8", "static_int8"]] = Field(
         default_factory=lambda: ["fp32", "optimized", "dynamic_int8", "static_int8"],
-        description="with the onnx target; static_int8 calibrates on evaluation.data")
+        description="with the onnx target; static_int8 calibrates (see calibration.data)")
     openvino_flavours: list[Literal["fp32", "bf16", "int8"]] = Field(
         default_factory=lambda: ["fp32", "bf16", "int8"],
         description="with the openvino target: bf16 on native bfloat16 CPUs only; int8 "
-                    "calibrates on evaluation.data")
-    calibration_samples: int = Field(
-        100, ge=1, description="eval rows that calibrate full_int8, static_int8 and int8")
+                    "calibrates (see calibration.data)")
+    calibration_samples: int = Field(100, ge=1, description="rows that calibrate the int8 "
+                                                            "candidates")
 
     @field_validator("targets")
     @classmethod
@@ -222,6 +235,7 @@ class PipelineConfig(_Section):
     optimize: OptimizeConfig = Field(default_factory=OptimizeConfig)
     benchmark: BenchmarkSection = Field(default_factory=BenchmarkSection)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
     s3: S3Config = Field(default_factory=S3Config)

@@ -9,8 +9,8 @@ source this module derives the others the config's ``targets`` allow:
     compile (:mod:`optimizer.xla`; TF Serving needs ``--xla_cpu_compilation_enabled=true``).
 ``litert`` (the ``ai-edge-litert`` interpreter with XNNPACK)
     ``litert_fp32``, ``litert_fp16`` (float16 weights), ``litert_dynamic_int8`` (dynamic-range
-    int8) and ``litert_full_int8`` (int8 calibrated on representative inputs drawn from the eval
-    data), converted from the source SavedModel by :mod:`optimizer.litert.convert`.
+    int8) and ``litert_full_int8`` (int8 calibrated on representative inputs), converted from the
+    source SavedModel by :mod:`optimizer.litert.convert`.
 ``onnx`` (ONNX Runtime, CPU provider)
     ``onnx_fp32`` (tf2onnx's graph), ``onnx_optimized`` (ONNX Runtime's graph optimizations
     saved into the file), ``onnx_dynamic_int8`` and ``onnx_static_int8`` (QDQ, calibrated),
@@ -20,12 +20,17 @@ source this module derives the others the config's ``targets`` allow:
     native bfloat16 CPUs only) and ``openvino_int8`` (NNCF, calibrated), from the source
     SavedModel by :mod:`optimizer.openvino.convert`; converted once for all three.
 
-A candidate that cannot be built here (no native bfloat16, an op XLA or a converter refuses, no
-calibration data) is *skipped* with its one-line reason, never fatal: the others still go to
-the benchmark, and the gate picks the fastest one inside the accuracy budget. None of these
-candidates is held to the float rewrite's equivalence bound; their accuracy is what the
-evaluation measures and the gate's budget bounds. The calibrating flavours (LiteRT full int8,
-ONNX static int8, OpenVINO int8) all take the same :class:`~optimizer.calibration.Calibration`.
+The calibrating flavours (LiteRT full int8, ONNX static int8, OpenVINO int8) all take the same
+:class:`~optimizer.calibration.Calibration`: the calibration data, else the eval data's inputs,
+else inputs generated from the signature. A calibrated candidate says what it was calibrated on
+(:attr:`Candidate.calibration`: ``data`` or ``synthetic``), so that one fitted to generated noise
+is never taken for one fitted to real inputs; the others say nothing (``None``).
+
+A candidate that cannot be built here (no native bfloat16, an op XLA or a converter refuses) is
+*skipped* with its one-line reason, never fatal: the others still go to the benchmark, and the
+gate picks the fastest one inside the accuracy budget. None of these candidates is held to the
+float rewrite's equivalence bound; their accuracy is what the evaluation measures and the gate's
+budget bounds.
 
 A model with lookup tables is converted from a rewrite with the tables filled from constants and
 the outputs' shapes pinned (:mod:`optimizer.litert.constant_tables`), which the converter keeps as
@@ -51,7 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.calibration import Calibration
+from optimizer.calibration import Calibration, synthetic
 from optimizer.errors import InvalidInputsError, TfoptError, first_line
 from optimizer.frozen import FrozenModel
 from optimizer.savedmodel import DEFAULT_SIGNATURE
@@ -85,6 +90,7 @@ class Candidate:
     runtime: str  # tensorflow | tensorflow+xla | ai-edge-litert | onnxruntime | openvino
     path: str  # the SavedModel directory, or the model file (.tflite, .onnx, .xml)
     how_to_load: str
+    calibration: str | None = None  # int8 calibrated on: "data" | "synthetic"; else None
 
     @property
     def artifact_dir(self) -> Path:
@@ -144,10 +150,13 @@ class CandidateSettings:
         return {"savedmodel": self.savedmodel_variants, "litert": self.litert_flavours,
                 "onnx": self.onnx_flavours, "openvino": self.openvino_flavours}[target]
 
+    def calibrating(self, target: str, flavour: str) -> bool:
+        return flavour in CALIBRATING.get(target, ())
+
     @property
-    def needs_calibration(self) -> bool:
+    def calibrates(self) -> bool:
         """Whether a flavour these settings build calibrates on representative inputs."""
-        return any(f in CALIBRATING.get(t, ()) for t in self.targets for f in self.flavours(t))
+        return any(self.calibrating(t, f) for t in self.targets for f in self.flavours(t))
 
 
 def parse_targets(text: str) -> tuple[str, ...]:
@@ -170,21 +179,25 @@ def derive_candidates(
     """Build every candidate ``settings`` allows under ``workdir`` (one directory each).
 
     ``source`` is the SavedModel the LiteRT converter reads; ``optimized`` is the float32 graph
-    the SavedModel variants start from. ``calibration`` (:mod:`optimizer.calibration`) is
-    needed by the int8 flavours that calibrate; without it they are skipped.
+    the SavedModel variants start from. ``calibration`` (:mod:`optimizer.calibration`) feeds the
+    int8 flavours that calibrate; without it they calibrate on inputs generated from the
+    signature and are tagged ``synthetic``.
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    if settings.calibrates and calibration is None:
+        from optimizer.savedmodel import get_signature
+
+        calibration = synthetic(get_signature(source, signature), settings.calibration_samples)
     makers: list[tuple[str, Callable[[Path], Candidate]]] = []
     if "savedmodel" in settings.targets:
         for variant in settings.savedmodel_variants:
             makers.append((variant, _savedmodel_maker(variant, optimized, signature)))
     if "litert" in settings.targets:
-        feeds = list(calibration.feeds) if calibration is not None else None
         litert_source = _litert_source(Path(source), workdir, signature)
         for flavour in settings.litert_flavours:
             makers.append((f"litert_{flavour}", _litert_maker(
-                flavour, litert_source, signature, feeds, settings.calibration_samples,
+                flavour, litert_source, signature, calibration, settings.calibration_samples,
                 source_digest)))
     for target in ("onnx", "openvino"):
         if target in settings.targets:
@@ -198,7 +211,7 @@ def derive_candidates(
         try:
             made.append(make(workdir / label))
         except TfoptError as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            reason = first_line(exc)
             log.warning("candidates: %s skipped: %s", label, reason)
             skipped.append(Skipped(label, reason))
     return made, skipped
@@ -274,28 +287,29 @@ def _check_calibration_inputs(feeds: Sequence[Mapping[str, np.ndarray]]) -> None
 
 
 def _litert_maker(flavour: str, source: Callable[[], Path], signature: str,
-                  feeds: Sequence[Mapping[str, np.ndarray]] | None, samples: int,
-                  source_digest: str | None):
+                  calibration: Calibration | None, samples: int, source_digest: str | None):
+    calibrated = calibration if flavour == "full_int8" else None
+
     def make(dst: Path) -> Candidate:
         from optimizer.atomic import atomic_directory
         from optimizer.litert.convert import convert_to_litert
 
-        if flavour == "full_int8" and not feeds:
-            raise InvalidInputsError("full_int8 needs calibration inputs drawn from the eval "
-                                     "data; none were given")
-        if flavour == "full_int8":
-            _check_calibration_inputs(feeds)
+        if calibrated is not None:
+            _check_calibration_inputs(calibrated.feeds)
         with atomic_directory(dst, overwrite=True) as staging:
             staging.mkdir(parents=True, exist_ok=True)
             converted = convert_to_litert(
                 source(), staging / LITERT_FILE, flavour, signature=signature,
-                representative_data=feeds, calibration_samples=samples,
+                representative_data=calibrated.feeds if calibrated else None,
+                calibration_samples=samples,
+                calibration_source=calibrated.source if calibrated else None,
                 source_digest=source_digest)
             _smoke_run(staging / LITERT_FILE, signature)
         snippet = converted.manifest.to_dict()["load"]["python"]
         return Candidate(label=f"litert_{flavour}", target="litert", variant=flavour,
                          format="tflite", runtime="ai-edge-litert",
-                         path=str(dst / LITERT_FILE), how_to_load=snippet)
+                         path=str(dst / LITERT_FILE), how_to_load=snippet,
+                         calibration=calibrated.tag if calibrated else None)
     return make
 
 
@@ -321,7 +335,9 @@ def _converter(target: str, source: Path, signature: str, calibration: Calibrati
             converted = convert(source, staging / file_name, flavour, signature=signature,
                                 calibration=calibration, calibration_samples=samples,
                                 source_digest=source_digest, export=export)
+        calibrated = calibration is not None and flavour in CALIBRATING[target]
         return Candidate(label=f"{target}_{flavour}", target=target, variant=flavour,
                          format=target, runtime=runtime, path=str(dst / file_name),
-                         how_to_load=converted.sidecar.load_python)
+                         how_to_load=converted.sidecar.load_python,
+                         calibration=calibration.tag if calibrated else None)
     return make

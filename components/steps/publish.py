@@ -18,7 +18,9 @@ What a reviewer finds in the experiment ``mlflow.experiment``, for each pipeline
   order) and ``verdict.json`` (every check of the gate);
 - when the gate promoted: a version of ``mlflow.registered_model`` made from that ``model/``,
   tagged with the verdict, the source, the DAG run, the format and runtime it needs
-  (``tfopt.format``, ``tfopt.runtime``), how to load it (``tfopt.load``), and the alias
+  (``tfopt.format``, ``tfopt.runtime``), how to load it (``tfopt.load``), for an int8 model what
+  it was calibrated on (``tfopt.calibration``: ``data``, or ``synthetic`` when no data was
+  given and it calibrated on generated inputs; also on the run), and the alias
   ``mlflow.alias`` moved to it.
 
 A rejected candidate is a run only. Registry versions are the models that passed the gate, so
@@ -294,6 +296,7 @@ def run_tags(pub: Publication) -> dict[str, str]:
         "tfopt.baseline_runtime": result.baseline.runtime,
         "mlflow.note.content": f"**{pub.verdict.upper()}** {pub.gate.summary}"[:_TAG_LIMIT],
         "tfopt.logged_format": pub.model.format,
+        **_calibration_tag(pub),
         **environment_tags(result.environment),
         **pub.runtime_tags,
     }
@@ -312,8 +315,15 @@ def version_tags(pub: Publication) -> dict[str, str]:
         "tfopt.variant": pub.model.variant,
         "tfopt.signature": pub.config.signature,
         "tfopt.load": pub.load_instructions[:_TAG_LIMIT],
+        **_calibration_tag(pub),
         **pub.runtime_tags,
     }
+
+
+def _calibration_tag(pub: Publication) -> dict[str, str]:
+    """``tfopt.calibration``: what an int8 model was calibrated on, ``data`` or ``synthetic``
+    (inputs generated from the signature, no data given); absent for the others."""
+    return {"tfopt.calibration": pub.model.calibration} if pub.model.calibration else {}
 
 
 # --- the stages --------------------------------------------------------------------------------

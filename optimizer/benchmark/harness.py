@@ -1,11 +1,14 @@
 """Benchmark a baseline against one or more candidates, in one process, for the quality gate.
 
 For each model: load time, the RSS it adds, size and digest of its directory. Then, per batch
-size, all models are timed *interleaved*: one call of each per round, the order rotating every
-round, after a warm-up, until both ``min_runs`` rounds and ``min_seconds`` have passed. Noise on
-a shared machine (a neighbour's burst, a frequency change) then lands on every model alike and
-cancels in the candidate/baseline ratio, whose confidence interval is a paired block bootstrap
-over rounds (see :mod:`optimizer.benchmark.stats`). Latency is reported as p50/p90/p99/mean and
+size, all models are timed *interleaved in blocks*: per round, ``block_size`` consecutive calls
+of each model after one untimed call, the order rotating every round, after a warm-up, until
+both ``min_runs`` rounds and ``min_seconds`` have passed (:mod:`optimizer.benchmark.interleaved`
+says why blocks: a model called once between other models' calls is timed cold, as no serving
+process runs it). Noise on a shared machine (a neighbour's burst, a frequency change) then lands
+on every model alike and cancels in the candidate/baseline ratio, whose confidence interval is a
+paired block bootstrap over rounds, each model's round figure being the median of its block
+(see :mod:`optimizer.benchmark.stats`). Latency is reported as p50/p90/p99/mean and
 throughput (items/s) at each batch size.
 
 Quality is measured per model: with labelled data, a metric (``top1`` by default; see
@@ -39,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from optimizer.benchmark.environment import capture_environment, model_digest
-from optimizer.benchmark.interleaved import time_interleaved
+from optimizer.benchmark.interleaved import DEFAULT_BLOCK_SIZE, time_interleaved
 from optimizer.benchmark.memory import measure_rss_growth
 from optimizer.benchmark.result import (
     BASELINE_ROLES,
@@ -111,9 +114,10 @@ class Subject:
 class BenchmarkConfig:
     batch_sizes: tuple[int, ...] = (1,)
     warmup: int = 10
-    min_runs: int = 50
+    min_runs: int = 50  # rounds: one block of block_size calls of every model each
     min_seconds: float = 5.0
     max_runs: int = 20_000
+    block_size: int = DEFAULT_BLOCK_SIZE
     confidence: float = 0.95
     resamples: int = 2000
     metric: str = "top1"
@@ -252,6 +256,8 @@ def run_benchmark(
         raise InvalidInputsError("nothing to compare: give at least one candidate")
     if not config.batch_sizes or min(config.batch_sizes) < 1:
         raise InvalidInputsError(f"batch sizes must be positive, got {config.batch_sizes}")
+    if config.block_size < 1:
+        raise InvalidInputsError(f"block_size must be at least 1, got {config.block_size}")
     metric = get_metric(config.metric)
     say = progress or (lambda message: log.info("%s", message))
     started = time.perf_counter()
@@ -292,27 +298,31 @@ def run_benchmark(
     ref_item = checked or loaded[0]
 
     samples: dict[str, dict[int, tuple[float, ...]]] = {item.label: {} for item in loaded}
+    rounds: dict[str, dict[int, np.ndarray]] = {item.label: {} for item in loaded}
     for batch_size in config.batch_sizes:
         feeds = _batch_feeds(loaded[0].runner.signature, batch_size, config.seed, inputs,
                              eval_data, vocabularies)
         tensors = {item.label: item.runner.to_tensors(feeds) for item in timed_models}
         calls = {item.label: (lambda r=item.runner, t=tensors[item.label]: r.call(t))
                  for item in timed_models}
-        say(f"batch {batch_size}: timing {len(calls)} models interleaved, at least "
+        each = (f"in blocks of {config.block_size} calls" if config.block_size > 1
+                else "one call each per round")
+        say(f"batch {batch_size}: timing {len(calls)} models interleaved {each}, at least "
             f"{config.min_runs} rounds and {config.min_seconds:g}s")
         timed = time_interleaved(
             calls, warmup=config.warmup, min_runs=config.min_runs,
             min_seconds=config.min_seconds, max_runs=config.max_runs, rotate_order=True,
-            progress_every=config.progress_every,
-            progress=lambda rounds, elapsed, b=batch_size: say(
-                f"batch {b}: {rounds} rounds, {elapsed:.0f}s"))
+            progress_every=config.progress_every, block_size=config.block_size,
+            progress=lambda done, elapsed, b=batch_size: say(
+                f"batch {b}: {done} rounds, {elapsed:.0f}s"))
         for label, measured in timed.items():
             samples[label][batch_size] = measured.seconds
+            rounds[label][batch_size] = measured.round_figures
 
     base_label = loaded[0].label
     ratios = {
         item.label: {
-            b: p50_ratio_interval(samples[base_label][b], samples[item.label][b],
+            b: p50_ratio_interval(rounds[base_label][b], rounds[item.label][b],
                                   config.confidence, config.resamples, seed=config.seed)
             for b in config.batch_sizes}
         for item in timed_models[1:]}
@@ -367,7 +377,7 @@ def run_benchmark(
         batch_sizes=tuple(config.batch_sizes), warmup=config.warmup, min_runs=config.min_runs,
         min_seconds=config.min_seconds, max_runs=config.max_runs, confidence=config.confidence,
         resamples=config.resamples, rotate_order=True, signature=config.signature,
-        inputs=inputs_source)
+        inputs=inputs_source, block_size=config.block_size)
     return BenchmarkResult(
         baseline=measurements[0], candidates=tuple(measurements[1:len(timed_models)]),
         reference=measurements[-1] if checked is not None else None, ratios=ratios,

@@ -6,12 +6,12 @@
 - ``dynamic_int8``: int8 weights; activations are quantized on the fly, per op, from their
   observed range (dynamic range quantization). No data needed.
 - ``full_int8``: int8 weights and activations, with activation ranges calibrated on
-  representative data (feed dicts drawn from the eval data). The interface stays float32
-  (quantize at the input, dequantize at the output) so the serving signature is the SavedModel's.
-  ``supported_ops`` is ``TFLITE_BUILTINS_INT8`` *plus* ``TFLITE_BUILTINS``: an op with no int8
-  kernel falls back to float between a dequantize and a quantize instead of failing the whole
-  conversion. The candidate may then be slower than a pure int8 model, but it exists, and the
-  gate measures its speed and accuracy like any other's.
+  representative data (feed dicts of inputs, :mod:`optimizer.calibration`). The interface
+  stays float32 (quantize at the input, dequantize at the output) so the serving signature is
+  the SavedModel's. ``supported_ops`` is ``TFLITE_BUILTINS_INT8`` *plus* ``TFLITE_BUILTINS``:
+  an op with no int8 kernel falls back to float between a dequantize and a quantize instead of
+  failing the whole conversion. The candidate may then be slower than a pure int8 model, but
+  it exists, and the gate measures its speed and accuracy like any other's.
 
 Select TF ops (Flex) are never enabled: they need the full TF runtime linked into the
 interpreter, which is what a LiteRT candidate exists to avoid. A model with such an op fails to
@@ -204,13 +204,15 @@ def convert_to_litert(
     signature: str = DEFAULT_SIGNATURE,
     representative_data: Iterable[Mapping[str, np.ndarray]] | None = None,
     calibration_samples: int = DEFAULT_CALIBRATION_SAMPLES,
+    calibration_source: str | None = None,
     source_digest: str | None = None,
     overwrite: bool = False,
 ) -> LiteRTModel:
     """Write ``dst`` (a ``.tflite`` path) and its sidecar ``dst + '.json'``.
 
-    ``representative_data`` (``full_int8`` only): feed dicts ``{input key: array}``, e.g. from
-    :func:`calibration_feeds`; the first ``calibration_samples`` are used.
+    ``representative_data`` (``full_int8`` only): feed dicts ``{input key: array}``, e.g. a
+    :class:`optimizer.calibration.Calibration`'s ``feeds``; the first ``calibration_samples``
+    are used. ``calibration_source`` (what they are, e.g. ``synthetic``) goes to the sidecar.
     """
     if flavour not in FLAVOURS:
         raise InvalidInputsError(f"unknown LiteRT flavour '{flavour}'; one of "
@@ -227,7 +229,7 @@ def convert_to_litert(
     if flavour == "full_int8":
         if representative_data is None:
             raise InvalidInputsError("full_int8 needs calibration data: pass representative "
-                                     "feed dicts drawn from the eval data")
+                                     "feed dicts of inputs")
         feeds = checked_feeds(contract, representative_data, calibration_samples, flavour)
 
     flatbuffer, options = _convert_bytes(saved_model, signature, flavour, feeds)
@@ -244,7 +246,8 @@ def convert_to_litert(
         sha256=hashlib.sha256(flatbuffer).hexdigest(), size_bytes=len(flatbuffer),
         signature=converted, source_path=str(saved_model), source_digest=source_digest,
         tensorflow_version=import_tensorflow().__version__, converter=options,
-        calibration_samples=len(feeds) if feeds is not None else None)
+        calibration_samples=len(feeds) if feeds is not None else None,
+        calibration_source=calibration_source if feeds is not None else None)
     with atomic_file(dst, overwrite) as staging:
         staging.write_bytes(flatbuffer)
     try:

@@ -72,6 +72,7 @@ class Manifest:
     tensorflow_version: str
     converter: dict = field(default_factory=dict)
     calibration_samples: int | None = None
+    calibration_source: str | None = None  # optimizer.calibration.Calibration.source
 
     def to_dict(self) -> dict:
         return {
@@ -84,6 +85,7 @@ class Manifest:
                                 self.source_path, self.source_digest),
             "converter": {"tensorflow_version": self.tensorflow_version, **self.converter},
             "calibration_samples": self.calibration_samples,
+            "calibration_source": self.calibration_source,
             "runtime": {"package": "ai-edge-litert", "delegate": "XNNPACK (default)"},
             "load": {"python": load_snippet(self.file, self.signature)},
         }
