@@ -108,12 +108,11 @@ def test_a_model_the_converters_refuse_is_skipped_with_the_op_named(model_dir, t
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_calibrating_flavours_are_skipped_without_calibration_data(digits, tmp_path):
+def test_without_calibration_data_the_calibrating_flavours_say_synthetic(digits, tmp_path):
     made, skipped = derive_candidates(
         digits.saved_model, freeze(digits.saved_model), tmp_path,
-        CandidateSettings(targets=("onnx", "openvino"), onnx_flavours=("static_int8",),
+        CandidateSettings(targets=("onnx", "openvino"), onnx_flavours=("fp32", "static_int8"),
                           openvino_flavours=("int8",)))
-    assert made == []
-    assert {s.label: s.reason.split(":")[0] for s in skipped} == {
-        "onnx_static_int8": "static_int8 needs calibration data",
-        "openvino_int8": "int8 needs calibration data"}
+    assert skipped == []
+    assert {c.label: c.calibration for c in made} == {
+        "onnx_fp32": None, "onnx_static_int8": "synthetic", "openvino_int8": "synthetic"}
