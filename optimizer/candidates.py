@@ -10,7 +10,9 @@ source this module derives the others the config's ``targets`` allow:
 ``litert`` (the ``ai-edge-litert`` interpreter with XNNPACK)
     ``litert_fp32``, ``litert_fp16`` (float16 weights), ``litert_dynamic_int8`` (dynamic-range
     int8) and ``litert_full_int8`` (int8 calibrated on representative inputs drawn from the eval
-    data), converted from the source SavedModel by :mod:`optimizer.litert.convert`.
+    data), converted from the source SavedModel by :mod:`optimizer.litert.convert`; from the
+    frozen source with its static loops unrolled when it has some (a Keras LSTM or GRU, which
+    the converter cannot lower as a loop: :mod:`optimizer.litert.unrolled_source`).
 
 A candidate that cannot be built here (no native bfloat16, an op XLA or the LiteRT converter
 refuses, no calibration data) is *skipped* with its one-line reason, never fatal: the others
@@ -25,6 +27,7 @@ store and publish; :attr:`Candidate.path` names the file a runner loads.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -34,8 +37,9 @@ from pathlib import Path
 import numpy as np
 
 from optimizer.calibration import Calibration
-from optimizer.errors import InvalidInputsError, TfoptError
+from optimizer.errors import InvalidInputsError, TfoptError, first_line
 from optimizer.frozen import FrozenModel
+from optimizer.litert.unrolled_source import LiteRTSource, litert_source
 from optimizer.savedmodel import DEFAULT_SIGNATURE
 
 log = logging.getLogger(__name__)
@@ -136,9 +140,10 @@ def derive_candidates(
             makers.append((variant, _savedmodel_maker(variant, optimized, signature)))
     if "litert" in settings.targets:
         feeds = list(calibration.feeds) if calibration is not None else None
+        converted_from = functools.cache(lambda: litert_source(source, signature, workdir))
         for flavour in settings.litert_flavours:
             makers.append((f"litert_{flavour}", _litert_maker(
-                flavour, Path(source), signature, feeds, settings.calibration_samples,
+                flavour, converted_from, signature, feeds, settings.calibration_samples,
                 source_digest)))
     made, skipped = [], []
     for n, (label, make) in enumerate(makers, 1):
@@ -175,22 +180,30 @@ def _savedmodel_maker(variant: str, optimized: FrozenModel, signature: str):
     return make
 
 
-def _litert_maker(flavour: str, source: Path, signature: str,
+def _litert_maker(flavour: str, converted_from: Callable[[], LiteRTSource], signature: str,
                   feeds: Sequence[Mapping[str, np.ndarray]] | None, samples: int,
                   source_digest: str | None):
     def make(dst: Path) -> Candidate:
         from optimizer.atomic import atomic_directory
-        from optimizer.litert.convert import convert_to_litert
+        from optimizer.litert.convert import LiteRTConversionError, convert_to_litert
 
         if flavour == "full_int8" and not feeds:
             raise InvalidInputsError("full_int8 needs calibration inputs drawn from the eval "
                                      "data; none were given")
+        source = converted_from()
         with atomic_directory(dst, overwrite=True) as staging:
             staging.mkdir(parents=True, exist_ok=True)
-            converted = convert_to_litert(
-                source, staging / LITERT_FILE, flavour, signature=signature,
-                representative_data=feeds, calibration_samples=samples,
-                source_digest=source_digest)
+            try:
+                converted = convert_to_litert(
+                    source.path, staging / LITERT_FILE, flavour, signature=signature,
+                    representative_data=feeds, calibration_samples=samples,
+                    source_digest=source_digest)
+            except LiteRTConversionError as exc:
+                if source.kept_loops is None:
+                    raise
+                raise LiteRTConversionError(
+                    f"{first_line(exc)} (while loops left as loops: {source.kept_loops})",
+                    details=exc.details) from exc
         snippet = converted.manifest.to_dict()["load"]["python"]
         return Candidate(label=f"litert_{flavour}", target="litert", variant=flavour,
                          format="tflite", runtime="ai-edge-litert",

@@ -1,8 +1,11 @@
-"""Small graphs with lowered (v1) control flow, frozen the way ``freeze`` does it.
+"""Small graphs with control flow, frozen the way ``freeze`` does it, and checks that a
+transform left a frozen model's loops and conds alone.
 
 ``convert_variables_to_constants_v2(..., lower_control_flow=True)`` turns a tf.function's
 ``If``/``While`` into Switch/Merge and Enter/Merge/Switch/NextIteration/Exit, with the pivots
 and control inputs that form depends on: the shapes of graph transforms most easily break.
+With ``lower=False`` they stay functional (While/If calling library functions), as ``freeze``
+keeps them by default.
 """
 
 from __future__ import annotations
@@ -10,7 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from graph_testing import tf
+from graph_testing import op_counts, tf
+
+from optimizer.graph.control_flow import CONTROL_FLOW_OPS
+from optimizer.graph.functional_control_flow import FUNCTIONAL_CONTROL_FLOW_OPS, lower_at_load
+
+# Both forms a frozen model's loops can take: ``freeze(..., lower_control_flow=lowered)``.
+LOOP_FORMS = {"argnames": "lowered", "argvalues": [False, True], "ids": ["functional", "lowered"]}
 
 
 @dataclass(frozen=True)
@@ -28,15 +37,27 @@ class LoweredGraph:
         return [name.split(":")[0] for name in self.outputs]
 
 
-def freeze_function(fn, *specs) -> LoweredGraph:
+def freeze_function(fn, *specs, lower: bool = True) -> LoweredGraph:
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
     )
 
     concrete = tf.function(fn).get_concrete_function(*specs)
-    frozen = convert_variables_to_constants_v2(concrete, lower_control_flow=True)
-    return LoweredGraph(frozen.graph.as_graph_def(), tuple(t.name for t in frozen.inputs),
+    frozen = convert_variables_to_constants_v2(concrete, lower_control_flow=lower)
+    graph_def = frozen.graph.as_graph_def()
+    if not lower:
+        lower_at_load(graph_def)
+    return LoweredGraph(graph_def, tuple(t.name for t in frozen.inputs),
                         tuple(t.name for t in frozen.outputs))
+
+
+def assert_control_flow_kept(before, after) -> None:
+    """``after`` has the loops and conds of ``before``: as many control-flow ops of each kind
+    (v1 and functional), and its library's functions unchanged."""
+    counted = CONTROL_FLOW_OPS | FUNCTIONAL_CONTROL_FLOW_OPS
+    a, b = op_counts(before), op_counts(after)
+    assert {op: a[op] for op in counted if a[op]} == {op: b[op] for op in counted if b[op]}
+    assert before.library == after.library
 
 
 def cond_graph() -> LoweredGraph:
