@@ -85,3 +85,34 @@ def feeds_for_both_branches() -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(0)
     positive = np.abs(rng.standard_normal((2, 3))).astype(np.float32)
     return [{"x": positive}, {"x": -positive}]
+
+
+def counted_loop_graph(trips: int = 4, stateful: bool = False) -> LoweredGraph:
+    """A functional While of ``trips`` steps, ``a = 0.5 * a + x[t]``, writing every step's
+    ``a`` into a TensorArray that is stacked after the loop (as a Keras RNN does)."""
+    def fn(x):
+        steps = tf.TensorArray(tf.float32, size=trips)
+        sequence = tf.TensorArray(tf.float32, size=trips).unstack(x)
+
+        def body(t, a, written):
+            step = sequence.read(t)
+            if stateful:
+                step += tf.random.uniform(tf.shape(step))
+            a = tf.identity(a) * 0.5 + step
+            return t + 1, a, written.write(t, a)
+
+        _, last, written = tf.while_loop(lambda t, a, w: t < trips, body,
+                                         [tf.constant(0), tf.zeros_like(x[0]), steps])
+        return tf.identity(last, name="last"), tf.identity(written.stack(), name="all")
+    return freeze_function(fn, tf.TensorSpec([trips, None, 3], tf.float32, name="x"),
+                           lower=False)
+
+
+def input_bounded_loop_graph() -> LoweredGraph:
+    """A functional While that runs ``n`` times, ``n`` an input: its trip count is data."""
+    def fn(x, n):
+        _, result = tf.while_loop(lambda i, a: i < n, lambda i, a: (i + 1, a * 0.5 + 1.0),
+                                  [tf.constant(0), x])
+        return tf.identity(result, name="y")
+    return freeze_function(fn, tf.TensorSpec([None, 3], tf.float32, name="x"),
+                           tf.TensorSpec([], tf.int32, name="n"), lower=False)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from optimizer.graph.const_eval import constant_subgraph, constant_values, is_pure
+from optimizer.graph.consts import resolve_through_identity
 from optimizer.graph.functional_control_flow import (
     WHILE_OPS,
     FunctionGraph,
@@ -100,7 +101,8 @@ def analyse_loop(graph_def, node, max_nodes: int) -> StaticLoop:
     needed = _arguments_read(cond, cond.results[0])
     dynamic = sorted(needed - static)
     if dynamic:
-        names = ", ".join(f"{i} (from '{inputs[i]}')" for i in dynamic[:3])
+        by_name = {n.name: n for n in graph_def.node}
+        names = ", ".join(f"{i} (from '{_origin(by_name, inputs[i])}')" for i in dynamic[:3])
         raise NotStatic(f"its trip count is data-dependent: the condition reads loop "
                         f"variable(s) {names}, which are not constants of the graph")
     body_nodes = len(body.graph_def.node) - len(body.arguments)
@@ -113,6 +115,12 @@ def analyse_loop(graph_def, node, max_nodes: int) -> StaticLoop:
                         f"than {max_trips} times and its body has {body_nodes} nodes") from None
     return StaticLoop(node=node.name, trips=len(values) - 1, body=body,
                       static_values=tuple(values))
+
+
+def _origin(by_name: dict, tensor: str) -> str:
+    """The node behind ``tensor`` past Identity wrappers: the input a frozen call reads."""
+    node = resolve_through_identity(by_name, tensor)
+    return node.name if node is not None else tensor
 
 
 def loop_key(graph_def, node) -> str:
