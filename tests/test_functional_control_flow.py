@@ -1,6 +1,8 @@
 """Functional control flow in a frozen graph: lowering marks, the library's bookkeeping, and
 graphs with rewritten loop bodies loading beside the originals."""
 
+import logging
+
 import pytest
 from control_flow_graphs import counted_loop_graph
 from graph_testing import build_graph, tf
@@ -79,3 +81,16 @@ def test_a_graph_whose_loop_bodies_grappler_rewrote_runs_beside_the_original(mod
 def test_a_graph_without_functions_has_nothing_to_rename():
     graph_def = build_graph(lambda: tf.identity(tf.compat.v1.placeholder(tf.float32), name="y"))
     assert rename_changed_functions(graph_def, graph_def) == {} and not functional_nodes(graph_def)
+
+
+def test_a_transform_of_the_main_graph_only_warns_that_it_leaves_the_loops(caplog):
+    from graph_testing import context
+
+    graph = counted_loop_graph(trips=3)
+    ctx = context(graph.input_nodes, graph.output_nodes)
+    with caplog.at_level(logging.WARNING, logger="optimizer.transforms"):
+        folded = make_transform("fold_constants")(graph.graph_def, ctx)
+        make_transform("unroll_static_loops")(graph.graph_def, ctx)
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert warning.startswith("fold_constants: leaves 1 StatelessWhile node(s)")
+    assert folded.library == graph.graph_def.library

@@ -136,9 +136,9 @@ class Transform:
         validate_graph(graph_def, f"graph before {self.name}")
         functional = describe_functional_nodes(graph_def)
         if functional and not self.rewrites_function_bodies:
-            log.warning("%s: rewrites the main graph only; %s control-flow node(s) and the "
-                        "loop bodies and branches they call are left as they are",
-                        self.describe(), functional)
+            log.warning("%s: leaves %s node(s) and the loop bodies and branches they call "
+                        "as they are (it rewrites the main graph only)", self.describe(),
+                        functional)
         private = graph_pb2.GraphDef()
         private.CopyFrom(graph_def)
         started = time.perf_counter()
