@@ -1,7 +1,7 @@
 """A bidirectional LSTM tagger served every way tfopt can build it, against its stock SavedModel,
 p50 at batch 1, interleaved in one process.
 
-    .venv/bin/python benchmarks/recurrent.py [--seconds 10] [--min-runs 100] [--together]
+    .venv/bin/python benchmarks/recurrent.py [--seconds 30] [--min-runs 100] [--pairs]
         [--block 1] [--workdir DIR] [--print-only]
 
 The model is built in code (random weights, seeded): int32 token ids ``[batch, 20]`` ->
@@ -21,11 +21,13 @@ per step. Variants, each written the way the pipeline writes it:
 Every variant is timed interleaved with the stock signature call, the order rotating each round
 (:func:`optimizer.benchmark.interleaved.time_interleaved`), on the same batch-1 ids; the figure
 is ``p50(stock) / p50(variant)`` with the 95% paired block-bootstrap interval, plus each
-variant's largest output difference from the stock model over 3 batches of 4. By default each
-variant is timed in a pair with the stock model (one pair after another, in this process);
-``--together`` times all of them in one interleaved group, as the gate's benchmark does. In a
-group every call finds the caches holding another model's weights, which costs a sub-millisecond
-LiteRT model most (measured: int8 0.12 ms alone, 0.5-0.6 ms between TensorFlow calls).
+variant's largest output difference from the stock model over 3 batches of 4. By default all
+variants are timed in one interleaved group, as the gate's benchmark does, so that every one
+sees the same background load; there every call finds the caches holding another model's
+weights, which costs a sub-millisecond LiteRT model most (measured: int8 0.12 ms alone, 0.5-0.6
+ms between TensorFlow calls). ``--pairs`` times each variant in a pair with the stock model
+instead, one pair after another: fewer models between two calls, but each pair sees the load of
+its own minutes (on a shared machine the stock model's p50 moved 2.5-8 ms from pair to pair).
 ``--block N`` makes each timed call N back-to-back calls (the time per call is their mean), so
 that every model runs with its own weights in the caches, as a model serving a steady stream of
 requests does; 1 (the default) is the gate's way.
@@ -128,7 +130,7 @@ def measure(args) -> dict:
                    for label, runner in runners.items() if label != "stock"}
     tensors = {label: runner.to_tensors(feeds) for label, runner in runners.items()}
     variants = [label for label in runners if label != "stock"]
-    groups = [variants] if args.together else [[label] for label in variants]
+    groups = [[label] for label in variants] if args.pairs else [variants]
     rows = []
     for group in groups:
         print(f"timing stock and {', '.join(group)} for at least {args.seconds:.0f}s ...",
@@ -147,7 +149,7 @@ def measure(args) -> dict:
                          "speedup": interval.speedup, "speedup_low": 1 / interval.high,
                          "speedup_high": 1 / interval.low, "max_abs_diff": differences[label],
                          "note": notes.get(label, "")})
-    timed = "together" if args.together else "in pairs with stock"
+    timed = "in pairs with stock" if args.pairs else "together"
     if args.block > 1:
         timed += f", {args.block} back-to-back calls per timing"
     return {"timed": timed, "cpus": cpus,
@@ -181,10 +183,10 @@ def print_table(result: dict) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=10.0,
+    parser.add_argument("--seconds", type=float, default=30.0,
                         help="minimum timed seconds (per pair, or for the whole group)")
-    parser.add_argument("--together", action="store_true",
-                        help="time every variant in one interleaved group, as the gate does")
+    parser.add_argument("--pairs", action="store_true",
+                        help="time each variant in a pair with stock, not all in one group")
     parser.add_argument("--min-runs", type=int, default=100, dest="min_runs")
     parser.add_argument("--block", type=int, default=1,
                         help="back-to-back calls per timed call (warm caches)")

@@ -57,13 +57,15 @@ class StaticLoop:
     static_values: tuple[dict[int, np.ndarray], ...]
 
     @property
-    def body_nodes(self) -> int:
-        """Nodes one copy of the body adds (its argument placeholders are not copied)."""
-        return len(self.body.graph_def.node) - len(self.body.arguments)
-
-    @property
     def added_nodes(self) -> int:
-        return self.trips * self.body_nodes
+        """At most what unrolling adds: a copy of the body per trip (fewer once the copies of
+        loop-invariant nodes are shared and unread ones dropped)."""
+        return self.trips * _copied_nodes(self.body)
+
+
+def _copied_nodes(body: FunctionGraph) -> int:
+    """Nodes one copy of the body adds (its argument placeholders are not copied)."""
+    return len(body.graph_def.node) - len(body.arguments)
 
 
 class NotStatic(ValueError):
@@ -71,7 +73,7 @@ class NotStatic(ValueError):
 
 
 class TooManyTrips(Exception):
-    pass
+    """The loop's static part ran past the trip count the node cap allows."""
 
 
 def analyse_loop(graph_def, node, max_nodes: int) -> StaticLoop:
@@ -105,7 +107,7 @@ def analyse_loop(graph_def, node, max_nodes: int) -> StaticLoop:
         names = ", ".join(f"{i} (from '{_origin(by_name, inputs[i])}')" for i in dynamic[:3])
         raise NotStatic(f"its trip count is data-dependent: the condition reads loop "
                         f"variable(s) {names}, which are not constants of the graph")
-    body_nodes = len(body.graph_def.node) - len(body.arguments)
+    body_nodes = _copied_nodes(body)
     max_trips = max_nodes // max(body_nodes, 1)
     try:
         values = _run_static_part(graph_def, cond, body, static,
@@ -199,37 +201,42 @@ def _run_static_part(graph_def, cond: FunctionGraph, body: FunctionGraph, static
             part.library.CopyFrom(graph_def.library)  # nested calls
             tf.compat.v1.import_graph_def(part, name=scope)
     wanted = sorted(static)
-    cond_fetch = f"cond/{cond.results[0]}"
+    cond_fetch = [f"cond/{cond.results[0]}"]
     body_fetches = [f"body/{body.results[i]}" for i in wanted]
+    cond_reads = _ops_read(graph, cond_fetch)
+    body_reads = _ops_read(graph, body_fetches)
     values = [dict(initial)]
     with tf.compat.v1.Session(graph=graph) as session:
         while True:
             current = values[-1]
-            feeds = {**{f"cond/{cond.arguments[i]}:0": current[i] for i in wanted
+            feeds = {**{f"cond/{cond.arguments[i]}": current[i] for i in wanted
                         if i < len(cond.arguments)},
-                     **{f"body/{body.arguments[i]}:0": current[i] for i in wanted}}
-            if not bool(session.run(cond_fetch, _only_placeholders_read(graph, cond_fetch,
-                                                                      feeds))):
-                return values
-            if len(values) > max_trips:
-                raise TooManyTrips()
-            results = session.run(body_fetches, _only_placeholders_read(graph, body_fetches,
-                                                                        feeds))
+                     **{f"body/{body.arguments[i]}": current[i] for i in wanted}}
+            try:
+                # Feeding a placeholder the fetches do not read is an error in a Session.
+                go_on = session.run(cond_fetch, {f"{k}:0": v for k, v in feeds.items()
+                                                 if k in cond_reads})[0]
+                if not go_on:
+                    return values
+                if len(values) > max_trips:
+                    raise TooManyTrips()
+                results = session.run(body_fetches, {f"{k}:0": v for k, v in feeds.items()
+                                                     if k in body_reads})
+            except tf.errors.OpError as exc:
+                raise NotStatic(f"running its counter and condition failed: "
+                                f"{exc.message.splitlines()[0]}") from None
             values.append(dict(zip(wanted, results)))
 
 
-def _only_placeholders_read(graph, fetches, feeds: dict) -> dict:
-    """``feeds`` without the placeholders ``fetches`` do not read: feeding a placeholder that
-    is pruned away is an error in a Session."""
-    fetches = [fetches] if isinstance(fetches, str) else fetches
+def _ops_read(graph, fetches: list[str]) -> set[str]:
+    """Names of the ops ``fetches`` are computed from."""
     seen, pending = set(), [graph.get_tensor_by_name(f).op for f in fetches]
     while pending:
         op = pending.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        pending.extend(t.op for t in op.inputs)
-    return {k: v for k, v in feeds.items() if k.split(":")[0] in seen}
+        if op.name not in seen:
+            seen.add(op.name)
+            pending.extend(t.op for t in op.inputs)
+    return seen
 
 
 def unroll_loop(graph_def, loop: StaticLoop, boundary) -> int:
@@ -333,7 +340,17 @@ class _BodyCopier:
 def _passed_through(body: FunctionGraph) -> set[int]:
     """Loop variables the body returns as it got them (the weights, the sequence's list)."""
     return {i for i, name in enumerate(body.arguments)
-            if canonical_input(body.results[i]) == name}
+            if _past_identities(body, body.results[i]) == name}
+
+
+def _past_identities(body: FunctionGraph, tensor: str) -> str:
+    """``tensor`` of the body, past the Identity nodes it is read through (a body returns its
+    results as Identities with control inputs, which copies drop)."""
+    by_name = {n.name: n for n in body.graph_def.node}
+    while (node := by_name.get(node_name_from_input(tensor))) is not None \
+            and node.op == "Identity" and node.name not in body.arguments:
+        tensor = next(i for i in node.input if not is_control_input(i))
+    return canonical_input(tensor)
 
 
 def _invariant_nodes(body: FunctionGraph, invariant_arguments: set[str]) -> list:
@@ -357,14 +374,9 @@ def _in_execution_order(graph_def) -> list:
 
 
 def _result(body: FunctionGraph, index: int, arguments: dict, renamed: dict) -> str:
-    """The tensor result ``index`` of a copy is, looking through the body's Identity nodes (its
-    results are Identities with control inputs, which copies drop): the next trip reads the
-    value itself, and the Identity copies go unread."""
-    by_name = {n.name: n for n in body.graph_def.node}
-    tensor = body.results[index]
-    while (node := by_name.get(node_name_from_input(tensor))) is not None \
-            and node.op == "Identity" and node.name not in arguments:
-        tensor = next(i for i in node.input if not is_control_input(i))
+    """The tensor a copy of the body returns as result ``index``: the next trip reads the value
+    itself, not the body's Identity of it, and the Identity copies go unread."""
+    tensor = _past_identities(body, body.results[index])
     source = node_name_from_input(tensor)
     if source in arguments:
         return arguments[source]
