@@ -10,7 +10,9 @@ source this module derives the others the config's ``targets`` allow:
 ``litert`` (the ``ai-edge-litert`` interpreter with XNNPACK)
     ``litert_fp32``, ``litert_fp16`` (float16 weights), ``litert_dynamic_int8`` (dynamic-range
     int8) and ``litert_full_int8`` (int8 calibrated on representative inputs), converted from the
-    source SavedModel by :mod:`optimizer.litert.convert`.
+    source SavedModel by :mod:`optimizer.litert.convert`; a model with while loops of fixed
+    length (a Keras LSTM or GRU), which the converter cannot lower as loops, from its frozen
+    graph with those loops unrolled (:mod:`optimizer.litert.unrolled_source`).
 ``onnx`` (ONNX Runtime, CPU provider)
     ``onnx_fp32`` (tf2onnx's graph), ``onnx_optimized`` (ONNX Runtime's graph optimizations
     saved into the file), ``onnx_dynamic_int8`` and ``onnx_static_int8`` (QDQ, calibrated),
@@ -59,6 +61,7 @@ import numpy as np
 from optimizer.calibration import Calibration, synthetic
 from optimizer.errors import InvalidInputsError, TfoptError, first_line
 from optimizer.frozen import FrozenModel
+from optimizer.litert.unrolled_source import LiteRTSource
 from optimizer.savedmodel import DEFAULT_SIGNATURE
 
 log = logging.getLogger(__name__)
@@ -194,10 +197,10 @@ def derive_candidates(
         for variant in settings.savedmodel_variants:
             makers.append((variant, _savedmodel_maker(variant, optimized, signature)))
     if "litert" in settings.targets:
-        litert_source = _litert_source(Path(source), workdir, signature)
+        converted_from = _litert_source(Path(source), workdir, signature)
         for flavour in settings.litert_flavours:
             makers.append((f"litert_{flavour}", _litert_maker(
-                flavour, litert_source, signature, calibration, settings.calibration_samples,
+                flavour, converted_from, signature, calibration, settings.calibration_samples,
                 source_digest)))
     for target in ("onnx", "openvino"):
         if target in settings.targets:
@@ -240,17 +243,21 @@ def _savedmodel_maker(variant: str, optimized: FrozenModel, signature: str):
     return make
 
 
-def _litert_source(source: Path, workdir: Path, signature: str) -> Callable[[], Path]:
-    """What the converter reads (:func:`optimizer.litert.constant_tables.litert_source`), made
-    once, when the first LiteRT flavour needs it; its failure skips every flavour."""
-    made: list[Path | TfoptError] = []
+def _litert_source(source: Path, workdir: Path, signature: str) -> Callable[[], LiteRTSource]:
+    """What the converter reads, made once, when the first LiteRT flavour needs it: the source
+    with its lookup tables filled from constants (:mod:`optimizer.litert.constant_tables`), then
+    with its static loops unrolled (:mod:`optimizer.litert.unrolled_source`). Its failure skips
+    every flavour."""
+    made: list[LiteRTSource | TfoptError] = []
 
-    def source_for_litert() -> Path:
+    def source_for_litert() -> LiteRTSource:
         if not made:
-            from optimizer.litert.constant_tables import litert_source
+            from optimizer.litert.constant_tables import litert_source as with_constant_tables
+            from optimizer.litert.unrolled_source import litert_source as with_loops_unrolled
 
             try:
-                made.append(litert_source(source, workdir, signature))
+                tables_filled = with_constant_tables(source, workdir, signature)
+                made.append(with_loops_unrolled(tables_filled, signature, workdir))
             except TfoptError as exc:
                 made.append(exc)
         if isinstance(made[0], TfoptError):
@@ -286,24 +293,32 @@ def _check_calibration_inputs(feeds: Sequence[Mapping[str, np.ndarray]]) -> None
                                         f"cannot feed string input '{key}'")
 
 
-def _litert_maker(flavour: str, source: Callable[[], Path], signature: str,
+def _litert_maker(flavour: str, converted_from: Callable[[], LiteRTSource], signature: str,
                   calibration: Calibration | None, samples: int, source_digest: str | None):
     calibrated = calibration if flavour == "full_int8" else None
 
     def make(dst: Path) -> Candidate:
         from optimizer.atomic import atomic_directory
-        from optimizer.litert.convert import convert_to_litert
+        from optimizer.litert.convert import LiteRTConversionError, convert_to_litert
 
         if calibrated is not None:
             _check_calibration_inputs(calibrated.feeds)
+        source = converted_from()
         with atomic_directory(dst, overwrite=True) as staging:
             staging.mkdir(parents=True, exist_ok=True)
-            converted = convert_to_litert(
-                source(), staging / LITERT_FILE, flavour, signature=signature,
-                representative_data=calibrated.feeds if calibrated else None,
-                calibration_samples=samples,
-                calibration_source=calibrated.source if calibrated else None,
-                source_digest=source_digest)
+            try:
+                converted = convert_to_litert(
+                    source.path, staging / LITERT_FILE, flavour, signature=signature,
+                    representative_data=calibrated.feeds if calibrated else None,
+                    calibration_samples=samples,
+                    calibration_source=calibrated.source if calibrated else None,
+                    source_digest=source_digest)
+            except LiteRTConversionError as exc:
+                if source.kept_loops is None:
+                    raise
+                raise LiteRTConversionError(
+                    f"{first_line(exc)} (while loops left as loops: {source.kept_loops})",
+                    details=exc.details) from exc
             _smoke_run(staging / LITERT_FILE, signature)
         snippet = converted.manifest.to_dict()["load"]["python"]
         return Candidate(label=f"litert_{flavour}", target="litert", variant=flavour,

@@ -49,6 +49,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from optimizer.errors import DangerousOpError, TfoptError, shown
+from optimizer.graph.functional_control_flow import called_functions
 from optimizer.model_assets import TEXT_FILE_TABLE_OPS, ModelAssets
 
 GIB = 1 << 30
@@ -308,23 +309,6 @@ def _node_name(tensor: str) -> str:
     return tensor.lstrip("^").split(":")[0]
 
 
-def _called_functions(node, library: dict) -> Iterator[str]:
-    """Functions ``node`` calls: ``func`` attributes (nested in theirs too) or its op type."""
-    if node.op in library:
-        yield node.op
-    pending = list(node.attr.values())
-    while pending:
-        value = pending.pop()
-        kind = value.WhichOneof("value")
-        if kind == "func":
-            yield value.func.name
-            pending.extend(value.func.attr.values())
-        elif kind == "list":
-            for func in value.list.func:
-                yield func.name
-                pending.extend(func.attr.values())
-
-
 def _ancestors(starts: Iterable[str], inputs_of) -> set[str]:
     seen: set[str] = set()
     pending = [s for s in starts]
@@ -364,10 +348,10 @@ class _MetaGraphScan:
         self.saver_only_nodes = saver_nodes - other_nodes
 
         saver_functions = self._function_closure(
-            f for n in self.saver_only_nodes for f in _called_functions(self.nodes[n],
+            f for n in self.saver_only_nodes for f in called_functions(self.nodes[n],
                                                                         self.library))
         other_function_roots = {f for n in other_nodes
-                                for f in _called_functions(self.nodes[n], self.library)}
+                                for f in called_functions(self.nodes[n], self.library)}
         other_function_roots |= {f for f in self.library if f not in saver_functions}
         other_function_roots |= set(meta_graph.object_graph_def.concrete_functions)
         other_function_roots |= {g.gradient_func for g in graph.library.gradient}
@@ -389,7 +373,7 @@ class _MetaGraphScan:
                 continue
             seen.add(name)
             for node in self.library[name].node_def:
-                for callee in _called_functions(node, self.library):
+                for callee in called_functions(node, self.library):
                     if callers is not None and callee not in callers and callee != name:
                         callers[callee] = name
                     pending.append(callee)
@@ -401,7 +385,7 @@ class _MetaGraphScan:
         for name in self.saver_only_nodes:
             node = self.nodes[name]
             data_inputs = [i for i in node.input if not i.startswith("^")]
-            for callee in set(_called_functions(node, self.library)):
+            for callee in set(called_functions(node, self.library)):
                 if callee not in self.saver_only_functions:
                     continue
                 input_args = self.library[callee].signature.input_arg

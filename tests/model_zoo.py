@@ -61,6 +61,18 @@ def keras_lstm(path, seed: int = 0):
     return model
 
 
+def keras_gru(path, seed: int = 0):
+    """Two GRUs, the second reading backwards and returning its last state only."""
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((7, 5), name="sequence")
+    x = keras.layers.GRU(6, return_sequences=True)(inputs)
+    x = keras.layers.GRU(4, go_backwards=True)(x)
+    outputs = keras.layers.Dense(3)(x)
+    model = keras.Model(inputs, outputs)
+    model.export(str(path), verbose=False)
+    return model
+
+
 def keras_token_attention(path, seed: int = 0, vocab: int = 100, length: int = 10):
     """int32 token ids -> Embedding -> self-attention -> pooled logits."""
     keras.utils.set_random_seed(seed)
