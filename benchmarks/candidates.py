@@ -35,7 +35,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent))
-from common import export_keras_application, work_directory, write_result
+from common import (
+    add_result_arguments,
+    export_keras_application,
+    read_result,
+    work_directory,
+    write_result,
+)
 
 DEFAULT_MODELS = "ResNet50,MobileNetV2,digits"
 CALIBRATION_ROWS = 100
@@ -52,32 +58,20 @@ def source_of(name: str, workdir: Path):
     return export_keras_application(name, workdir, random_batch_norm=True, logits=True), None
 
 
-def _calibration(stock: Path, eval_data: Path | None):
-    from optimizer.calibration import SYNTHETIC, Calibration, from_rows
-    from optimizer.evaluation import load_labelled_data
-    from optimizer.inputs import make_inputs
-    from optimizer.savedmodel import get_signature
-
-    signature = get_signature(stock)
-    if eval_data is not None:
-        return from_rows(signature, load_labelled_data(eval_data, signature).x,
-                         CALIBRATION_ROWS, source=f"eval data {eval_data}")
-    return Calibration(tuple(make_inputs(signature, batch_size=1, seed=1000 + i)
-                             for i in range(CALIBRATION_ROWS)), SYNTHETIC)
-
-
-def measure_model(name: str, workdir: Path, args, runtime) -> dict:
-    from optimizer.benchmark.harness import BenchmarkConfig
+def build_candidates(name: str, workdir: Path):
+    """(stock SavedModel, eval data or None, [optimized, derived...], skipped): the library's own
+    path, as ``tfopt optimize --targets savedmodel,litert`` builds them. Full int8 calibrates on
+    the eval data's inputs, else on inputs generated from the signature (tagged synthetic)."""
+    from optimizer.calibration import choose_calibration
     from optimizer.candidates import (
         Candidate,
         CandidateSettings,
         derive_candidates,
         savedmodel_load_instructions,
     )
-    from optimizer.gate import GateConfig
     from optimizer.optimize import optimize, write_optimized
     from optimizer.recipe import INFERENCE_RECIPE
-    from optimizer.selection import select_candidate
+    from optimizer.savedmodel import get_signature
 
     stock, eval_data = source_of(name, workdir)
     started = time.perf_counter()
@@ -88,13 +82,24 @@ def measure_model(name: str, workdir: Path, args, runtime) -> dict:
     made, skipped = derive_candidates(
         stock, optimized.candidate.model, workdir / f"{name}_candidates",
         CandidateSettings(targets=("savedmodel", "litert")),
-        calibration=_calibration(stock, eval_data))
-    built_seconds = time.perf_counter() - started
-    print(f"{name}: {len(made) + 1} candidates built in {built_seconds:.0f}s"
+        calibration=choose_calibration(get_signature(stock), CALIBRATION_ROWS,
+                                       eval_data=eval_data))
+    print(f"{name}: {len(made) + 1} candidates built in {time.perf_counter() - started:.0f}s"
           + (f"; skipped {', '.join(f'{s.label} ({s.reason})' for s in skipped)}"
              if skipped else ""), flush=True)
+    return stock, eval_data, candidates + made, skipped
+
+
+def measure_model(name: str, workdir: Path, args, runtime) -> dict:
+    from optimizer.benchmark.harness import BenchmarkConfig
+    from optimizer.gate import GateConfig
+    from optimizer.selection import select_candidate
+
+    started = time.perf_counter()
+    stock, eval_data, candidates, skipped = build_candidates(name, workdir)
+    built_seconds = time.perf_counter() - started
     selection = select_candidate(
-        stock, candidates + made, GateConfig(max_accuracy_drop_abs=args.accuracy_budget),
+        stock, candidates, GateConfig(max_accuracy_drop_abs=args.accuracy_budget),
         BenchmarkConfig(batch_sizes=(1,), warmup=5, min_runs=args.min_runs,
                         min_seconds=args.seconds),
         skipped=skipped, eval_data=eval_data, runtime=runtime,
@@ -175,16 +180,10 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="minimum timed seconds")
     parser.add_argument("--min-runs", type=int, default=30, dest="min_runs")
     parser.add_argument("--accuracy-budget", type=float, default=0.005, dest="accuracy_budget")
-    parser.add_argument("--result-name", default="candidates", dest="result_name")
-    parser.add_argument("--print-only", action="store_true", dest="print_only")
-    parser.add_argument("--workdir", type=Path, default=None)
+    add_result_arguments(parser, "candidates")
     args = parser.parse_args()
     if args.print_only:
-        import json
-
-        from common import RESULTS_DIR
-
-        saved = json.loads((RESULTS_DIR / f"{args.result_name}.json").read_text())
+        saved = read_result(args.result_name)
         print_tables(saved["models"], saved["accuracy_budget"])
         return 0
 

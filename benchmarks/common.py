@@ -70,6 +70,18 @@ def write_result(name: str, payload: dict) -> Path:
     return target
 
 
+def add_result_arguments(parser, result_name: str) -> None:
+    """``--result-name`` (the file under results/), ``--print-only`` (print the saved result,
+    measure nothing) and ``--workdir`` (where models are built; default a temporary one)."""
+    parser.add_argument("--result-name", default=result_name, dest="result_name")
+    parser.add_argument("--print-only", action="store_true", dest="print_only")
+    parser.add_argument("--workdir", type=Path, default=None)
+
+
+def read_result(name: str) -> dict:
+    return json.loads((RESULTS_DIR / f"{name}.json").read_text())
+
+
 def model_names(parser, text: str) -> list[str]:
     """``--models ResNet50,MobileNetV2`` checked against what the benchmarks can build."""
     names = text.split(",")

@@ -108,13 +108,18 @@ def max_abs_diff(a: dict, b: dict) -> float:
 
 
 def time_model(name: str, paths: dict[str, Path], failures: dict[str, str],
-               batch_sizes: list[int], args) -> list[dict]:
+               batch_sizes: list[int], args, variants: tuple[str, ...] = VARIANTS,
+               make_feeds=None) -> list[dict]:
+    """Rows of p50 and speedup vs ``stock`` for ``variants`` of one model, per batch size.
+    ``make_feeds(signature, batch)`` gives the inputs (default: generated from the signature);
+    a path ending in ``.tflite`` runs in LiteRT."""
     from optimizer.benchmark.interleaved import time_interleaved
     from optimizer.benchmark.stats import p50_ratio_interval
     from optimizer.inputs import make_inputs
     from optimizer.runtime import load_runner
 
     runners = {}
+    make_feeds = make_feeds or (lambda signature, batch: make_inputs(signature, batch, seed=1))
     for variant, path in paths.items():
         try:
             runners[variant] = load_runner(path)
@@ -122,13 +127,12 @@ def time_model(name: str, paths: dict[str, Path], failures: dict[str, str],
             failures[variant] = f"does not load: {_first_line(exc)}"
     rows = []
     for batch in batch_sizes:
-        feeds = make_inputs(runners["stock"].signature, batch_size=batch, seed=1)
+        feeds = make_feeds(runners["stock"].signature, batch)
         tensors, outputs = {}, {}
         for variant, runner in list(runners.items()):
             try:
                 tensors[variant] = runner.to_tensors(feeds)
-                outputs[variant] = {k: v.numpy()
-                                    for k, v in runner.call(tensors[variant]).items()}
+                outputs[variant] = runner.outputs(runner.call(tensors[variant]))
             except variant_errors() as exc:
                 failures[variant] = f"does not run: {_first_line(exc)}"
                 del runners[variant]
@@ -140,7 +144,7 @@ def time_model(name: str, paths: dict[str, Path], failures: dict[str, str],
             rotate_order=True, progress_every=30.0,
             progress=lambda n, s: print(f"  {n} rounds, {s:.0f}s", flush=True))
         stock = samples["stock"]
-        for variant in VARIANTS:
+        for variant in variants:
             row = {"model": name, "batch": batch, "variant": variant}
             if variant not in samples:
                 row["error"] = failures.get(variant, "not built")
@@ -173,6 +177,22 @@ def print_table(rows: list[dict]) -> None:
         print(f"{head} {r['p50_ms']:.2f} | {r['speedup']:.2f}x{ci} | {r['max_abs_diff']:.2e} |")
 
 
+def print_results(rows: list[dict], target: Path) -> None:
+    print()
+    print_table(rows)
+    print(f"\nresults: {target}")
+
+
+def write_rows(name: str, rows: list[dict], **fields) -> Path:
+    """``benchmarks/results/<name>.json``: this machine and TF, ``fields``, and the rows."""
+    from optimizer.cpu_features import cpu_model, isa_support
+    from optimizer.tf_runtime import import_tensorflow
+
+    return write_result(name, {"tensorflow": import_tensorflow().__version__,
+                               "cpu_model": cpu_model(), "isa": isa_support(), **fields,
+                               "rows": rows})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="ResNet50,MobileNetV2,InceptionV3")
@@ -189,23 +209,16 @@ def main() -> int:
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     workdir = work_directory(args.workdir, "tfopt-bench-transforms-")
 
-    from optimizer.cpu_features import cpu_model, isa_support
-    from optimizer.tf_runtime import import_tensorflow
-
-    tf = import_tensorflow()
     rows = []
     for name in names:
         print(f"{name}: exporting, freezing, building variants ...", flush=True)
         paths, failures = build_variants(name, workdir)
         rows.extend(time_model(name, paths, failures, batch_sizes, args))
         # Written after every model, so that a long run that breaks later keeps what it measured.
-        target = write_result("transforms", {
-            "tensorflow": tf.__version__, "cpu_model": cpu_model(), "isa": isa_support(),
-            "seconds": args.seconds, "min_rounds": args.min_rounds, "rows": rows})
+        target = write_rows("transforms", rows, seconds=args.seconds,
+                            min_rounds=args.min_rounds)
 
-    print()
-    print_table(rows)
-    print(f"\nresults: {target}")
+    print_results(rows, target)
     return 0
 
 

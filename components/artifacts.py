@@ -7,7 +7,6 @@ models themselves stay on disk or in object storage and are referred to by path 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any, Self, TypeVar
 
 T = TypeVar("T", bound="Record")
@@ -65,31 +64,34 @@ class CandidateModel(Record):
     judged by the evaluation's accuracy instead."""
 
     label: str
-    path: str  # a SavedModel directory, or a .tflite file
+    path: str  # a SavedModel directory, or a model file (.tflite, .onnx, .xml)
     kind: str  # frozen | optimized | derived
     digest: str
     recipe: str | None = None
     equivalence: dict[str, Any] = field(default_factory=dict)
     trace: list[dict[str, Any]] = field(default_factory=list)
-    target: str = "savedmodel"  # savedmodel | litert
-    variant: str = "fp32"  # fp32 | bf16 | xla | the LiteRT flavour
-    format: str = "savedmodel"  # savedmodel | tflite
-    runtime: str = "tensorflow"  # tensorflow | tensorflow+xla | ai-edge-litert
+    target: str = "savedmodel"  # savedmodel | litert | onnx | openvino
+    variant: str = "fp32"  # fp32 | bf16 | xla | the LiteRT, ONNX or OpenVINO flavour
+    format: str = "savedmodel"  # savedmodel | tflite | onnx | openvino
+    runtime: str = "tensorflow"  # tensorflow | tensorflow+xla | ai-edge-litert | onnxruntime...
     how_to_load: str = ""
+    calibration: str | None = None  # int8 calibrated on "data" or "synthetic" inputs; else None
     derived: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)  # {label, reason}
 
     @property
     def artifact_dir(self) -> str:
         """The directory holding everything of this candidate: what gets published."""
-        return str(Path(self.path).parent) if self.format == "tflite" else self.path
+        from optimizer.candidates import artifact_dir
 
-    def tag(self) -> dict[str, str]:
+        return str(artifact_dir(self.path, self.format))
+
+    def tag(self) -> dict[str, str | None]:
         """What the candidate is, as :class:`optimizer.candidates.Candidate` fields: carried
         by the benchmark and evaluate records so the gate's table says it, not a guess."""
         return {"label": self.label, "target": self.target, "variant": self.variant,
                 "format": self.format, "runtime": self.runtime, "path": self.path,
-                "how_to_load": self.how_to_load}
+                "how_to_load": self.how_to_load, "calibration": self.calibration}
 
 
 def candidate_models(*models: CandidateModel) -> list[CandidateModel]:
@@ -118,7 +120,7 @@ class BenchmarkOutput(Record):
     baseline_format: str = "savedmodel"
     baseline_runtime: str = "tensorflow"
     candidate_paths: dict[str, str] = field(default_factory=dict)  # label -> model path
-    candidate_tags: list[dict[str, str]] = field(default_factory=list)  # CandidateModel.tag()
+    candidate_tags: list[dict[str, str | None]] = field(default_factory=list)  # .tag()
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ class EvaluationOutput(Record):
     has_labels: bool
     metric: str
     scores: dict[str, float | None] = field(default_factory=dict)
-    candidate_tags: list[dict[str, str]] = field(default_factory=list)  # from the benchmark
+    candidate_tags: list[dict[str, str | None]] = field(default_factory=list)  # benchmark's
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,12 @@ class BenchmarkSection(_Section):
     batch_sizes: list[int] = Field(default_factory=lambda: [1],
                                    description="the gate judges the smallest")
     warmup: int = Field(10, ge=0, description="untimed calls per model first")
-    min_runs: int = Field(50, ge=2, description="timed rounds at least (one call of each)")
+    min_runs: int = Field(50, ge=2, description="timed rounds at least (one block of each "
+                                                "model)")
     min_seconds: float = Field(5.0, ge=0, description="timed seconds at least, per batch size")
+    block_size: int = Field(10, ge=1, description="consecutive timed calls per model per round, "
+                                                  "after one untimed call (1: one call, none "
+                                                  "untimed)")
     threads: int | None = Field(None, ge=1, description="default: CPUs really available")
     confidence: float = Field(0.95, gt=0.5, lt=1,
                               description="level of the speedup's bootstrap interval")
@@ -76,6 +80,15 @@ class BenchmarkSection(_Section):
 class EvaluationConfig(_Section):
     data: str | None = Field(None, description=".npz with x/y or a TFRecord; local or s3://")
     metric: str = Field("top1", description="top1, or mse/mae for regression")
+
+
+class CalibrationConfig(_Section):
+    """Representative inputs for int8 candidates (optimizer/calibration.py): no labels needed."""
+
+    data: str | None = Field(
+        None, description=".npz of inputs (x, or one array per input key) or a TFRecord of "
+                          "them; local or s3://. Default: evaluation.data, else inputs "
+                          "generated from the signature (tagged synthetic)")
 
 
 class MlflowConfig(_Section):
@@ -135,23 +148,32 @@ class ScheduleConfig(_Section):
 class CandidatesConfig(_Section):
     """Which runtimes the result may need; optimizer/candidates.py builds the candidates."""
 
-    targets: list[Literal["savedmodel", "litert"]] = Field(
+    targets: list[Literal["savedmodel", "litert", "onnx", "openvino"]] = Field(
         default_factory=lambda: ["savedmodel"],
-        description="savedmodel (TF Serving, tf.saved_model.load) and/or litert "
-                    "(ai-edge-litert); a TF Serving site allows only savedmodel")
+        description="savedmodel (TF Serving, tf.saved_model.load), litert (ai-edge-litert), "
+                    "onnx (onnxruntime), openvino; a TF Serving site allows only savedmodel")
     savedmodel_variants: list[Literal["bf16", "xla"]] = Field(
         default_factory=lambda: ["bf16", "xla"],
         description="besides the optimized fp32 graph: bf16 (native bfloat16 CPUs only), xla")
     litert_flavours: list[Literal["fp32", "fp16", "dynamic_int8", "full_int8"]] = Field(
         default_factory=lambda: ["fp32", "fp16", "dynamic_int8", "full_int8"],
-        description="with the litert target; full_int8 calibrates on evaluation.data")
-    calibration_samples: int = Field(100, ge=1, description="eval rows that calibrate full_int8")
+        description="with the litert target; full_int8 calibrates (see calibration.data)")
+    onnx_flavours: list[Literal["fp32", "optimized", "dynamic_int8", "static_int8"]] = Field(
+        default_factory=lambda: ["fp32", "optimized", "dynamic_int8", "static_int8"],
+        description="with the onnx target; static_int8 calibrates (see calibration.data)")
+    openvino_flavours: list[Literal["fp32", "bf16", "int8"]] = Field(
+        default_factory=lambda: ["fp32", "bf16", "int8"],
+        description="with the openvino target: bf16 on native bfloat16 CPUs only; int8 "
+                    "calibrates (see calibration.data)")
+    calibration_samples: int = Field(100, ge=1, description="rows that calibrate the int8 "
+                                                            "candidates")
 
     @field_validator("targets")
     @classmethod
     def _some_target(cls, value: list[str]) -> list[str]:
         if not value:
-            raise ValueError("at least one target is needed: savedmodel, litert")
+            raise ValueError("at least one target is needed: savedmodel, litert, onnx, "
+                             "openvino")
         return value
 
     def settings(self):
@@ -160,6 +182,8 @@ class CandidatesConfig(_Section):
         return CandidateSettings(targets=tuple(self.targets),
                                  savedmodel_variants=tuple(self.savedmodel_variants),
                                  litert_flavours=tuple(self.litert_flavours),
+                                 onnx_flavours=tuple(self.onnx_flavours),
+                                 openvino_flavours=tuple(self.openvino_flavours),
                                  calibration_samples=self.calibration_samples)
 
 
@@ -219,6 +243,7 @@ class PipelineConfig(_Section):
     optimize: OptimizeConfig = Field(default_factory=OptimizeConfig)
     benchmark: BenchmarkSection = Field(default_factory=BenchmarkSection)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
     publish: PublishConfig = Field(default_factory=PublishConfig)

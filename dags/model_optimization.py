@@ -1,8 +1,9 @@
 """model_optimization: make the latest trained SavedModel faster, and promote it only on evidence.
 
-Triggers: the cron in the DAG's config, the trained model's Asset (a training DAG that emits it
-starts this one right after training; put ``{"source": "s3://..."}`` in the event's extra), or a
-manual/API trigger whose ``dag_run.conf`` may set ``source`` and dotted ``overrides``.
+Triggers: the cron in the DAG's config; an event on the trained-model asset (``schedule.asset``)
+that a training job posts, whose extra names the model (``{"source": "s3://..."}``, optionally
+``evaluation_data`` and ``overrides``); or a manual/API trigger whose ``dag_run.conf`` may set
+``source`` and dotted ``overrides`` (conf wins over the event, the event over the YAML).
 
 Steps: pull -> freeze, optimize -> benchmark (baseline and candidates in one task, on one node)
 -> evaluate -> gate -> publish (MLflow run, registered version, alias moved only on a pass).

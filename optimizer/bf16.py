@@ -13,6 +13,11 @@ The passes leave out ``remap``: bfloat16 ``_Fused*`` nodes exist only inside a r
 session and an artifact holding them would not load; TensorFlow fuses the bfloat16 Conv2D +
 BiasAdd + activation again in memory when it loads the model.
 
+Loops: on a graph with functional control flow (a Keras RNN's ``While``) the bfloat16 pass
+retypes the TensorLists the main graph creates but not the body that writes them (measured on a
+bidirectional LSTM: "op elements float but list elements bfloat16" at the first call), so such a
+graph is lowered to v1 frames first, by Grappler's ``function`` pass in the same run.
+
 Numerics: bfloat16 keeps 8 significant bits (about 3 decimal digits), so outputs move by up to
 a few percent of their scale. This candidate is judged by held-out accuracy, not by the
 float-rewrite equivalence bound; tests/test_bf16_candidate.py states the tolerances measured.
@@ -31,6 +36,7 @@ is emulated and slower than the float32 model; :data:`BF16_PROVENANCE`, passed a
 from __future__ import annotations
 
 from optimizer.frozen import FrozenModel
+from optimizer.graph.functional_control_flow import functional_nodes
 from optimizer.transforms.base import TransformRefused
 from optimizer.transforms.grappler import (
     BF16_OPTIMIZER,
@@ -81,8 +87,10 @@ def bf16_mixed_precision(model: FrozenModel) -> FrozenModel:
     reason = bf16_unavailable_reason()
     if reason:
         raise Bf16Refused(f"bfloat16 candidate refused: {reason}")
+    # Grappler runs the passes in the order named: the function pass lowers the loops first.
+    passes = (("function",) if functional_nodes(model.graph_def) else ()) + BF16_PASSES
     try:
-        result, _ = run_transforms(model, [make_transform("grappler", optimizers=BF16_PASSES)])
+        result, _ = run_transforms(model, [make_transform("grappler", optimizers=passes)])
     except TransformRefused as exc:
         raise Bf16Refused(f"bfloat16 candidate refused: {exc}") from None
     if not bfloat16_nodes(result.graph_def):

@@ -9,22 +9,47 @@ source this module derives the others the config's ``targets`` allow:
     compile (:mod:`optimizer.xla`; TF Serving needs ``--xla_cpu_compilation_enabled=true``).
 ``litert`` (the ``ai-edge-litert`` interpreter with XNNPACK)
     ``litert_fp32``, ``litert_fp16`` (float16 weights), ``litert_dynamic_int8`` (dynamic-range
-    int8) and ``litert_full_int8`` (int8 calibrated on representative inputs drawn from the eval
-    data), converted from the source SavedModel by :mod:`optimizer.litert.convert`.
+    int8) and ``litert_full_int8`` (int8 calibrated on representative inputs), converted from the
+    source SavedModel by :mod:`optimizer.litert.convert`; a model with while loops of fixed
+    length (a Keras LSTM or GRU), which the converter cannot lower as loops, from its frozen
+    graph with those loops unrolled (:mod:`optimizer.litert.unrolled_source`).
+``onnx`` (ONNX Runtime, CPU provider)
+    ``onnx_fp32`` (tf2onnx's graph), ``onnx_optimized`` (ONNX Runtime's graph optimizations
+    saved into the file), ``onnx_dynamic_int8`` and ``onnx_static_int8`` (QDQ, calibrated),
+    from the source SavedModel by :mod:`optimizer.onnx.convert`; tf2onnx runs once for all four.
+``openvino`` (OpenVINO's CPU plugin)
+    ``openvino_fp32``, ``openvino_bf16`` (the same IR compiled with the bf16 precision hint,
+    native bfloat16 CPUs only) and ``openvino_int8`` (NNCF, calibrated), from the source
+    SavedModel by :mod:`optimizer.openvino.convert`; converted once for all three.
 
-A candidate that cannot be built here (no native bfloat16, an op XLA or the LiteRT converter
-refuses, no calibration data) is *skipped* with its one-line reason, never fatal: the others
-still go to the benchmark, and the gate picks the fastest one inside the accuracy budget. None
-of these candidates is held to the float rewrite's equivalence bound; their accuracy is what the
-evaluation measures and the gate's budget bounds.
+The calibrating flavours (LiteRT full int8, ONNX static int8, OpenVINO int8) all take the same
+:class:`~optimizer.calibration.Calibration`: the calibration data, else the eval data's inputs,
+else inputs generated from the signature. A calibrated candidate says what it was calibrated on
+(:attr:`Candidate.calibration`: ``data`` or ``synthetic``), so that one fitted to generated noise
+is never taken for one fitted to real inputs; the others say nothing (``None``).
 
-Each LiteRT candidate is a directory holding ``model.tflite`` and its sidecar
-``model.tflite.json`` (what it is, how to load it), so that every candidate is a directory to
-store and publish; :attr:`Candidate.path` names the file a runner loads.
+A candidate that cannot be built here (no native bfloat16, an op XLA or a converter refuses) is
+*skipped* with its one-line reason, never fatal: the others still go to the benchmark, and the
+gate picks the fastest one inside the accuracy budget. None of these candidates is held to the
+float rewrite's equivalence bound; their accuracy is what the evaluation measures and the gate's
+budget bounds.
+
+A model with lookup tables is converted from a rewrite with the tables filled from constants and
+the outputs' shapes pinned (:mod:`optimizer.litert.constant_tables`), which the converter keeps as
+LiteRT's hash-table builtins. Every LiteRT candidate is run once on generated inputs before
+it is listed: a flatbuffer that converts but cannot run here is skipped with the interpreter's
+reason, not found out by the benchmark.
+
+Each candidate of another format is a directory holding its model file(s) and the JSON sidecar
+(``model.tflite`` and ``model.tflite.json``; ``model.onnx`` and ``model.onnx.json``;
+``model.xml``, ``model.bin`` and ``model.xml.json``: what it is, how to load it), so that every
+candidate is a directory to store and publish; :attr:`Candidate.path` names the file a runner
+loads.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -33,17 +58,24 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.calibration import Calibration
-from optimizer.errors import InvalidInputsError, TfoptError
+from optimizer.calibration import Calibration, synthetic
+from optimizer.errors import InvalidInputsError, TfoptError, first_line
 from optimizer.frozen import FrozenModel
+from optimizer.litert.unrolled_source import LiteRTSource
 from optimizer.savedmodel import DEFAULT_SIGNATURE
 
 log = logging.getLogger(__name__)
 
-TARGETS = ("savedmodel", "litert")
+TARGETS = ("savedmodel", "litert", "onnx", "openvino")
 SAVEDMODEL_VARIANTS = ("bf16", "xla")
 LITERT_FLAVOURS = ("fp32", "fp16", "dynamic_int8", "full_int8")
+ONNX_FLAVOURS = ("fp32", "optimized", "dynamic_int8", "static_int8")
+OPENVINO_FLAVOURS = ("fp32", "bf16", "int8")
+# The flavours that calibrate on representative inputs, by target.
+CALIBRATING = {"litert": ("full_int8",), "onnx": ("static_int8",), "openvino": ("int8",)}
 LITERT_FILE = "model.tflite"
+ONNX_FILE = "model.onnx"
+OPENVINO_FILE = "model.xml"
 
 
 def savedmodel_load_instructions(signature: str) -> str:
@@ -56,20 +88,28 @@ class Candidate:
 
     label: str
     target: str  # one of TARGETS
-    variant: str  # fp32, bf16, xla, or the LiteRT flavour
-    format: str  # savedmodel | tflite
-    runtime: str  # tensorflow | tensorflow+xla | ai-edge-litert
-    path: str  # the SavedModel directory, or the .tflite file
+    variant: str  # fp32, bf16, xla, or the LiteRT, ONNX or OpenVINO flavour
+    format: str  # savedmodel | tflite | onnx | openvino (optimizer.runtime.registry)
+    runtime: str  # tensorflow | tensorflow+xla | ai-edge-litert | onnxruntime | openvino
+    path: str  # the SavedModel directory, or the model file (.tflite, .onnx, .xml)
     how_to_load: str
+    calibration: str | None = None  # int8 calibrated on: "data" | "synthetic"; else None
 
     @property
     def artifact_dir(self) -> Path:
         """The directory that holds everything of this candidate (what gets published)."""
-        path = Path(self.path)
-        return path.parent if self.format == "tflite" else path
+        return artifact_dir(self.path, self.format)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def artifact_dir(path: str | os.PathLike, format: str) -> Path:
+    """A model file's directory (it holds the sidecar and companions), or a SavedModel itself."""
+    from optimizer.runtime.registry import runtime_for
+
+    path = Path(path)
+    return path.parent if runtime_for(format).suffix is not None else path
 
 
 @dataclass(frozen=True)
@@ -86,13 +126,18 @@ class CandidateSettings:
     targets: tuple[str, ...] = ("savedmodel",)
     savedmodel_variants: tuple[str, ...] = SAVEDMODEL_VARIANTS
     litert_flavours: tuple[str, ...] = LITERT_FLAVOURS
+    onnx_flavours: tuple[str, ...] = ONNX_FLAVOURS
+    openvino_flavours: tuple[str, ...] = OPENVINO_FLAVOURS
     calibration_samples: int = 100
 
     def __post_init__(self) -> None:
         for name, given, valid in (("target", self.targets, TARGETS),
                                    ("SavedModel variant", self.savedmodel_variants,
                                     SAVEDMODEL_VARIANTS),
-                                   ("LiteRT flavour", self.litert_flavours, LITERT_FLAVOURS)):
+                                   ("LiteRT flavour", self.litert_flavours, LITERT_FLAVOURS),
+                                   ("ONNX flavour", self.onnx_flavours, ONNX_FLAVOURS),
+                                   ("OpenVINO flavour", self.openvino_flavours,
+                                    OPENVINO_FLAVOURS)):
             unknown = [g for g in given if g not in valid]
             if unknown:
                 raise InvalidInputsError(f"unknown {name} '{unknown[0]}'; valid: "
@@ -103,6 +148,18 @@ class CandidateSettings:
         if self.calibration_samples < 1:
             raise InvalidInputsError(f"calibration_samples must be >= 1, got "
                                      f"{self.calibration_samples}")
+
+    def flavours(self, target: str) -> tuple[str, ...]:
+        return {"savedmodel": self.savedmodel_variants, "litert": self.litert_flavours,
+                "onnx": self.onnx_flavours, "openvino": self.openvino_flavours}[target]
+
+    def calibrating(self, target: str, flavour: str) -> bool:
+        return flavour in CALIBRATING.get(target, ())
+
+    @property
+    def calibrates(self) -> bool:
+        """Whether a flavour these settings build calibrates on representative inputs."""
+        return any(self.calibrating(t, f) for t in self.targets for f in self.flavours(t))
 
 
 def parse_targets(text: str) -> tuple[str, ...]:
@@ -125,28 +182,39 @@ def derive_candidates(
     """Build every candidate ``settings`` allows under ``workdir`` (one directory each).
 
     ``source`` is the SavedModel the LiteRT converter reads; ``optimized`` is the float32 graph
-    the SavedModel variants start from. ``calibration`` (:mod:`optimizer.calibration`) is
-    needed by the int8 flavours that calibrate; without it they are skipped.
+    the SavedModel variants start from. ``calibration`` (:mod:`optimizer.calibration`) feeds the
+    int8 flavours that calibrate; without it they calibrate on inputs generated from the
+    signature and are tagged ``synthetic``.
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    if settings.calibrates and calibration is None:
+        from optimizer.savedmodel import get_signature
+
+        calibration = synthetic(get_signature(source, signature), settings.calibration_samples)
     makers: list[tuple[str, Callable[[Path], Candidate]]] = []
     if "savedmodel" in settings.targets:
         for variant in settings.savedmodel_variants:
             makers.append((variant, _savedmodel_maker(variant, optimized, signature)))
     if "litert" in settings.targets:
-        feeds = list(calibration.feeds) if calibration is not None else None
+        converted_from = _litert_source(Path(source), workdir, signature)
         for flavour in settings.litert_flavours:
             makers.append((f"litert_{flavour}", _litert_maker(
-                flavour, Path(source), signature, feeds, settings.calibration_samples,
+                flavour, converted_from, signature, calibration, settings.calibration_samples,
                 source_digest)))
+    for target in ("onnx", "openvino"):
+        if target in settings.targets:
+            make = _converter(target, Path(source), signature, calibration,
+                              settings.calibration_samples, source_digest)
+            for flavour in settings.flavours(target):
+                makers.append((f"{target}_{flavour}", functools.partial(make, flavour)))
     made, skipped = [], []
     for n, (label, make) in enumerate(makers, 1):
         log.info("candidates: [%d/%d] %s", n, len(makers), label)
         try:
             made.append(make(workdir / label))
         except TfoptError as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            reason = first_line(exc)
             log.warning("candidates: %s skipped: %s", label, reason)
             skipped.append(Skipped(label, reason))
     return made, skipped
@@ -175,24 +243,116 @@ def _savedmodel_maker(variant: str, optimized: FrozenModel, signature: str):
     return make
 
 
-def _litert_maker(flavour: str, source: Path, signature: str,
-                  feeds: Sequence[Mapping[str, np.ndarray]] | None, samples: int,
-                  source_digest: str | None):
+def _litert_source(source: Path, workdir: Path, signature: str) -> Callable[[], LiteRTSource]:
+    """What the converter reads, made once, when the first LiteRT flavour needs it: the source
+    with its lookup tables filled from constants (:mod:`optimizer.litert.constant_tables`), then
+    with its static loops unrolled (:mod:`optimizer.litert.unrolled_source`). Its failure skips
+    every flavour."""
+    made: list[LiteRTSource | TfoptError] = []
+
+    def source_for_litert() -> LiteRTSource:
+        if not made:
+            from optimizer.litert.constant_tables import litert_source as with_constant_tables
+            from optimizer.litert.unrolled_source import litert_source as with_loops_unrolled
+
+            try:
+                tables_filled = with_constant_tables(source, workdir, signature)
+                made.append(with_loops_unrolled(tables_filled, signature, workdir))
+            except TfoptError as exc:
+                made.append(exc)
+        if isinstance(made[0], TfoptError):
+            raise made[0]
+        return made[0]
+    return source_for_litert
+
+
+def _smoke_run(path: Path, signature: str) -> None:
+    """Run the converted model once on generated inputs; one line when it cannot run."""
+    from optimizer.inputs import make_inputs
+    from optimizer.litert.convert import LiteRTConversionError
+    from optimizer.runtime import load_runner
+
+    runner = load_runner(path, signature)
+    try:
+        runner(make_inputs(runner.signature, batch_size=1, seed=0))
+    except (RuntimeError, ValueError) as exc:
+        raise LiteRTConversionError(f"the converted model does not run in ai-edge-litert: "
+                                    f"{first_line(exc)}") from None
+    finally:
+        runner.close()
+
+
+def _check_calibration_inputs(feeds: Sequence[Mapping[str, np.ndarray]]) -> None:
+    """TFLite's calibrator feeds numeric tensors only: given a string input it fails with
+    "basic_string::_M_create" (TF 2.21), so a model with one gets no full_int8 candidate."""
+    from optimizer.litert.convert import LiteRTConversionError
+
+    for key, value in feeds[0].items():
+        if np.asarray(value).dtype.kind in "OSU":
+            raise LiteRTConversionError(f"full_int8 needs calibration, and TFLite's calibrator "
+                                        f"cannot feed string input '{key}'")
+
+
+def _litert_maker(flavour: str, converted_from: Callable[[], LiteRTSource], signature: str,
+                  calibration: Calibration | None, samples: int, source_digest: str | None):
+    calibrated = calibration if flavour == "full_int8" else None
+
     def make(dst: Path) -> Candidate:
         from optimizer.atomic import atomic_directory
-        from optimizer.litert.convert import convert_to_litert
+        from optimizer.litert.convert import LiteRTConversionError, convert_to_litert
 
-        if flavour == "full_int8" and not feeds:
-            raise InvalidInputsError("full_int8 needs calibration inputs drawn from the eval "
-                                     "data; none were given")
+        if calibrated is not None:
+            _check_calibration_inputs(calibrated.feeds)
+        source = converted_from()
         with atomic_directory(dst, overwrite=True) as staging:
             staging.mkdir(parents=True, exist_ok=True)
-            converted = convert_to_litert(
-                source, staging / LITERT_FILE, flavour, signature=signature,
-                representative_data=feeds, calibration_samples=samples,
-                source_digest=source_digest)
+            try:
+                converted = convert_to_litert(
+                    source.path, staging / LITERT_FILE, flavour, signature=signature,
+                    representative_data=calibrated.feeds if calibrated else None,
+                    calibration_samples=samples,
+                    calibration_source=calibrated.source if calibrated else None,
+                    source_digest=source_digest)
+            except LiteRTConversionError as exc:
+                if source.kept_loops is None:
+                    raise
+                raise LiteRTConversionError(
+                    f"{first_line(exc)} (while loops left as loops: {source.kept_loops})",
+                    details=exc.details) from exc
+            _smoke_run(staging / LITERT_FILE, signature)
         snippet = converted.manifest.to_dict()["load"]["python"]
         return Candidate(label=f"litert_{flavour}", target="litert", variant=flavour,
                          format="tflite", runtime="ai-edge-litert",
-                         path=str(dst / LITERT_FILE), how_to_load=snippet)
+                         path=str(dst / LITERT_FILE), how_to_load=snippet,
+                         calibration=calibrated.tag if calibrated else None)
+    return make
+
+
+def _converter(target: str, source: Path, signature: str, calibration: Calibration | None,
+               samples: int, source_digest: str | None) -> Callable:
+    """``make(flavour, dst)``: one flavour of ``target`` (onnx or openvino) built into the
+    candidate directory ``dst``; every flavour shares one conversion of the source."""
+    if target == "onnx":
+        from optimizer.onnx.convert import OnnxExport as Export
+        from optimizer.onnx.convert import convert_to_onnx as convert
+        file_name, runtime = ONNX_FILE, "onnxruntime"
+    else:
+        from optimizer.openvino.convert import OpenVINOExport as Export
+        from optimizer.openvino.convert import convert_to_openvino as convert
+        file_name, runtime = OPENVINO_FILE, "openvino"
+    export = Export(source, signature)
+
+    def make(flavour: str, dst: Path) -> Candidate:
+        from optimizer.atomic import atomic_directory
+
+        with atomic_directory(dst, overwrite=True) as staging:
+            staging.mkdir(parents=True, exist_ok=True)
+            converted = convert(source, staging / file_name, flavour, signature=signature,
+                                calibration=calibration, calibration_samples=samples,
+                                source_digest=source_digest, export=export)
+        calibrated = calibration is not None and flavour in CALIBRATING[target]
+        return Candidate(label=f"{target}_{flavour}", target=target, variant=flavour,
+                         format=target, runtime=runtime, path=str(dst / file_name),
+                         how_to_load=converted.sidecar.load_python,
+                         calibration=calibration.tag if calibrated else None)
     return make

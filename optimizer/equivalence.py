@@ -8,6 +8,9 @@ the signature, both models run on each batch, and the report carries the largest
   near-zero elements do not blow it up), the largest over outputs.
 - ``top1_agreement``: for outputs shaped ``[..., classes]`` with more than one class, the share
   of positions whose argmax is the same; the lowest over such outputs, ``None`` when there are none.
+
+Outputs that are not numbers (strings, from a table mapping ids back to tokens) either match
+element for element (differences 0) or do not (infinite).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from optimizer.frozen import FrozenModel
 from optimizer.inputs import infer_int_ranges, make_inputs
 from optimizer.runtime import Model, load_runner
 from optimizer.savedmodel import DEFAULT_SIGNATURE
+from optimizer.vocabulary import infer_vocabularies
 
 DEFAULT_ATOL = 1e-5
 
@@ -62,6 +66,9 @@ class EquivalenceReport:
 
 
 def _diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    if a.dtype.kind in "OSU" or b.dtype.kind in "OSU":
+        same = a.shape == b.shape and bool(np.all(a == b))
+        return (0.0, 0.0) if same else (np.inf, np.inf)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     both_nan = np.isnan(a64) & np.isnan(b64)
     gap = np.where(both_nan, 0.0, np.abs(a64 - b64))
@@ -97,7 +104,9 @@ def compare(
     if inputs is None:
         frozen = next((m for m in (original, candidate) if isinstance(m, FrozenModel)), None)
         int_ranges = infer_int_ranges(frozen.graph_def, frozen.signature) if frozen else {}
-        feeds_list = [make_inputs(a.signature, batch_size, seed + i, int_ranges)
+        vocabularies = infer_vocabularies(frozen.graph_def, frozen.signature) if frozen else {}
+        feeds_list = [make_inputs(a.signature, batch_size, seed + i, int_ranges,
+                                  vocabularies=vocabularies)
                       for i in range(batches)]
     elif isinstance(inputs, Mapping):
         feeds_list = [inputs]

@@ -1,8 +1,9 @@
 """Quality of a model on labelled data, batch by batch, with a pluggable metric.
 
 Labelled data is an ``.npz`` holding ``x`` and ``y``, or a TFRecord file of ``tf.train.Example``
-records with a float list ``x`` (reshaped to the signature's input shape) and an int64 (or
-float) ``y``. The model's single input is fed ``x``; its first output (or ``output_key``) is
+records with a float list ``x`` (a bytes list for a string input; reshaped to the signature's
+input shape) and an int64 (or float) ``y``. String ``x`` in an ``.npz`` is a numpy unicode or
+bytes array (``allow_pickle`` stays off, so not an object array). The model's single input is fed ``x``; its first output (or ``output_key``) is
 scored against ``y`` by a metric from :data:`METRICS`, a registry by name: ``top1`` for
 classifiers, ``mse`` and ``mae`` for regression. Each metric says whether higher is better, so
 that "accuracy drop" means the same thing for all of them.
@@ -17,11 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from optimizer.data_files import is_tfrecord, read_examples, read_npz, stack_feature
 from optimizer.errors import InvalidInputsError
 from optimizer.runtime import ModelRunner
 from optimizer.signature import SignatureInfo
-
-TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".record")
 
 
 @dataclass(frozen=True)
@@ -78,47 +78,18 @@ class LabelledData:
         return len(self.x)
 
 
-def _example_shape(signature: SignatureInfo | None, values: int) -> tuple[int, ...]:
-    """The per-example shape ``x`` is reshaped to: the signature's input shape minus the batch."""
-    if signature is None or len(signature.inputs) != 1 or signature.inputs[0].shape is None:
-        return (values,)
-    dims = list(signature.inputs[0].shape[1:])
-    if dims.count(None) > 1:
-        raise InvalidInputsError(f"cannot reshape TFRecord 'x' ({values} values) to "
-                                 f"{signature.inputs[0].describe()}: several unknown dimensions")
-    return tuple(-1 if d is None else d for d in dims)
-
-
 def _read_tfrecord(path: Path, signature: SignatureInfo | None) -> LabelledData:
-    from optimizer.tf_runtime import import_tensorflow
-
-    tf = import_tensorflow()
-    xs, ys = [], []
-    try:
-        for raw in tf.data.TFRecordDataset(str(path)):
-            example = tf.train.Example.FromString(raw.numpy())
-            features = example.features.feature
-            if "x" not in features or "y" not in features:
-                raise InvalidInputsError(
-                    f"{path}: every tf.train.Example needs features 'x' and 'y'; found "
-                    f"{', '.join(sorted(features)) or 'none'}")
-            xs.append(np.asarray(features["x"].float_list.value, dtype=np.float32))
-            label = features["y"]
-            ys.append(np.asarray(label.int64_list.value if label.HasField("int64_list")
-                                 else label.float_list.value))
-    except tf.errors.OpError as exc:
-        raise InvalidInputsError(f"{path}: not a readable TFRecord file: "
-                                 f"{str(exc).strip().splitlines()[0]}") from None
-    if not xs:
-        raise InvalidInputsError(f"{path}: no records")
-    shape = _example_shape(signature, xs[0].size)
-    try:
-        x = np.stack([v.reshape(shape) for v in xs])
-    except ValueError:
-        raise InvalidInputsError(
-            f"{path}: 'x' has {xs[0].size} values, which do not fit the input shape "
-            f"{signature.inputs[0].describe() if signature else shape}") from None
-    y = np.stack(ys)
+    records = read_examples(path)
+    for record in records:
+        if "x" not in record or "y" not in record:
+            raise InvalidInputsError(
+                f"{path}: every tf.train.Example needs features 'x' and 'y'; found "
+                f"{', '.join(sorted(record)) or 'none'}")
+    spec = signature.inputs[0] if signature is not None and len(signature.inputs) == 1 else None
+    x = stack_feature(path, records, "x", spec)
+    if x.dtype.kind == "f":  # float lists read as float32; bytes (string inputs) stay objects
+        x = x.astype(np.float32, copy=False)
+    y = np.stack([r["y"] for r in records])
     return LabelledData(x=x, y=y.reshape(len(y)) if y.shape[1:] == (1,) else y, source=str(path))
 
 
@@ -128,20 +99,13 @@ def load_labelled_data(path: str | os.PathLike,
     path = Path(path)
     if not path.is_file():
         raise InvalidInputsError(f"no such evaluation data file: {path}")
-    if path.suffix in TFRECORD_SUFFIXES:
+    if is_tfrecord(path):
         return _read_tfrecord(path, signature)
-    try:
-        data = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError):
-        data = None
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise InvalidInputsError(f"{path}: not an .npz file, nor a TFRecord file named "
-                                 f"{' / '.join(TFRECORD_SUFFIXES)}")
-    with data:
-        if "x" not in data.files or "y" not in data.files:
-            raise InvalidInputsError(f"{path}: an .npz of evaluation data needs arrays 'x' "
-                                     f"and 'y'; found {', '.join(data.files) or 'none'}")
-        x, y = data["x"], data["y"]
+    data = read_npz(path)
+    if "x" not in data or "y" not in data:
+        raise InvalidInputsError(f"{path}: an .npz of evaluation data needs arrays 'x' "
+                                 f"and 'y'; found {', '.join(data) or 'none'}")
+    x, y = data["x"], data["y"]
     if len(x) != len(y):
         raise InvalidInputsError(f"{path}: x has {len(x)} rows but y has {len(y)}")
     return LabelledData(x=x, y=y, source=str(path))

@@ -1,10 +1,15 @@
 """SavedModel signature -> :class:`FrozenModel`: variables become constants.
 
 Uses TensorFlow's own ``convert_variables_to_constants_v2``, which also inlines the signature's
-function calls and lowers functional control flow (``While``/``If`` from RNN layers and conds) to
-the v1 dataflow form (Enter/Exit/Switch/Merge), so that every later graph transform sees the whole
-computation in one flat graph. Nodes the signature's outputs do not need (training ops, savers,
-initializers) are dropped.
+function calls. Functional control flow (``While``/``If`` from RNN layers and conds) stays
+functional, its cond and body functions in the graph's library
+(:mod:`optimizer.graph.functional_control_flow`), marked to be lowered to a frame by the runtime
+that loads the graph, as tf.function marks it: XLA compiles such a loop and
+``unroll_static_loops`` can unroll it, where the lowered v1 form (Enter/Exit/Switch/Merge) is
+opaque to both. ``lower_control_flow=True`` lowers it at freezing time instead, the old
+behaviour. Nodes the signature's outputs do not need (training ops, savers, initializers) are
+dropped. Lookup tables the signature only reads are folded into constants
+(:mod:`optimizer.graph.lookup_tables`), so the frozen graph has no resource input.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import os
 
 from optimizer.errors import CorruptSavedModelError, UnknownSignatureError, first_line
 from optimizer.frozen import FrozenModel
+from optimizer.graph.functional_control_flow import lower_at_load
+from optimizer.graph.lookup_tables import check_no_graph_tables, fold_captured_tables
 from optimizer.graph.names import node_name_from_input
 from optimizer.savedmodel import (
     DEFAULT_SIGNATURE,
@@ -47,7 +54,7 @@ def load_signature_function(path: str | os.PathLike, signature_name: str = DEFAU
 def freeze(
     path: str | os.PathLike,
     signature_name: str = DEFAULT_SIGNATURE,
-    lower_control_flow: bool = True,
+    lower_control_flow: bool = False,
 ) -> FrozenModel:
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
@@ -56,7 +63,9 @@ def freeze(
     signature = get_signature(path, signature_name)
     fn = load_signature_function(path, signature_name)
     log.info("freezing %s [%s]", path, signature_name)
+    check_no_graph_tables(fn)
     frozen_fn = convert_variables_to_constants_v2(fn, lower_control_flow=lower_control_flow)
+    graph_def, frozen_inputs = fold_captured_tables(fn, frozen_fn)
 
     # A signature function's flat inputs and outputs follow its keys in sorted order, which is
     # also the order SignatureInfo keeps them in.
@@ -66,19 +75,21 @@ def freeze(
         raise CorruptSavedModelError(
             f"{path}: signature '{signature_name}' in saved_model.pb does not match the loaded "
             f"function (inputs {signature.input_keys} vs {input_keys})")
-    if len(frozen_fn.inputs) != len(input_keys) or len(frozen_fn.outputs) != len(output_keys):
+    if len(frozen_inputs) != len(input_keys) or len(frozen_fn.outputs) != len(output_keys):
         raise CorruptSavedModelError(
-            f"{path}: freezing '{signature_name}' left {len(frozen_fn.inputs)} inputs for "
+            f"{path}: freezing '{signature_name}' left {len(frozen_inputs)} inputs for "
             f"{len(input_keys)} signature inputs")
     frozen_signature = type(signature)(
         name=signature.name,
-        inputs=tuple(spec.with_tensor_name(t.name)
-                     for spec, t in zip(signature.inputs, frozen_fn.inputs)),
+        inputs=tuple(spec.with_tensor_name(name)
+                     for spec, name in zip(signature.inputs, frozen_inputs)),
         outputs=tuple(spec.with_tensor_name(t.name)
                       for spec, t in zip(signature.outputs, frozen_fn.outputs)),
         method_name=signature.method_name,
     )
-    graph_def = _keep_only_what_outputs_need(frozen_fn.graph.as_graph_def(), frozen_signature)
+    graph_def = _keep_only_what_outputs_need(graph_def, frozen_signature)
+    if not lower_control_flow:
+        lower_at_load(graph_def)  # the converter turned the runtime's lowering off
     return FrozenModel(graph_def=graph_def, signature=frozen_signature, source=str(path),
                        history=("freeze",))
 

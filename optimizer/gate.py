@@ -24,7 +24,8 @@ Checks, in order:
     interval to sit wholly below 0.952, a miss of the truth by more than 5 %, which a correct
     interval allows with probability well under 2.5 %, and the 5 % margin also absorbs small
     systematic effects the bootstrap cannot see (memory placement, load order). At least
-    ``min_rounds`` timed rounds are required.
+    ``min_rounds`` timed rounds are required (a round is one block of ``block_size``
+    consecutive calls of every model; :mod:`optimizer.benchmark.interleaved`).
 ``latency_batch_<n>``
     At every other measured batch size, the candidate must not be shown slower: the upper bound
     of the ratio's interval must be at most ``max_slowdown`` (1.05 = "not more than 5 % slower").
@@ -80,7 +81,8 @@ class GateConfig(BaseModel):
     latency_batch_size: int | None = Field(None, ge=1, description="default: smallest measured")
     max_slowdown: float = Field(1.05, ge=1.0, description="at other batch sizes: upper bound "
                                                           "of the p50 ratio's interval")
-    min_rounds: int = Field(20, ge=2, description="fewest timed rounds the gate accepts")
+    min_rounds: int = Field(20, ge=2, description="fewest timed rounds the gate accepts (a "
+                                                  "round: one block of calls of each model)")
     max_accuracy_drop_abs: float | None = Field(0.01, ge=0.0)
     max_accuracy_drop_rel: float | None = Field(None, ge=0.0)
     max_output_rel_error: float | None = Field(None, ge=0.0, description="fidelity bound for "
@@ -342,7 +344,8 @@ def recompute_intervals(result: BenchmarkResult,
                 continue
             stored = result.ratios.get(candidate.label, {}).get(batch)
             out[candidate.label][batch] = p50_ratio_interval(
-                base[batch], seconds, confidence,
+                result.round_figures(result.baseline, batch),
+                result.round_figures(candidate, batch), confidence,
                 resamples=stored.resamples if stored else result.settings.resamples,
                 block=stored.block if stored else None)
     return out

@@ -19,6 +19,11 @@ cluster this process is not part of), ``Print`` (stderr only), the string-only S
 (``ScalarSummary`` etc. return a serialized proto; only the ``Write*Summary`` family writes),
 ``ShardedFilename`` (string arithmetic).
 
+A vocabulary table initialized from a text file (``InitializeTableFromTextFile[V2]``) is not a
+finding when the file is provably one of the model's own assets (:mod:`optimizer.model_assets`:
+an ``assets/`` file of this SavedModel, resolved without following links out of it); read from
+any other path, or scanned without the model's directory, it is refused.
+
 The loader's own checkpoint machinery is not a finding: a MetaGraph's ``saver_def`` names a save
 and a restore node; the graph nodes and library functions reachable from those alone (not from
 any other node, signature, collection or object-graph function) are the loader's, and a
@@ -44,6 +49,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from optimizer.errors import DangerousOpError, TfoptError, shown
+from optimizer.graph.functional_control_flow import called_functions
+from optimizer.model_assets import TEXT_FILE_TABLE_OPS, ModelAssets
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -302,23 +309,6 @@ def _node_name(tensor: str) -> str:
     return tensor.lstrip("^").split(":")[0]
 
 
-def _called_functions(node, library: dict) -> Iterator[str]:
-    """Functions ``node`` calls: ``func`` attributes (nested in theirs too) or its op type."""
-    if node.op in library:
-        yield node.op
-    pending = list(node.attr.values())
-    while pending:
-        value = pending.pop()
-        kind = value.WhichOneof("value")
-        if kind == "func":
-            yield value.func.name
-            pending.extend(value.func.attr.values())
-        elif kind == "list":
-            for func in value.list.func:
-                yield func.name
-                pending.extend(func.attr.values())
-
-
 def _ancestors(starts: Iterable[str], inputs_of) -> set[str]:
     seen: set[str] = set()
     pending = [s for s in starts]
@@ -334,9 +324,11 @@ def _ancestors(starts: Iterable[str], inputs_of) -> set[str]:
 class _MetaGraphScan:
     """One MetaGraph: which nodes and functions are the saver's alone, then the findings."""
 
-    def __init__(self, meta_graph, policy: ScanPolicy, label: str):
+    def __init__(self, meta_graph, policy: ScanPolicy, label: str, root=None):
         self.policy = policy
         self.label = label
+        self._meta_graph, self._root = meta_graph, root
+        self._assets: ModelAssets | None = None  # built for the first text-file table only
         graph = meta_graph.graph_def
         self.graph = graph
         self.nodes = {n.name: n for n in graph.node}
@@ -356,10 +348,10 @@ class _MetaGraphScan:
         self.saver_only_nodes = saver_nodes - other_nodes
 
         saver_functions = self._function_closure(
-            f for n in self.saver_only_nodes for f in _called_functions(self.nodes[n],
+            f for n in self.saver_only_nodes for f in called_functions(self.nodes[n],
                                                                         self.library))
         other_function_roots = {f for n in other_nodes
-                                for f in _called_functions(self.nodes[n], self.library)}
+                                for f in called_functions(self.nodes[n], self.library)}
         other_function_roots |= {f for f in self.library if f not in saver_functions}
         other_function_roots |= set(meta_graph.object_graph_def.concrete_functions)
         other_function_roots |= {g.gradient_func for g in graph.library.gradient}
@@ -381,7 +373,7 @@ class _MetaGraphScan:
                 continue
             seen.add(name)
             for node in self.library[name].node_def:
-                for callee in _called_functions(node, self.library):
+                for callee in called_functions(node, self.library):
                     if callers is not None and callee not in callers and callee != name:
                         callers[callee] = name
                     pending.append(callee)
@@ -393,7 +385,7 @@ class _MetaGraphScan:
         for name in self.saver_only_nodes:
             node = self.nodes[name]
             data_inputs = [i for i in node.input if not i.startswith("^")]
-            for callee in set(_called_functions(node, self.library)):
+            for callee in set(called_functions(node, self.library)):
                 if callee not in self.saver_only_functions:
                     continue
                 input_args = self.library[callee].signature.input_arg
@@ -412,6 +404,14 @@ class _MetaGraphScan:
                    and _ancestors([_node_name(data_inputs[p])], inputs_of) & filename_names
                    for p in positions)
 
+    def _reads_own_asset(self, node, function: str | None = None) -> bool:
+        """A text-file table initializer reading one of the model's own assets."""
+        if node.op not in TEXT_FILE_TABLE_OPS or node.op in self.policy.extra_denied_ops:
+            return False
+        if self._assets is None:
+            self._assets = ModelAssets(self._meta_graph, self._root)
+        return self._assets.own_asset(node, function) is not None
+
     def findings(self) -> Iterator[Finding]:
         for node in self.graph.node:
             reason = self.policy.refusal(node)
@@ -419,6 +419,8 @@ class _MetaGraphScan:
                 continue
             if (node.name in self.saver_only_nodes and self._loader_checkpoint_op(
                     node, self._graph_inputs, {self.filename_node})):
+                continue
+            if self._reads_own_asset(node):
                 continue
             yield Finding(node.op, node.name, reason, meta_graph=self.label)
         for fname, function in self.library.items():
@@ -435,24 +437,29 @@ class _MetaGraphScan:
                 if (fname in self.saver_only_functions and self._loader_checkpoint_op(
                         node, inputs_of, self.filename_args.get(fname, set()))):
                     continue
+                if self._reads_own_asset(node, fname):
+                    continue
                 yield Finding(node.op, node.name, reason, function=fname,
                               called_from=self.callers.get(fname), meta_graph=self.label)
 
 
-def find_dangerous_ops(saved_model, policy: ScanPolicy | None = None) -> list[Finding]:
-    """Every refused node of a parsed ``SavedModel`` proto, in graph order; [] when clean."""
+def find_dangerous_ops(saved_model, policy: ScanPolicy | None = None,
+                       root: str | os.PathLike | None = None) -> list[Finding]:
+    """Every refused node of a parsed ``SavedModel`` proto, in graph order; [] when clean.
+    ``root``: the model's directory, without which no table file is proved its own asset."""
     policy = policy or current_policy()
     several = len(saved_model.meta_graphs) > 1
     found: list[Finding] = []
     for meta_graph in saved_model.meta_graphs:
         label = ",".join(meta_graph.meta_info_def.tags) if several else ""
-        found.extend(_MetaGraphScan(meta_graph, policy, label).findings())
+        found.extend(_MetaGraphScan(meta_graph, policy, label, root).findings())
     return found
 
 
-def check_saved_model(saved_model, where: str, policy: ScanPolicy | None = None) -> None:
+def check_saved_model(saved_model, where: str, policy: ScanPolicy | None = None,
+                      root: str | os.PathLike | None = None) -> None:
     """Raise :class:`DangerousOpError` naming the first refused node, and how many more."""
-    found = find_dangerous_ops(saved_model, policy)
+    found = find_dangerous_ops(saved_model, policy, root)
     if not found:
         return
     first = found[0]

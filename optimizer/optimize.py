@@ -29,6 +29,7 @@ from optimizer.savedmodel import DEFAULT_SIGNATURE
 from optimizer.tolerance import Tolerance
 from optimizer.transforms.base import TransformConfigError
 from optimizer.transforms.pipeline import run_transforms
+from optimizer.vocabulary import infer_vocabularies
 
 log = logging.getLogger(__name__)
 
@@ -288,10 +289,12 @@ def evaluate(
     signature_name: str = DEFAULT_SIGNATURE,
 ) -> OptimizeResult:
     """Compare the source SavedModel with the candidate on inputs made from the signature."""
-    # Integer ids are drawn from the embedding sizes found in the original graph: a candidate's
-    # rewritten graph may no longer show them.
+    # Integer ids are drawn from the embedding sizes, and tokens from the lookup tables, found in
+    # the original graph: a candidate's rewritten graph may no longer show them.
     int_ranges = infer_int_ranges(original.graph_def, original.signature)
-    inputs = [make_inputs(original.signature, EQUIVALENCE_BATCH_SIZE, seed, int_ranges)
+    vocabularies = infer_vocabularies(original.graph_def, original.signature)
+    inputs = [make_inputs(original.signature, EQUIVALENCE_BATCH_SIZE, seed, int_ranges,
+                          vocabularies=vocabularies)
               for seed in range(EQUIVALENCE_BATCHES)]
     report = compare(str(source), candidate.model, inputs, signature_name=signature_name)
     log.info("equivalence: %s", report.summary())

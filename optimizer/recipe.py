@@ -50,6 +50,9 @@ DEPLOYMENT_RECIPE = ("strip_unused_nodes remove_nodes(op=Identity, op=CheckNumer
                      "fold_constants(ignore_errors=true) fold_batch_norms fold_old_batch_norms")
 # The deployment recipe, then merging the constants and subgraphs that folding made identical.
 INFERENCE_RECIPE = f"{DEPLOYMENT_RECIPE} merge_duplicate_nodes"
+# For recurrent models over a fixed sequence length: their loops unrolled first, so that the
+# inference recipe's folding and merging reach every step (benchmarks/recurrent.py).
+RECURRENT_RECIPE = f"unroll_static_loops {INFERENCE_RECIPE}"
 # GTT's "Eight-bit Calculations" recipe, without ``add_default_attributes``: freezing with the
 # running TensorFlow already fills in every default attribute.
 EIGHT_BIT_RECIPE = ("strip_unused_nodes remove_nodes(op=Identity, op=CheckNumerics) "
@@ -60,6 +63,7 @@ SHRINK_WEIGHTS_RECIPE = "quantize_weights"
 RECIPES = {
     "deployment": DEPLOYMENT_RECIPE,
     "inference": INFERENCE_RECIPE,
+    "recurrent": RECURRENT_RECIPE,
     "eight_bit": EIGHT_BIT_RECIPE,
     "shrink_weights": SHRINK_WEIGHTS_RECIPE,
 }

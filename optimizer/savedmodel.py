@@ -55,7 +55,7 @@ def read_saved_model_proto(path: str | os.PathLike, policy: ScanPolicy | None = 
                max_bytes=policy.max_pb_bytes, max_memory_bytes=policy.max_parse_memory_bytes)
     if not proto.meta_graphs:
         raise CorruptSavedModelError(f"corrupt {file.name} in {root}: it holds no MetaGraph")
-    check_saved_model(proto, str(root), policy)
+    check_saved_model(proto, str(root), policy, root=root)
     return proto
 
 

@@ -101,6 +101,7 @@ def candidate_rows(result: BenchmarkResult, decision: GateDecision,
             "variant": tag.variant,
             "format": tag.format,
             "runtime": tag.runtime,
+            "calibration": tag.calibration,
             "path": measurement.path,
             "size_bytes": measurement.size_bytes,
             "p50_seconds": measurement.latency[batch].p50 if batch in measurement.latency

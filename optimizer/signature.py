@@ -128,3 +128,25 @@ class SignatureInfo:
         return cls(name=data["name"], method_name=data["method_name"],
                    inputs=tuple(TensorSpecInfo.from_dict(s) for s in data["inputs"]),
                    outputs=tuple(TensorSpecInfo.from_dict(s) for s in data["outputs"]))
+
+
+def contract_difference(saved: SignatureInfo, converted: SignatureInfo) -> str | None:
+    """Why a converted model's signature is not the SavedModel's contract, or None.
+
+    Keys must be the same, in the same order, with the same dtypes; a dimension may be unknown
+    on either side, but a known one must agree (a converter may pin the batch dimension)."""
+    pairs = (("input", saved.inputs, converted.inputs),
+             ("output", saved.outputs, converted.outputs))
+    for kind, want, got in pairs:
+        if [s.key for s in want] != [s.key for s in got]:
+            return (f"its {kind}s are {[s.key for s in got]}, the SavedModel's "
+                    f"{[s.key for s in want]}")
+        for a, b in zip(want, got):
+            if a.dtype != b.dtype:
+                return f"{kind} '{a.key}' became {b.dtype} (was {a.dtype})"
+            if a.shape is not None and b.shape is not None and (
+                    len(a.shape) != len(b.shape)
+                    or any(x is not None and y is not None and x != y
+                           for x, y in zip(a.shape, b.shape))):
+                return f"{kind} '{a.key}' has shape {b.describe()} (was {a.describe()})"
+    return None

@@ -20,7 +20,7 @@ from optimizer.benchmark.result import (
     Quality,
 )
 from optimizer.benchmark.runtime import AppliedRuntime, CpuAvailability, RuntimeSettings
-from optimizer.benchmark.stats import LatencySummary, p50_ratio_interval
+from optimizer.benchmark.stats import LatencySummary, p50_ratio_interval, round_figures
 
 
 def fake_environment() -> Environment:
@@ -55,16 +55,19 @@ def measurement(label: str, role: str, samples: dict[int, np.ndarray], size_byte
 def synthetic_result(baseline_samples: dict[int, np.ndarray],
                      candidates: dict[str, dict], baseline_quality: Quality | None = None,
                      baseline_role: str = UNOPTIMIZED_INPUT,
-                     confidence: float = 0.95) -> BenchmarkResult:
-    """``candidates``: label -> keyword arguments of :func:`measurement` (``samples`` needed)."""
+                     confidence: float = 0.95, block_size: int = 1) -> BenchmarkResult:
+    """``candidates``: label -> keyword arguments of :func:`measurement` (``samples`` needed:
+    per-call seconds, ``block_size`` calls per round)."""
     base = measurement("baseline", baseline_role, baseline_samples, quality=baseline_quality)
     cands = tuple(measurement(label, CANDIDATE, **kwargs) for label, kwargs in candidates.items())
-    ratios = {c.label: {b: p50_ratio_interval(base.samples[b], c.samples[b], confidence)
+    ratios = {c.label: {b: p50_ratio_interval(round_figures(base.samples[b], block_size),
+                                              round_figures(c.samples[b], block_size),
+                                              confidence)
                         for b in c.samples} for c in cands}
     settings = BenchmarkSettings(
         batch_sizes=tuple(sorted(baseline_samples)), warmup=5, min_runs=30, min_seconds=1.0,
         max_runs=10_000, confidence=confidence, resamples=2000, rotate_order=True,
-        signature="serving_default", inputs="synthetic")
+        signature="serving_default", inputs="synthetic", block_size=block_size)
     return BenchmarkResult(baseline=base, candidates=cands, ratios=ratios, settings=settings,
                            environment=fake_environment(), created="2025-01-01T00:00:00",
                            wall_seconds=1.0)

@@ -61,6 +61,18 @@ def keras_lstm(path, seed: int = 0):
     return model
 
 
+def keras_gru(path, seed: int = 0):
+    """Two GRUs, the second reading backwards and returning its last state only."""
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((7, 5), name="sequence")
+    x = keras.layers.GRU(6, return_sequences=True)(inputs)
+    x = keras.layers.GRU(4, go_backwards=True)(x)
+    outputs = keras.layers.Dense(3)(x)
+    model = keras.Model(inputs, outputs)
+    model.export(str(path), verbose=False)
+    return model
+
+
 def keras_token_attention(path, seed: int = 0, vocab: int = 100, length: int = 10):
     """int32 token ids -> Embedding -> self-attention -> pooled logits."""
     keras.utils.set_random_seed(seed)
@@ -111,3 +123,17 @@ def tf1_saved_model(path):
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
             tf.compat.v1.saved_model.simple_save(session, str(path), {"x": x}, {"y": y})
+
+
+class IgammaModule(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def serve(self, x):
+        return {"y": tf.math.igamma(tf.abs(x) + 1.0, tf.abs(x) + 0.5)}
+
+
+def igamma_module(path):
+    """A model with an op (Igamma, the regularized incomplete gamma function) that neither
+    tf2onnx nor OpenVINO's TensorFlow frontend converts: what a converter refuses."""
+    module = IgammaModule()
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+    return module

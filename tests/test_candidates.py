@@ -1,6 +1,8 @@
 """Candidates beyond the optimized graph: built per target, tagged, loadable; a candidate this
 machine or model cannot have is skipped with its reason, never fatal."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -61,13 +63,28 @@ def test_every_candidate_runs_and_keeps_held_out_accuracy_within_half_a_point(bu
         assert accuracy >= source - 0.005, f"{label}: {accuracy:.4f} vs {source:.4f}"
 
 
-def test_full_int8_without_calibration_data_is_skipped_with_the_reason(digits, tmp_path):
+def test_only_the_calibrated_candidate_says_it_was_calibrated_on_data(built):
+    made, _, _ = built
+    assert {label: c.calibration for label, c in made.items() if c.calibration} == {
+        "litert_full_int8": "data"}
+    manifest = json.loads((made["litert_full_int8"].artifact_dir
+                           / "model.tflite.json").read_text())
+    assert manifest["calibration_source"].startswith("eval data ")
+
+
+def test_full_int8_without_calibration_data_calibrates_on_generated_inputs_tagged_synthetic(
+        digits, tmp_path):
     made, skipped = derive_candidates(
         digits.saved_model, freeze(digits.saved_model), tmp_path,
-        CandidateSettings(targets=("litert",), litert_flavours=("fp32", "full_int8")))
-    assert [c.label for c in made] == ["litert_fp32"]
-    assert [(s.label, "calibration" in s.reason) for s in skipped] == [("litert_full_int8", True)]
-    assert not (tmp_path / "litert_full_int8").exists()
+        CandidateSettings(targets=("litert",), litert_flavours=("fp32", "full_int8"),
+                          calibration_samples=20))
+    assert skipped == []
+    assert [(c.label, c.calibration) for c in made] == [("litert_fp32", None),
+                                                         ("litert_full_int8", "synthetic")]
+    manifest = json.loads((made[1].artifact_dir / "model.tflite.json").read_text())
+    assert (manifest["calibration_source"], manifest["calibration_samples"]) == ("synthetic", 20)
+    assert json.loads((made[0].artifact_dir / "model.tflite.json").read_text())[
+        "calibration_source"] is None
 
 
 def test_a_savedmodel_only_target_builds_no_litert_file(digits, tmp_path):
@@ -78,8 +95,15 @@ def test_a_savedmodel_only_target_builds_no_litert_file(digits, tmp_path):
     assert not list(tmp_path.rglob("*.tflite"))
 
 
+def test_targets_name_every_runtime_and_say_when_calibration_is_needed():
+    assert parse_targets("savedmodel, onnx,openvino") == ("savedmodel", "onnx", "openvino")
+    assert not CandidateSettings(targets=("onnx",), onnx_flavours=("fp32",)).calibrates
+    assert CandidateSettings(targets=("openvino",)).calibrates  # int8 by default
+    assert not CandidateSettings(targets=("savedmodel",)).calibrates
+
+
 @pytest.mark.parametrize("text, message", [
-    ("savedmodel,onnx", "unknown target 'onnx'"),
+    ("savedmodel,tensorrt", "unknown target 'tensorrt'"),
     ("", "at least one target"),
 ])
 def test_unknown_or_missing_targets_are_one_line_errors(text, message):

@@ -172,17 +172,36 @@ def litert_folder(model_dir, tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="module")
+def converted_folders(model_dir, tmp_path_factory):
+    """An ONNX and an OpenVINO version's folders as publish logs them: the model file(s), the
+    sidecar, tuned settings."""
+    from optimizer.onnx.convert import convert_to_onnx
+    from optimizer.openvino.convert import convert_to_openvino
+
+    folders = {"onnx": tmp_path_factory.mktemp("onnx_version"),
+               "openvino": tmp_path_factory.mktemp("openvino_version")}
+    convert_to_onnx(model_dir("keras_cnn"), folders["onnx"] / "model.onnx", "fp32")
+    convert_to_openvino(model_dir("keras_cnn"), folders["openvino"] / "model.xml", "fp32")
+    for folder in folders.values():
+        (folder / "runtime_settings.json").write_text(json.dumps(
+            {"num_threads": 1, "intra_op_threads": None, "inter_op_threads": None}))
+    return folders
+
+
 def _outputs(runner, signature_source):
     feeds = make_inputs(load_runner(signature_source).signature, batch_size=2, seed=3)
     return runner(feeds)
 
 
-@pytest.mark.parametrize("fmt", ["savedmodel", "tflite"])
+@pytest.mark.parametrize("fmt", ["savedmodel", "tflite", "onnx", "openvino"])
 def test_the_champions_runner_comes_from_the_format_its_version_records(
-        mlflow_server, client, model_dir, litert_folder, tmp_path, fmt):
+        mlflow_server, client, model_dir, litert_folder, converted_folders, tmp_path, fmt):
     """Every format publish writes, as it writes it: the folder and its tfopt.* tags."""
-    folder = model_dir("keras_cnn") if fmt == "savedmodel" else litert_folder
-    runtime = {"savedmodel": "tensorflow", "tflite": "ai-edge-litert"}[fmt]
+    folder = {"savedmodel": model_dir("keras_cnn"), "tflite": litert_folder,
+              **converted_folders}[fmt]
+    runtime = {"savedmodel": "tensorflow", "tflite": "ai-edge-litert",
+               "onnx": "onnxruntime", "openvino": "openvino"}[fmt]
     name = f"recorded-{fmt}"
     register(client, name, folder, alias="champion",
              tags={"tfopt.format": fmt, "tfopt.runtime": runtime, "tfopt.candidate": "x"})
@@ -196,10 +215,12 @@ def test_the_champions_runner_comes_from_the_format_its_version_records(
     expected = _outputs(load_runner(model_dir("keras_cnn")), model_dir("keras_cnn"))
     got = _outputs(runner, model_dir("keras_cnn"))
     np.testing.assert_allclose(got["output_0"], expected["output_0"], atol=1e-4)
-    if fmt == "tflite":
+    if fmt != "savedmodel":
         # the thread count tuning recorded beside the file is what the champion runs with
         assert champion.num_threads == 1 == runner.num_threads
-        assert champion.path.endswith("model.tflite")
+        suffix = {"tflite": ".tflite", "onnx": ".onnx", "openvino": ".xml"}[fmt]
+        assert champion.path.endswith(f"model{suffix}")
+        assert champion.digest == model_digest(folder)  # the model file(s), sidecar, settings
 
 
 def test_a_tflite_file_with_a_savedmodel_tag_is_read_as_the_tag_says(

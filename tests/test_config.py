@@ -29,6 +29,10 @@ def test_overrides_use_dotted_keys_and_yaml_values():
     ({"source": "/m", "benchmark": {"batch_sizes": [0]}}, "benchmark.batch_sizes"),
     ({"source": "/m", "execution": {"mode": "ssh"}}, "execution.mode"),
     ({"source": "/m", "gate": {"min_speedup": "fast"}}, "gate.min_speedup"),
+    ({"source": "/m", "benchmark": {"block_size": 0}},
+     "key 'benchmark.block_size': Input should be greater than or equal to 1"),
+    ({"source": "/m", "calibration": {"data": ["a.npz"]}}, "key 'calibration.data'"),
+    ({"source": "/m", "calibration": {"labels": "y.npz"}}, "unknown key 'calibration.labels'"),
 ])
 def test_bad_configs_name_the_key(data, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("[", r"\[")):
@@ -56,3 +60,13 @@ def test_fingerprint_ignores_scheduling_but_not_the_recipe():
                                         "optimize": {"recipe": "strip_unused_nodes"}})
     assert base.fingerprint() == rescheduled.fingerprint()
     assert base.fingerprint() != other_recipe.fingerprint()
+
+
+def test_calibration_data_and_block_size_have_defaults_and_change_the_fingerprint():
+    base = config_from_mapping({"source": "/m"})
+    assert (base.calibration.data, base.benchmark.block_size) == (None, 10)
+    calibrated = config_from_mapping({"source": "/m"}, overrides=[
+        "calibration.data=s3://bucket/inputs.npz", "benchmark.block_size=1"])
+    assert calibrated.calibration.data == "s3://bucket/inputs.npz"
+    assert calibrated.benchmark.block_size == 1
+    assert calibrated.fingerprint() != base.fingerprint()

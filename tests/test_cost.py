@@ -151,3 +151,32 @@ def test_a_loop_is_costed_without_running_its_frame_ops_alone(tmp_path):
     # Shape inference loses the loop variables' shapes at the Merge, so the body's ops and the
     # Mul after the loop have unknown input shapes: they get the fallback too, untimed.
     assert costs["mul"] == 0.5 and model.timings == 0
+
+
+def test_a_functional_loop_costs_what_its_unrolled_copies_cost(tmp_path):
+    from control_flow_graphs import counted_loop_graph
+    from graph_testing import context
+
+    from optimizer.transforms.registry import make_transform
+
+    graph = counted_loop_graph(trips=6)
+    unrolled = make_transform("unroll_static_loops")(
+        graph.graph_def, context(graph.input_nodes, graph.output_nodes))
+    model = OpCostModel(cache_path=tmp_path / "costs.json", fallback_seconds=0.5, runs=3,
+                        warmup=1)
+    costs = model.op_costs(graph.graph_def)
+    [loop] = [n.name for n in graph.graph_def.node if n.op == "StatelessWhile"]
+    copies = {name: seconds for name, seconds in model.op_costs(unrolled).items()
+              if name.startswith(f"{loop}/unrolled/")}
+    # Six trips' Mul and AddV2, timed (far below the fallback), and no loop machinery.
+    assert costs[loop] == pytest.approx(sum(copies.values()))
+    assert 0 < costs[loop] < 0.5
+
+
+def test_a_data_dependent_loop_costs_the_fallback(tmp_path):
+    from control_flow_graphs import input_bounded_loop_graph
+
+    graph = input_bounded_loop_graph()
+    model = OpCostModel(cache_path=tmp_path / "costs.json", fallback_seconds=0.5)
+    [loop] = [n.name for n in graph.graph_def.node if n.op == "StatelessWhile"]
+    assert model.op_costs(graph.graph_def)[loop] == 0.5

@@ -84,6 +84,8 @@ def test_fingerprint_records_machine_versions_and_threads():
     assert env.tfopt_version == version("tfopt")
     assert set(env.isa) == {"avx2", "avx512", "vnni", "bf16", "amx"}
     assert env.runtime.cpus.available >= 1
-    assert env.runtime.intra_op_threads >= 0
+    # what TensorFlow really runs with, whether or not the settings could still be applied
+    assert env.runtime == runtime
+    assert env.runtime.intra_op_threads == tf.config.threading.get_intra_op_parallelism_threads()
     assert Environment.from_dict(env.to_dict()) == env
     assert "TF " + tf.__version__ in env.summary()

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from optimizer.equivalence import compare
 from optimizer.export import read_provenance, write_saved_model
 from optimizer.freeze import freeze
 from optimizer.inputs import infer_int_ranges, make_inputs
@@ -62,11 +63,34 @@ def test_frozen_graph_holds_no_variables(model_dir, model):
                 "SaveV2", "RestoreV2"} & set(ops)
 
 
-def test_lstm_while_loop_survives_freezing(model_dir):
-    ops = freeze(model_dir("keras_lstm")).op_counts()
+V1_LOOP_OPS = ("Enter", "Merge", "Switch", "NextIteration", "Exit", "LoopCond")
+
+
+def test_a_frozen_lstm_keeps_functional_while_loops_and_computes_the_same(model_dir):
+    src = model_dir("keras_lstm")
+    frozen = freeze(src)
+    ops = frozen.op_counts()
+    assert ops["While"] == 2 and not set(V1_LOOP_OPS) & set(ops)
+    library = {f.signature.name for f in frozen.graph_def.library.function}
+    loops = [n for n in frozen.graph_def.node if n.op == "While"]
+    for loop in loops:
+        assert {loop.attr["cond"].func.name, loop.attr["body"].func.name} <= library
+        # Lowered to a frame by the runtime that loads it, as tf.function marks its loops:
+        # left false (the converter's setting) each trip is a function call, 3-4x slower.
+        assert loop.attr["_lower_using_switch_merge"].b
+    report = compare(src, frozen, batches=2, batch_size=4)
+    assert report.max_abs_diff <= ATOL, report.summary()
+
+
+def test_lowering_at_freezing_time_is_still_available(model_dir):
+    src = model_dir("keras_lstm")
+    lowered = freeze(src, lower_control_flow=True)
+    ops = lowered.op_counts()
     # The recurrence is lowered to v1 dataflow control flow, still a loop, not unrolled.
-    for op in ("Enter", "Merge", "Switch", "NextIteration", "Exit", "LoopCond"):
-        assert ops[op] > 0, f"no {op} in the frozen LSTM graph"
+    for op in V1_LOOP_OPS:
+        assert ops[op] > 0, f"no {op} in the lowered LSTM graph"
+    assert "While" not in ops and not lowered.graph_def.library.function
+    assert compare(src, lowered, batches=1, batch_size=4).max_abs_diff <= ATOL
 
 
 def test_embedding_inputs_get_ids_within_the_table(model_dir):

@@ -156,6 +156,20 @@ def test_too_few_rounds_cannot_promote():
     assert not latency.passed and "only 10 timed rounds" in latency.reason
 
 
+def test_a_round_is_a_block_of_calls_and_its_figure_the_blocks_median():
+    base, cand = noisy_samples(0.002, 200, 0), noisy_samples(0.001, 200, 1)
+    cand[::10] = 0.02  # the first timed call of every block is slow: no block median sees it
+    result = synthetic_result({1: base}, {"cand": {"samples": {1: cand},
+                                                   "fidelity": top1_fidelity(1.0)}},
+                              block_size=10)
+    decision = evaluate_gate(result, GateConfig(min_rounds=20))
+    interval = decision.intervals["cand"][1]
+    assert interval.rounds == 20  # 200 calls of each model, in blocks of 10
+    assert decision.promote and 1.8 < interval.speedup < 2.2
+    too_few = check(evaluate_gate(result, GateConfig(min_rounds=21)), "latency")
+    assert not too_few.passed and "only 20 timed rounds" in too_few.reason
+
+
 def test_a_regression_at_another_batch_size_rejects():
     result = synthetic_result(
         {1: noisy_samples(0.002, N, 0), 32: noisy_samples(0.02, N, 1)},
@@ -346,7 +360,8 @@ def test_freezing_a_many_layer_model_is_a_real_win_and_promoted(workdir):
     # beyond min_speedup 1.05 plus the interval's width.
     stock = dense_stack(workdir / "deep", layers=30)
     write_saved_model(freeze(stock), workdir / "deep_frozen")
-    config = BenchmarkConfig(batch_sizes=(1,), warmup=10, min_runs=200, min_seconds=0.5)
+    # 40 rounds of blocks of 10: twice the timed calls of the 200 single-call rounds it took
+    config = BenchmarkConfig(batch_sizes=(1,), warmup=10, min_runs=40, min_seconds=0.5)
     result = run_benchmark(Subject.baseline(stock), [Subject.candidate(workdir / "deep_frozen")],
                            config)
     decision = evaluate_gate(result, GateConfig(min_speedup=1.05))

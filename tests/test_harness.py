@@ -46,8 +46,10 @@ def test_result_holds_latency_quality_size_memory_and_environment(models, tmp_pa
         assert model.digest == model_digest(model.path)
         assert model.peak_rss_growth_bytes is not None and model.peak_rss_growth_bytes >= 0
         assert model.quality.metric == "top1" and model.quality.examples == 40
-    # Rounds are paired: both models have the same number of samples at each batch size.
-    assert len(base.samples[1]) == len(cand.samples[1]) == result.ratios["frozen"][1].rounds
+    # Rounds are paired: both models have the same number of samples at each batch size, a
+    # block of consecutive calls per round.
+    assert result.settings.block_size == config.block_size == 10
+    assert len(base.samples[1]) == len(cand.samples[1]) == 10 * result.ratios["frozen"][1].rounds
     assert cand.quality.value == base.quality.value  # freezing keeps the outputs
     assert cand.fidelity.top1_agreement == 1.0 and cand.fidelity.inputs == "eval data"
     assert cand.fidelity.max_abs_diff < 1e-5
@@ -93,3 +95,6 @@ def test_bad_arguments_are_refused_before_any_work(models):
     with pytest.raises(InvalidInputsError, match="unknown metric"):
         run_benchmark(Subject.baseline(models / "stock"), [Subject.candidate(models / "frozen")],
                       BenchmarkConfig(metric="f1"))
+    with pytest.raises(InvalidInputsError, match="block_size must be at least 1, got 0"):
+        run_benchmark(Subject.baseline(models / "stock"), [Subject.candidate(models / "frozen")],
+                      BenchmarkConfig(block_size=0))

@@ -1,6 +1,9 @@
-"""Interleaved timing: rounds, warm-up, minimum runs and duration, order rotation, progress."""
+"""Interleaved timing: rounds of blocks, warm-up, minimum runs and duration, order rotation,
+progress."""
 
 import time
+
+import pytest
 
 from optimizer.benchmark.interleaved import time_interleaved
 
@@ -51,3 +54,32 @@ def test_progress_is_reported_while_timing_runs():
     assert len(reports) >= 2
     assert all(r > 0 and e >= 0.1 for r, e in reports)
     assert [r for r, _ in reports] == sorted(r for r, _ in reports)
+
+
+def test_a_block_is_one_untimed_call_then_consecutive_timed_calls_of_one_model():
+    calls, make = recorder()
+    samples = time_interleaved({"a": make("a"), "b": make("b")}, warmup=1, min_runs=2,
+                               min_seconds=0, rotate_order=True, block_size=3)
+    assert calls == ["a", "b"] + ["a"] * 4 + ["b"] * 4 + ["b"] * 4 + ["a"] * 4
+    assert len(samples["a"].seconds) == len(samples["b"].seconds) == 6
+    assert samples["a"].rounds == 2 and len(samples["a"].round_figures) == 2
+
+
+def test_a_rounds_figure_is_the_median_of_its_block():
+    delays = iter([0.0, 0.001, 0.030, 0.001, 0.001,   # round 1: untimed, then 4 timed
+                   0.0, 0.002, 0.002, 0.002, 0.040])  # round 2: one slow call in the block
+    samples = time_interleaved({"a": lambda: time.sleep(next(delays))}, warmup=0,
+                               min_runs=2, min_seconds=0, block_size=4)
+    low, high = samples["a"].round_figures
+    assert 0.001 <= low < 0.004 and 0.002 <= high < 0.008  # the slow calls do not count
+
+
+def test_rounds_count_blocks_for_min_runs_and_max_runs():
+    samples = time_interleaved({"a": lambda: None}, warmup=0, min_runs=5, min_seconds=60,
+                               max_runs=7, block_size=10)
+    assert samples["a"].rounds == 7 and len(samples["a"].seconds) == 70
+
+
+def test_a_block_size_below_one_is_refused():
+    with pytest.raises(ValueError, match="block_size must be at least 1"):
+        time_interleaved({"a": lambda: None}, block_size=0)

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from control_flow_graphs import assert_control_flow_kept
 from graph_testing import assert_same_outputs, build_graph, op_counts, tf
 
 from optimizer import native_gtt
@@ -100,6 +101,17 @@ def test_a_native_recipe_on_a_keras_cnn_keeps_signature_and_outputs(frozen_cnn):
     assert op_counts(optimized.graph_def)["Rsqrt"] == 0
     # Folding reorders float32 arithmetic; 1e-4 is the optimize command's default tolerance.
     assert compare(frozen_cnn, optimized).max_abs_diff <= 1e-4
+
+
+def test_a_native_recipe_keeps_an_lstm_s_loops_and_their_library(model_dir):
+    """GTT rewrites the main graph and hands the function library back untouched."""
+    frozen = freeze(model_dir("keras_lstm"))
+    optimized = native_gtt.run_native_recipe(
+        frozen, "strip_unused_nodes remove_nodes(op=Identity) fold_constants(ignore_errors=true)")
+
+    assert_control_flow_kept(frozen.graph_def, optimized.graph_def)
+    assert len(optimized.graph_def.node) < len(frozen.graph_def.node)
+    assert compare(frozen, optimized).max_abs_diff <= 1e-5
 
 
 def test_native_steps_are_traced_one_by_one(frozen_cnn):

@@ -20,6 +20,8 @@ from s3_server import moto_endpoint_fixture, s3_fixture  # noqa: F401
 from components.config import config_from_mapping
 from components.step_runner import run_step
 from optimizer.errors import DangerousOpError
+from optimizer.export import write_saved_model
+from optimizer.freeze import freeze
 from optimizer.op_scan import (
     CONDITIONAL_OPS,
     DENIED_OPS,
@@ -329,6 +331,14 @@ def test_processes_started_under_a_policy_apply_it_and_others_do_not():
     outside = subprocess.run(probe, check=False, capture_output=True, text=True, timeout=60)
     assert (inside.stdout.strip(), outside.stdout.strip()) == ("None", "reads files"), (
         inside.stderr, outside.stderr)
+
+
+def test_a_frozen_lstm_s_loop_bodies_are_scanned(model_dir, tmp_path):
+    """freeze keeps an LSTM's loops as library functions: what tfopt writes is scanned there."""
+    frozen_dir = write_saved_model(freeze(model_dir("keras_lstm")), tmp_path / "frozen")
+    assert find_dangerous_ops(read_saved_model_proto(frozen_dir)) == []
+    message = _refusal(frozen_dir, ScanPolicy.create(extra_denied_ops=["Sigmoid"]))
+    assert "op Sigmoid" in message and "while_body" in message
 
 
 def test_extra_denied_ops_refuse_what_the_built_in_list_accepts(model_dir):

@@ -22,24 +22,31 @@ def local_config(tmp_path, model_dir):
     return config
 
 
+def run_pipeline(tmp_path, capsys, source, registered_model: str, sections: str
+                 ) -> tuple[int, dict]:
+    """``tfopt run --json`` on ``source`` with the config ``sections`` (YAML lines); the exit
+    code and the outcome."""
+    config = tmp_path / f"{registered_model}.yaml"
+    config.write_text(
+        f"source: {source}\nworkdir: {tmp_path / 'work'}\n{sections}"
+        f"mlflow: {{tracking_uri: 'sqlite:///{tmp_path / 'mlflow.db'}', experiment: cli, "
+        f"registered_model: {registered_model}}}\n")
+    code = main(["run", "--config", str(config), "--run-id", f"{registered_model}-1", "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
 def test_with_litert_allowed_the_registry_version_says_its_format_and_how_to_run_it(
         tmp_path, capsys):
     from components.digits import train_digits_model
 
     digits = train_digits_model(tmp_path / "digits", epochs=8)
-    config = tmp_path / "litert.yaml"
-    config.write_text(
-        f"source: {digits.saved_model}\n"
-        f"workdir: {tmp_path / 'work'}\n"
+    code, outcome = run_pipeline(
+        tmp_path, capsys, digits.saved_model, "digits",
         f"evaluation: {{data: {digits.eval_data}}}\n"
         "benchmark: {batch_sizes: [1], min_runs: 30, min_seconds: 1, warmup: 3}\n"
         "gate: {max_accuracy_drop_abs: 0.005}\n"
         "candidates: {targets: [savedmodel, litert], savedmodel_variants: []}\n"
-        "tuning: {rounds: 3, seconds_per_probe: 0.2, time_budget_seconds: 5}\n"
-        f"mlflow: {{tracking_uri: 'sqlite:///{tmp_path / 'mlflow.db'}', experiment: cli, "
-        "registered_model: digits}\n")
-    code = main(["run", "--config", str(config), "--run-id", "litert-1", "--json"])
-    outcome = json.loads(capsys.readouterr().out)
+        "tuning: {rounds: 3, seconds_per_probe: 0.2, time_budget_seconds: 5}\n")
     assert code == 0
     labels = [c["label"] for c in outcome["candidates"]]
     assert labels == ["frozen", "optimized", "litert_fp32", "litert_fp16",
@@ -55,8 +62,11 @@ def test_with_litert_allowed_the_registry_version_says_its_format_and_how_to_run
     for candidate in outcome["candidates"]:
         row = rows[candidate["label"]]
         assert candidate["how_to_load"] and row["how_to_load"] == candidate["how_to_load"]
-        for key in ("target", "variant", "format", "runtime"):
+        for key in ("target", "variant", "format", "runtime", "calibration"):
             assert row[key] == candidate[key], (candidate["label"], key)
+    # no calibration.data: full int8 calibrated on the eval data's inputs
+    assert {r["label"]: r["calibration"] for r in rows.values() if r["calibration"]} == {
+        "litert_full_int8": "data"}
 
     from mlflow import MlflowClient
 
@@ -74,6 +84,40 @@ def test_with_litert_allowed_the_registry_version_says_its_format_and_how_to_run
     assert {a.path for a in client.list_logged_model_artifacts(model_id, "litert")} == {
         "litert/model.tflite", "litert/model.tflite.json"}
     assert version.source == client.get_logged_model(model_id).artifact_location
+
+
+def test_without_any_data_full_int8_calibrates_on_generated_inputs_and_says_so_up_to_the_registry(
+        model_dir, tmp_path, capsys):
+    code, outcome = run_pipeline(
+        tmp_path, capsys, model_dir("keras_cnn"), "synthetic",
+        "benchmark: {batch_sizes: [1], min_runs: 20, min_seconds: 0.5, warmup: 3}\n"
+        # agreement with the input on generated inputs is what it is: the tags are on trial
+        "gate: {max_accuracy_drop_abs: 1.0}\n"
+        "candidates: {targets: [litert], litert_flavours: [full_int8]}\n"
+        "tuning: {enabled: false}\n")
+    assert code == 0
+    assert {c["label"]: c["calibration"] for c in outcome["candidates"]} == {
+        "frozen": None, "optimized": None, "litert_full_int8": "synthetic"}
+    assert outcome["gate"]["chosen"] == "litert_full_int8"  # ~50x the SavedModel's speed
+    report_dir = Path(outcome["gate"]["report_dir"])
+    rows = {r["label"]: r for r in json.loads((report_dir / "report.json").read_text())[
+        "candidates"]}
+    assert rows["litert_full_int8"]["calibration"] == "synthetic"
+    assert rows["optimized"]["calibration"] is None
+    table = (report_dir / "report.md").read_text()
+    assert "| calibration |" in table
+    assert next(line for line in table.splitlines()
+                if line.startswith("| litert_full_int8 | tflite")).split(" | ")[3] == "synthetic"
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    version = client.get_model_version("synthetic", outcome["publish"]["version"])
+    assert version.tags["tfopt.calibration"] == "synthetic"
+    assert client.get_run(version.run_id).data.tags["tfopt.calibration"] == "synthetic"
+    sidecar = client.download_artifacts(version.run_id, "model/model.tflite.json",
+                                        str(tmp_path / "sidecar"))
+    assert json.loads(Path(sidecar).read_text())["calibration_source"] == "synthetic"
 
 
 def test_run_executes_every_step_and_reports_the_verdict(local_config, tmp_path, capsys):

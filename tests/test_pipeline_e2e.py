@@ -1,8 +1,9 @@
 """End to end, on real services: moto's S3 server, an mlflow server, and Airflow's own CLI.
 
-The DAG pulls the digits model from S3, optimizes, benchmarks, gates and publishes; then the
-same DAG run is executed again (no duplicate version), and a run that cannot pass the gate
-leaves the champion alias where it was. The tests run in order and share one setup.
+The DAG pulls the digits model from S3, optimizes, benchmarks, gates and publishes (the module's
+setup, one DAG run); then the same DAG run is executed again (no duplicate version), and a run
+that cannot pass the gate leaves the champion alias where it was. Each test needs only the
+setup's run, so they pass in any order.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ STEPS = ["pull", "freeze", "optimize", "benchmark", "evaluate", "gate", "publish
 class Stack:
     env: dict[str, str]
     tracking_uri: str
-    first_run_id: str | None = None
+    first_run_id: str = ""
 
     def client(self):
         from mlflow import MlflowClient
@@ -104,13 +105,12 @@ def stack(tmp_path_factory, moto_endpoint, mlflow_server):
         env.pop(name, None)
     stack = Stack(env=env, tracking_uri=mlflow_server)
     _airflow(stack, "db", "migrate")
+    done = _airflow(stack, "dags", "test", "model_optimization")
+    stack.first_run_id = _dag_run_id(done.stdout + done.stderr)
     return stack
 
 
 def test_a_dag_run_pulls_from_s3_and_promotes_in_the_registry(stack):
-    done = _airflow(stack, "dags", "test", "model_optimization")
-    stack.first_run_id = _dag_run_id(done.stdout + done.stderr)
-
     assert stack.versions() == ["1"]
     assert stack.champion() == "1"
     version = stack.client().get_model_version(MODEL, "1")
@@ -126,7 +126,6 @@ def test_a_dag_run_pulls_from_s3_and_promotes_in_the_registry(stack):
 
 
 def test_running_the_same_dag_run_again_creates_no_duplicate_version(stack):
-    assert stack.first_run_id, "the first test must run first"
     for step in STEPS:
         _airflow(stack, "tasks", "test", "model_optimization", step, stack.first_run_id)
     assert stack.versions() == ["1"]
@@ -143,5 +142,6 @@ def test_a_run_that_cannot_pass_the_gate_leaves_the_alias_and_logs_a_rejected_ru
     assert stack.versions() == ["1"]
     [run] = stack.runs_for(rejected_run_id)
     assert run.data.tags["tfopt.verdict"] == "reject"
-    assert "50" in run.data.tags["tfopt.gate_summary"] or "faster" in \
-        run.data.tags["tfopt.gate_summary"]
+    # judged against the champion the setup's run promoted, and short of the 50x asked for
+    assert run.data.tags["tfopt.baseline_role"] == "champion"
+    assert "50x" in run.data.tags["tfopt.gate_summary"]

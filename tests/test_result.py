@@ -77,3 +77,18 @@ def test_samples_stay_paired_by_round(result):
     base, cand = result.baseline.samples[1], result.candidate("fast").samples[1]
     assert len(base) == len(cand) == result.ratios["fast"][1].rounds
     assert np.median(cand) / np.median(base) == pytest.approx(result.ratios["fast"][1].ratio)
+
+
+def test_the_block_size_travels_with_the_result_and_an_older_result_read_as_one_call(tmp_path):
+    blocked = synthetic_result({1: noisy_samples(0.002, 40, 0)},
+                               {"fast": {"samples": {1: noisy_samples(0.001, 40, 1)}}},
+                               block_size=4)
+    loaded = load_result(blocked.save(tmp_path / "blocked.json"))
+    assert loaded.settings.block_size == 4
+    assert len(loaded.round_figures(loaded.candidate("fast"), 1)) == 10
+    data = json.loads(blocked.to_json())
+    del data["settings"]["block_size"]  # as written before blocks
+    (tmp_path / "older.json").write_text(json.dumps(data))
+    older = load_result(tmp_path / "older.json")
+    assert older.settings.block_size == 1
+    assert len(older.round_figures(older.baseline, 1)) == 40

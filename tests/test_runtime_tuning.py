@@ -202,15 +202,39 @@ def test_a_probe_that_cannot_load_the_model_reports_why(model_dir, tmp_path):
                        rounds=1, seconds_per_probe=0.1)
 
 
-def test_a_litert_model_is_tuned_over_the_interpreter_threads(model_dir, tmp_path):
-    from optimizer.litert.convert import convert_to_litert
+def _converted(fmt: str, source, directory):
+    if fmt == "tflite":
+        from optimizer.litert.convert import convert_to_litert
 
-    tflite = convert_to_litert(model_dir("keras_cnn"), tmp_path / "cnn.tflite", "fp32").path
-    search = search_threads(tflite, rounds=1, seconds_per_probe=0.1)
+        return convert_to_litert(source, directory / "cnn.tflite", "fp32").path
+    if fmt == "onnx":
+        from optimizer.onnx.convert import convert_to_onnx
+
+        return convert_to_onnx(source, directory / "cnn.onnx", "fp32").path
+    from optimizer.openvino.convert import convert_to_openvino
+
+    return convert_to_openvino(source, directory / "cnn.xml", "fp32").path
+
+
+@pytest.mark.parametrize("fmt, option", [("tflite", "num_threads"),
+                                         ("onnx", "intra_op_num_threads"),
+                                         ("openvino", "INFERENCE_NUM_THREADS")])
+def test_a_model_of_a_per_model_runtime_is_tuned_over_its_own_thread_count(model_dir, tmp_path,
+                                                                           fmt, option):
+    model = _converted(fmt, model_dir("keras_cnn"), tmp_path)
+    search = search_threads(model, rounds=1, seconds_per_probe=0.1)
     assert [p.setting for p in search.probes] == thread_grid(CPUS, per_model=True)
-    for probe in search.probes:
+    for probe in search.probes:  # as the runtime reports it back in each probe process
         assert probe.in_effect == {"num_threads": probe.setting.num_threads}
     assert search.best.num_threads in {1, 2, CPUS}
-    curve = measure_batch_curve(tflite, ThreadSetting(num_threads=1), batch_sizes=(1, 2),
+    curve = measure_batch_curve(model, ThreadSetting(num_threads=1), batch_sizes=(1, 2),
                                 time_budget_seconds=2.0)
     assert [p.batch_size for p in curve.points] == [1, 2] and not curve.not_measured
+    settings = TunedRuntimeSettings(
+        model=str(model), intra_op_threads=None, inter_op_threads=None, num_threads=2,
+        recommended_batch_size=None, batch_reason="", throughput_target=None,
+        latency_slo_ms=None, reference=search.reference, thread_probes=search.probes,
+        batch_curve=curve.points, batches_not_measured=(), available_cpus=CPUS,
+        cpu_quota=None, cpu_model="")
+    serving = settings.to_dict()["serving"]
+    assert [v for k, v in serving.items() if k != "note"] == [{option: 2}]

@@ -9,7 +9,9 @@ directory. What won before, whatever its format, is the next run's champion:
    thread count tuned for it, and rejected: nothing beats itself by the gate's margin;
 3. a clearly slower source is rejected too; one version remains, the alias on it.
 
-And a SavedModel champion gives way to a LiteRT candidate that beats it.
+And a SavedModel champion gives way to a LiteRT candidate that beats it; an ONNX Runtime or
+OpenVINO winner is published with its format, runtime and a snippet that loads it, and is the
+next run's baseline in its own runtime.
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ def _config(workdir: Path, tracking_uri: str, endpoint: str, name: str, source: 
         "benchmark": {"batch_sizes": [1], "min_runs": 50, "min_seconds": 1.5, "warmup": 5},
         "gate": {"max_accuracy_drop_abs": 0.01},
         "candidates": {"targets": targets, "savedmodel_variants": [],
-                       "litert_flavours": ["dynamic_int8", "full_int8"]},
+                       "litert_flavours": ["dynamic_int8", "full_int8"],
+                       "onnx_flavours": ["fp32"], "openvino_flavours": ["fp32"]},
         "tuning": {"time_budget_seconds": 3},
         "s3": {"endpoint_url": endpoint, "region": REGION},
         "mlflow": {"tracking_uri": tracking_uri, "experiment": "scheduled",
@@ -181,3 +184,42 @@ def test_a_savedmodel_champion_gives_way_to_a_litert_candidate_that_beats_it(
     assert versions == ["1", "2"] and str(alias) == "2"
     moved = client.get_model_version(name, "2").tags
     assert moved["tfopt.format"] == "tflite" and moved["tfopt.replaced_version"] == "1"
+
+
+def test_an_onnx_or_openvino_winner_is_published_loadable_and_judged_in_its_runtime(
+        sources, mlflow_server, moto_endpoint, aws_env, tmp_path):
+    import subprocess
+    import sys
+
+    from components.storage.registry import download_registered_model
+
+    name = "digits-other-runtimes"
+    workdir = tmp_path / "work"
+    first = run_as_the_dag_does(_config(workdir, mlflow_server, moto_endpoint, name,
+                                        "digits/v1", ["onnx", "openvino"]), "manual__ort_ov")
+    assert first["gate"]["promote"], first["gate"]["summary"]
+    chosen = first["gate"]["chosen"]
+    fmt, runtime, file = {"onnx_fp32": ("onnx", "onnxruntime", "model.onnx"),
+                          "openvino_fp32": ("openvino", "openvino", "model.xml")}[chosen]
+    report = (Path(first["gate"]["report_dir"]) / "report.md").read_text()
+    assert "| onnx_fp32 | onnx | onnxruntime |" in report  # the candidate table
+    assert "| openvino_fp32 | openvino | openvino |" in report
+    client, versions, alias = _registry(mlflow_server, name)
+    assert versions == ["1"] and str(alias) == "1"
+    tags = client.get_model_version(name, "1").tags
+    assert (tags["tfopt.format"], tags["tfopt.runtime"], tags["tfopt.candidate"]) == (
+        fmt, runtime, chosen)
+    version = tmp_path / "version"
+    download_registered_model(f"models:/{name}@champion", version, mlflow_server)
+    assert (version / file).is_file() and (version / f"{file}.json").is_file()
+    done = subprocess.run([sys.executable, "-c", tags["tfopt.load"] + "print(sorted(outputs))"],
+                          cwd=version, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "['output_0']", done.stderr
+
+    second = run_as_the_dag_does(_config(workdir, mlflow_server, moto_endpoint, name,
+                                         "digits/v1", ["savedmodel"]), "manual__tf_again")
+    assert second["benchmark"]["baseline_format"] == fmt
+    result = load_result(second["evaluate"]["result_path"])
+    assert (result.baseline.label, result.baseline.runtime) == ("champion-v1", runtime)
+    assert result.baseline.num_threads == int(tags["tfopt.runtime.num_threads"])
+    assert abs(result.baseline.quality.value - result.reference.quality.value) <= 0.01

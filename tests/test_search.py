@@ -260,11 +260,14 @@ def test_alpha_below_one_is_refused():
 
 def test_progress_is_reported_with_expansions_queue_and_best_cost():
     seen = []
-    relaxed_search(_negations_model(), RULES, FakeCost(), alpha=1.1, budget=50,
-                   progress=seen.append)
+    result = relaxed_search(_negations_model(), RULES, FakeCost(), alpha=1.1, budget=50,
+                            progress=seen.append)
     assert seen, "progress is reported at least once, at the end"
     last = seen[-1]
-    assert last.expansions >= 2 and last.best_cost == CANCELLED_COST and last.queue_size >= 0
+    assert last.expansions == result.stats.expansions >= 2
+    assert last.best_cost == CANCELLED_COST
+    # the search ran out of graphs to expand before the budget: the final queue is empty
+    assert result.stats.stopped_by == "exhausted" and last.queue_size == 0
 
 
 def test_the_canonical_hash_ignores_node_order_but_not_content():

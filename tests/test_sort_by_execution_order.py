@@ -1,6 +1,11 @@
 import numpy as np
 import pytest
-from control_flow_graphs import cond_graph, feeds_for_both_branches, while_graph
+from control_flow_graphs import (
+    LOOP_FORMS,
+    cond_graph,
+    feeds_for_both_branches,
+    while_graph,
+)
 from graph_testing import assert_idempotent, assert_same_outputs, build_graph, context, tf
 from tensorflow.core.framework import graph_pb2
 
@@ -117,8 +122,9 @@ def test_sort_by_execution_order_twice_changes_nothing():
                       context(lowered.input_nodes, lowered.output_nodes))
 
 
-def test_sort_by_execution_order_keeps_a_shuffled_frozen_lstm_running(model_dir):
-    model = freeze(model_dir("keras_lstm"))
+@pytest.mark.parametrize(**LOOP_FORMS)
+def test_sort_by_execution_order_keeps_a_shuffled_frozen_lstm_running(model_dir, lowered):
+    model = freeze(model_dir("keras_lstm"), lower_control_flow=lowered)
     shuffled = model.with_graph(_shuffled(model.graph_def, seed=3))
     ordered, _ = run_transforms(shuffled, [make_transform("sort_by_execution_order")])
 

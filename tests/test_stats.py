@@ -3,7 +3,12 @@
 import numpy as np
 import pytest
 
-from optimizer.benchmark.stats import LatencySummary, default_block, p50_ratio_interval
+from optimizer.benchmark.stats import (
+    LatencySummary,
+    default_block,
+    p50_ratio_interval,
+    round_figures,
+)
 
 
 def test_summary_has_percentiles_mean_and_throughput_for_the_batch():
@@ -80,3 +85,14 @@ def test_higher_confidence_gives_a_wider_interval():
 def test_unpaired_or_too_few_samples_are_refused(a, b, message):
     with pytest.raises(ValueError, match=message):
         p50_ratio_interval(a, b)
+
+
+def test_a_rounds_figure_is_the_median_of_its_block_of_calls():
+    calls = [1.0, 9.0, 2.0, 3.0, 3.0, 50.0, 4.0, 4.0]  # two rounds of four calls
+    assert round_figures(calls, 4).tolist() == [2.5, 4.0]
+    assert round_figures(calls).tolist() == calls  # a block of one is the call
+
+
+def test_calls_that_do_not_fill_whole_rounds_are_refused():
+    with pytest.raises(ValueError, match="7 timed calls do not split into rounds of 4"):
+        round_figures([1.0] * 7, 4)

@@ -1,5 +1,7 @@
 """Workspace: finished steps are reused, unfinished ones rerun."""
 
+import pytest
+
 from components.artifacts import PulledModel
 from components.workspace import Workspace, run_key
 
@@ -25,10 +27,9 @@ def test_a_step_that_died_midway_runs_again(tmp_path):
         calls.append(1)
         raise RuntimeError("killed")
 
-    try:
+    with pytest.raises(RuntimeError, match="killed"):
         ws.reuse_or_run("freeze", PulledModel, dies)
-    except RuntimeError:
-        pass
+    assert ws.finished("freeze") is None  # nothing recorded for the step that died
     result = ws.reuse_or_run("freeze", PulledModel,
                              lambda d: PulledModel(uri="u", path=str(d), digest="x"))
     assert result.digest == "x" and calls == [1]

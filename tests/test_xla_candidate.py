@@ -80,17 +80,20 @@ XLA_DUMP_CHECK = textwrap.dedent("""
 """)
 
 
+def _run_with_xla_dump(script: str, saved, dump) -> str:
+    """The last line ``script`` prints, run on ``saved`` in a process dumping XLA's modules."""
+    env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={dump}", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    result = subprocess.run([sys.executable, "-c", script, str(saved), str(dump)],
+                            env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
 def test_xla_compiles_it_when_loaded_and_when_run_in_a_session(cnn_xla, tmp_path):
     """Counted from XLA's own dump: one HLO module per compilation. tf.saved_model.load then
     batches 1 and 8 compile two; a Session (how TF Serving runs SavedModels) compiles again."""
     _, saved = cnn_xla
-    env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={tmp_path / 'dump'}",
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
-    result = subprocess.run([sys.executable, "-c", XLA_DUMP_CHECK, str(saved),
-                             str(tmp_path / "dump")],
-                            env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert result.returncode == 0, result.stderr[-2000:]
-    counts = json.loads(result.stdout.strip().splitlines()[-1])
+    counts = json.loads(_run_with_xla_dump(XLA_DUMP_CHECK, saved, tmp_path / "dump"))
     assert counts["start"] == 0
     assert counts["saved_model_load"] == 2
     assert counts["session"] > counts["saved_model_load"] and counts["session_shape"] == [4, 5]
@@ -113,10 +116,36 @@ def test_a_model_with_an_op_xla_cannot_compile_is_refused_and_nothing_is_written
     assert list(tmp_path.iterdir()) == []
 
 
-def test_lowered_while_loops_are_refused_and_functional_ones_compile(model_dir):
-    with pytest.raises(XlaRefused, match="lower_control_flow=False"):
-        xla_compiled(freeze(model_dir("keras_lstm")))
-    functional = freeze(model_dir("keras_lstm"), lower_control_flow=False)
-    candidate = xla_compiled(functional)
-    assert must_compile_functions(candidate.graph_def)
-    assert compare(functional, candidate, batches=2, batch_size=4).max_abs_diff < 1e-5
+def test_lowered_while_loops_are_refused(model_dir):
+    with pytest.raises(XlaRefused, match="v1 while-loop frames.*lower_control_flow"):
+        xla_compiled(freeze(model_dir("keras_lstm"), lower_control_flow=True))
+
+
+@pytest.mark.parametrize("model", ["keras_lstm", "keras_gru"])
+def test_recurrent_models_compile_and_agree_with_the_original(model_dir, tmp_path, model):
+    src = model_dir(model)
+    saved = write_xla_saved_model(freeze(src), tmp_path / "xla")
+    graph_def = serving_meta_graph(read_saved_model_proto(saved), saved).graph_def
+    assert len(must_compile_functions(graph_def)) == 1
+    report = compare(src, saved, batches=2, batch_size=4)
+    assert report.max_abs_diff < 1e-5, report.summary()
+
+
+LOOP_DUMP_CHECK = textwrap.dedent("""
+    import os, sys
+    from optimizer.tf_runtime import import_tensorflow
+    tf = import_tensorflow()
+    path, dump = sys.argv[1], sys.argv[2]
+    tf.saved_model.load(path).signatures["serving_default"](sequence=tf.zeros([1, 12, 6]))
+    hlo = [f for f in os.listdir(dump) if f.endswith("before_optimizations.txt")]
+    print(len(hlo), sum(open(os.path.join(dump, f)).read().count(" while(") for f in hlo))
+""")
+
+
+def test_xla_compiles_an_lstm_s_loops_as_hlo_while_loops(model_dir, tmp_path):
+    """The runtime lowers a functional While to a frame at load; inside the must-compile
+    function XLA must get it first, as one HLO while per LSTM layer."""
+    saved = write_xla_saved_model(freeze(model_dir("keras_lstm")), tmp_path / "xla")
+    modules, loops = map(int, _run_with_xla_dump(LOOP_DUMP_CHECK, saved, tmp_path / "dump")
+                         .split())
+    assert (modules, loops) == (1, 2)

@@ -28,7 +28,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "benchmark", help="compare a baseline with candidates: latency, accuracy, size, memory",
         description="Time BASELINE and each CANDIDATE (SavedModel directories) in one process, "
-                    "interleaved call by call so that background load hits all alike; report "
+                    "interleaved in blocks of consecutive calls so that background load hits "
+                    "all alike and each model runs warm, as served; report "
                     "p50/p90/p99/mean latency and throughput per batch size, a confidence "
                     "interval for each candidate's speedup, load time, size, RSS growth, and "
                     "accuracy (with --eval-data) or fidelity to the baseline. Progress goes to "
@@ -52,7 +53,11 @@ def add_parser(sub) -> None:
                         "otherwise")
     p.add_argument("--no-profile", action="store_true",
                    help="leave the per-op profile out of the report")
-    p.add_argument("--min-runs", type=int, default=50, help="timed rounds at least (default 50)")
+    p.add_argument("--min-runs", type=int, default=50,
+                   help="timed rounds at least (default 50); a round is one block of each model")
+    p.add_argument("--block-size", type=int, default=10, dest="block_size",
+                   help="consecutive timed calls per model per round, after one untimed call "
+                        "(default 10; 1: one call per model per round)")
     p.add_argument("--min-seconds", type=float, default=5.0,
                    help="timed seconds per batch size at least (default 5)")
     p.add_argument("--warmup", type=int, default=10, help="untimed calls per model (default 10)")
@@ -82,7 +87,7 @@ def _check_inputs(args) -> None:
             raise InvalidInputsError(f"{path} has signature {signature.describe()}, but the "
                                      f"baseline has {baseline.describe()}")
     get_metric(args.metric)
-    for name in ("min_runs", "warmup", "threads", "inter_op_threads"):
+    for name in ("min_runs", "block_size", "warmup", "threads", "inter_op_threads"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "warmup" else 1):
             raise InvalidInputsError(f"--{name.replace('_', '-')} must be positive, got {value}")
@@ -125,6 +130,7 @@ def run(args) -> int:
 
     config = BenchmarkConfig(batch_sizes=args.batch_sizes, warmup=args.warmup,
                              min_runs=args.min_runs, min_seconds=args.min_seconds,
+                             block_size=args.block_size,
                              confidence=args.confidence, metric=args.metric,
                              signature=args.signature)
     result = run_benchmark(Subject.baseline(args.baseline, args.baseline_role),

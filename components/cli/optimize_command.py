@@ -188,9 +188,9 @@ def run(args) -> int:
     from optimizer.savedmodel import directory_size
 
     if args.targets is not None:
-        from optimizer.candidates import parse_targets
+        from components.cli.optimize_targets import check_arguments
 
-        parse_targets(args.targets)  # a bad target is an error before any work
+        check_arguments(args)  # a bad target or calibration file is an error before any work
     search = _search_settings(args)
     recipe = _recipe(args) if search is None else None
     tolerance = _tolerance(args, recipe or Recipe(()))

@@ -1,12 +1,17 @@
-"""``tfopt optimize SRC DST --targets savedmodel,litert``: build candidates, let the gate choose.
+"""``tfopt optimize SRC DST --targets savedmodel,litert,onnx,openvino``: build candidates, let the
+gate choose.
 
 The optimized float32 SavedModel (recipe or search, checked for equivalence as always) and the
 candidates the targets allow (:mod:`optimizer.candidates`) are benchmarked against SRC in one
 process and evaluated (held-out accuracy with ``--eval-data``, agreement with SRC's top-1
-without); the gate chooses the fastest that is faster with confidence and inside
-``--accuracy-budget`` (:mod:`optimizer.selection`). DST is a directory, written atomically:
+without); int8 candidates calibrate on ``--calibration-data`` (inputs only), else on the eval
+data's inputs, else on inputs generated from the signature, and say which
+(:mod:`optimizer.calibration`); the gate chooses the fastest that is faster with confidence
+and inside ``--accuracy-budget`` (:mod:`optimizer.selection`). DST is a directory, written
+atomically:
 
-- the chosen SavedModel itself, or ``model.tflite`` with its ``model.tflite.json``;
+- the chosen SavedModel itself, or the chosen model's file(s) with its JSON sidecar
+  (``model.tflite``, ``model.onnx``, or ``model.xml`` and ``model.bin``; plus ``<file>.json``);
 - ``candidates.json``: every candidate with its format, latency, accuracy and verdict;
 - ``runtime_settings.json`` with ``--tune``: the thread settings measured best for it.
 
@@ -32,12 +37,21 @@ def add_arguments(p) -> None:
     group = p.add_argument_group("candidates (with --targets)")
     group.add_argument("--targets", default=None, metavar="LIST",
                        help="build and measure candidates for these runtimes, comma-separated: "
-                            "savedmodel (optimized fp32, bf16, XLA) and/or litert (fp32, fp16, "
-                            "dynamic-range int8, full int8); write the fastest inside the "
-                            "accuracy budget at DST, and DST/candidates.json")
+                            "savedmodel (optimized fp32, bf16, XLA), litert (fp32, fp16, "
+                            "dynamic-range int8, full int8), onnx (fp32, optimized, dynamic "
+                            "int8, static int8) and/or openvino (fp32, bf16, int8); write the "
+                            "fastest inside the accuracy budget at DST, and "
+                            "DST/candidates.json")
     group.add_argument("--eval-data", default=None, dest="eval_data", metavar="FILE.npz",
-                       help="labelled data (x, y) for held-out accuracy and int8 calibration; "
-                            "without it accuracy is agreement with SRC's top-1")
+                       help="labelled data (x, y) for held-out accuracy, and int8 calibration "
+                            "without --calibration-data; without it accuracy is agreement with "
+                            "SRC's top-1")
+    group.add_argument("--calibration-data", default=None, dest="calibration_data",
+                       metavar="FILE.npz",
+                       help="inputs that calibrate int8 candidates, no labels: an .npz with x "
+                            "(or one array per input key) or a TFRecord of them; default the "
+                            "eval data's inputs, else inputs generated from the signature "
+                            "(those candidates are tagged synthetic)")
     group.add_argument("--accuracy-budget", type=float, default=0.005, dest="accuracy_budget",
                        metavar="DROP", help="largest accuracy drop accepted, absolute (default "
                                             "0.005 = half a point)")
@@ -51,26 +65,40 @@ def add_arguments(p) -> None:
                             "DST/runtime_settings.json")
 
 
-def _calibration(eval_data, signature, samples: int):
-    from optimizer.calibration import from_rows
+def check_arguments(args) -> None:
+    """A bad target or an unreadable calibration file is an error before any work."""
+    from optimizer.calibration import read_inputs
+    from optimizer.candidates import parse_targets
+    from optimizer.savedmodel import get_signature
 
-    return None if eval_data is None else from_rows(signature, eval_data.x, samples,
-                                                    source=f"eval data {eval_data.source}")
+    parse_targets(args.targets)
+    if args.calibration_data is not None:
+        read_inputs(args.calibration_data, get_signature(args.src, args.signature))
+
+
+def _calibration(signature, args, settings):
+    from optimizer.calibration import choose_calibration
+
+    if not settings.calibrates:
+        return None
+    return choose_calibration(signature, settings.calibration_samples,
+                              calibration_data=args.calibration_data, eval_data=args.eval_data)
 
 
 def _print_rows(rows: list[dict]) -> None:
     lines = []
     for r in rows:
         if r["verdict"] == "skipped":
-            lines.append([r["label"], "-", "-", "-", "-", "skipped", r["reasons"][0][:70]])
+            lines.append([r["label"], "-", "-", "-", "-", "-", "skipped",
+                          r["reasons"][0][:70]])
             continue
         accuracy = "-" if r["accuracy"] is None else f"{r['accuracy']:.4f}"
-        lines.append([r["label"], r["format"],
+        lines.append([r["label"], r["format"], r["calibration"] or "-",
                       f"{r['speedup']:.2f}x" if r["speedup"] else "-",
                       accuracy, human_bytes(r["size_bytes"]), r["verdict"],
                       "; ".join(r["reasons"])[:70]])
-    print(table(["candidate", "format", "speedup", "accuracy", "size", "verdict", "why not"],
-                lines))
+    print(table(["candidate", "format", "calibration", "speedup", "accuracy", "size", "verdict",
+                 "why not"], lines))
 
 
 def run_with_targets(args, result, runtime=None) -> int:
@@ -107,7 +135,7 @@ def run_with_targets(args, result, runtime=None) -> int:
                               how_to_load=savedmodel_load_instructions(args.signature))
         derived, skipped = derive_candidates(
             args.src, result.candidate.model, workdir, settings, signature=args.signature,
-            calibration=_calibration(eval_data, signature, settings.calibration_samples))
+            calibration=_calibration(signature, args, settings))
         candidates = ([optimized] if "savedmodel" in settings.targets else []) + derived
         selection = select_candidate(
             args.src, candidates, gate,
@@ -121,13 +149,14 @@ def run_with_targets(args, result, runtime=None) -> int:
             beside = selection.write_json(dst.parent / f"{dst.name}.{CANDIDATES_FILE}", kept={})
             print(f"no candidate passed the gate; nothing written at {dst}; see {beside}")
             return EXIT_REJECT
+        is_file = chosen.artifact_dir != Path(chosen.path)
         with atomic_directory(dst, overwrite=args.overwrite) as staging:
             shutil.copytree(chosen.artifact_dir, staging)
-            final = dst / Path(chosen.path).name if chosen.format == "tflite" else dst
+            final = dst / Path(chosen.path).name if is_file else dst
             selection.write_json(staging / CANDIDATES_FILE, kept={chosen.label: str(final)})
             if args.tune:
-                _tune(staging, staging / Path(chosen.path).name
-                      if chosen.format == "tflite" else staging, args.signature)
+                _tune(staging, staging / Path(chosen.path).name if is_file else staging,
+                      args.signature)
         print(f"chosen       {chosen.label} ({chosen.format}, {chosen.runtime}): "
               f"{selection.decision.verdict(chosen.label).speedup:.2f}x vs {args.src}")
         print(f"load with    {chosen.how_to_load.strip().splitlines()[-1]}")

@@ -193,6 +193,7 @@ def run_tags(pub: Publication) -> dict[str, str]:
                                 f"The report: `{REPORT_HTML}` in this run's artifacts.")[
                                     :TAG_LIMIT],
         "tfopt.logged_format": pub.model.format,
+        **calibration_tag(pub.model),
         **environment_tags(result.environment),
         **pub.runtime_tags,
     }
@@ -206,7 +207,8 @@ def model_tags(pub: Publication, model: CandidateModel) -> dict[str, str]:
             "tfopt.variant": model.variant, "tfopt.model_digest": model.digest,
             "tfopt.verdict": "promote" if verdict.get("promote") else "reject",
             "tfopt.load": pub.load_instructions(model)[:TAG_LIMIT],
-            "mlflow.note.content": verdict_line(pub, model)[:TAG_LIMIT]}
+            "mlflow.note.content": verdict_line(pub, model)[:TAG_LIMIT],
+            **calibration_tag(model)}
 
 
 def version_tags(pub: Publication, model: CandidateModel) -> dict[str, str]:
@@ -223,11 +225,18 @@ def version_tags(pub: Publication, model: CandidateModel) -> dict[str, str]:
         "tfopt.variant": model.variant,
         "tfopt.signature": pub.config.signature,
         "tfopt.load": pub.load_instructions(model)[:TAG_LIMIT],
+        **calibration_tag(model),
         **(pub.runtime_tags if model.label == pub.gate.chosen else {}),
     }
     if not pub.gate.promote:
         tags["tfopt.lost_because"] = lost_because(pub, model)[:TAG_LIMIT]
     return tags
+
+
+def calibration_tag(model: CandidateModel) -> dict[str, str]:
+    """``tfopt.calibration``: what an int8 model was calibrated on, ``data`` or ``synthetic``
+    (inputs generated from the signature, no data given); absent for the others."""
+    return {"tfopt.calibration": model.calibration} if model.calibration else {}
 
 
 def version_description(pub: Publication, model: CandidateModel, experiment_id: str,

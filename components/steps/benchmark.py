@@ -76,7 +76,8 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
         settings = BenchmarkConfig(
             batch_sizes=tuple(config.benchmark.batch_sizes), warmup=config.benchmark.warmup,
             min_runs=config.benchmark.min_runs, min_seconds=config.benchmark.min_seconds,
-            confidence=config.benchmark.confidence, signature=config.signature)
+            block_size=config.benchmark.block_size, confidence=config.benchmark.confidence,
+            signature=config.signature)
         runtime = apply_runtime_settings(default_runtime_settings(config.benchmark.threads))
         log.info("benchmark: %s vs %s", baseline.label, ", ".join(c.label for c in candidates))
         result = run_benchmark(baseline, subjects, settings, runtime=runtime,

@@ -21,8 +21,9 @@ log = logging.getLogger(__name__)
 EVAL_BATCH = 64
 
 
-def local_eval_data(config: PipelineConfig, step_dir: Path) -> Path:
-    location = config.evaluation.data
+def local_data_file(location: str, config: PipelineConfig, step_dir: Path) -> Path:
+    """``location`` (evaluation or calibration data) as a local file: an ``s3://`` object is
+    downloaded into ``step_dir``."""
     if location.startswith("s3://"):
         from components.storage.s3 import download_file
 
@@ -52,7 +53,7 @@ def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
                                         num_threads=m.num_threads)
                    for m in result.measured}
         reference = result.accuracy_reference
-        data = load_labelled_data(local_eval_data(config, step_dir),
+        data = load_labelled_data(local_data_file(config.evaluation.data, config, step_dir),
                                   runners[reference.label].signature)
         key = runners[reference.label].signature.inputs[0].key
         feeds = [{key: data.x[i:i + EVAL_BATCH]} for i in range(0, len(data), EVAL_BATCH)]

@@ -70,31 +70,37 @@ def optimize(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> Cand
 def derive(config: PipelineConfig, pulled: PulledModel, optimized, step_dir: Path
            ) -> tuple[list[CandidateModel], list]:
     """The candidates ``candidates.targets`` allows besides the optimized graph (bf16, XLA,
-    LiteRT), built under ``step_dir/candidates``; full int8 calibrates on evaluation.data."""
+    LiteRT, ONNX, OpenVINO), built under ``step_dir/candidates``; the int8 flavours that
+    calibrate do it on calibration.data, else evaluation.data, else inputs generated from the
+    signature (tagged synthetic)."""
     from optimizer.benchmark.environment import model_digest
     from optimizer.candidates import derive_candidates
 
     settings = config.candidates.settings()
     made, skipped = derive_candidates(
         pulled.path, optimized, step_dir / "candidates", settings, signature=config.signature,
-        calibration=_calibration(config, pulled, step_dir, settings.calibration_samples),
+        calibration=_calibration(config, pulled, step_dir, settings),
         source_digest=pulled.digest)
     models = [CandidateModel(label=c.label, path=c.path, kind="derived",
                              digest=model_digest(c.artifact_dir), target=c.target,
                              variant=c.variant, format=c.format, runtime=c.runtime,
-                             how_to_load=c.how_to_load) for c in made]
+                             how_to_load=c.how_to_load, calibration=c.calibration)
+              for c in made]
     return models, skipped
 
 
-def _calibration(config: PipelineConfig, pulled: PulledModel, step_dir: Path, samples: int):
-    if ("litert" not in config.candidates.targets
-            or "full_int8" not in config.candidates.litert_flavours or not config.evaluation.data):
+def _calibration(config: PipelineConfig, pulled: PulledModel, step_dir: Path, settings):
+    if not settings.calibrates:
         return None
-    from components.steps.evaluate import local_eval_data
-    from optimizer.calibration import from_rows
-    from optimizer.evaluation import load_labelled_data
+    from components.steps.evaluate import local_data_file
+    from optimizer.calibration import choose_calibration
     from optimizer.savedmodel import get_signature
 
-    signature = get_signature(pulled.path, config.signature)
-    data = load_labelled_data(local_eval_data(config, step_dir), signature)
-    return from_rows(signature, data.x, samples, source=f"eval data {data.source}")
+    calibration = choose_calibration(
+        get_signature(pulled.path, config.signature), settings.calibration_samples,
+        calibration_data=config.calibration.data, eval_data=config.evaluation.data,
+        fetch=lambda location: local_data_file(location, config, step_dir))
+    if not calibration.synthetic:
+        log.info("optimize: int8 candidates calibrate on %d rows of %s",
+                 len(calibration.feeds), calibration.source)
+    return calibration

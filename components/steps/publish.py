@@ -13,14 +13,17 @@ What a reviewer finds in the experiment ``mlflow.experiment``, for each pipeline
   of the gate);
 - the run's models, each an MLflow 3 logged model named after its candidate and holding an
   MLflow Model in the flavor its format has (:mod:`components.mlflow_models`: a SavedModel in
-  the ``tensorflow`` flavor, LiteRT through a pyfunc loader shipped with it), with a signature,
+  the ``tensorflow`` flavor, ONNX in the ``onnx`` flavor, LiteRT and OpenVINO through a pyfunc
+  loader shipped with them), with a signature,
   an input example, pinned requirements, ``runtime_settings.json`` as tuned, and the gate's
   metrics of that candidate. On a pass these are every candidate that passed, the chosen one
   first; on a reject, the fastest candidate, for review
   (:mod:`components.publishing.publication`);
 - on a pass, a version of ``mlflow.registered_model`` made from the chosen candidate's logged
   model, tagged with the verdict, the source, the DAG run, the format and runtime it needs
-  (``tfopt.format``, ``tfopt.runtime``), how to load it without MLflow (``tfopt.load``), and
+  (``tfopt.format``, ``tfopt.runtime``), how to load it without MLflow (``tfopt.load``), for an
+  int8 model what it was calibrated on (``tfopt.calibration``: ``data``, or ``synthetic`` when
+  no data was given and it calibrated on generated inputs; also on the run), and
   described by the verdict line and a link to the report; the alias ``mlflow.alias`` moves to
   it. ``mlflow.pyfunc.load_model("models:/<name>@<alias>")`` loads it;
 - on a reject, with ``publish.register_rejected`` set, a version of the fastest candidate with

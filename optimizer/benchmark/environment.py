@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,15 +22,20 @@ from optimizer.cpu_features import cpu_model, isa_support
 _CHUNK = 1 << 20
 
 
-def model_digest(path: str | os.PathLike) -> str:
+def model_digest(path: str | os.PathLike, files: Sequence[Path] | None = None) -> str:
     """``sha256:<hex>`` over every file under ``path``: relative path, size and bytes, in sorted
-    path order, so it names the directory's content whatever the filesystem's listing order."""
+    path order, so it names the directory's content whatever the filesystem's listing order.
+    ``files`` (beside a model file ``path``: it and its companions, such as an OpenVINO IR's
+    ``.bin``) replaces the listing."""
     root = Path(path)
-    files = [root] if root.is_file() else sorted(
-        (p for p in root.rglob("*") if p.is_file()), key=lambda p: p.relative_to(root).as_posix())
+    base = root.parent if root.is_file() else root
+    if files is None:
+        files = [root] if root.is_file() else sorted(
+            (p for p in root.rglob("*") if p.is_file()),
+            key=lambda p: p.relative_to(root).as_posix())
     digest = hashlib.sha256()
     for file in files:
-        relative = file.name if file == root else file.relative_to(root).as_posix()
+        relative = Path(file).relative_to(base).as_posix()
         digest.update(relative.encode() + b"\0" + str(file.stat().st_size).encode() + b"\0")
         with open(file, "rb") as f:
             while chunk := f.read(_CHUNK):

@@ -1,17 +1,24 @@
 """Benchmark a baseline against one or more candidates, in one process, for the quality gate.
 
 For each model: load time, the RSS it adds, size and digest of its directory. Then, per batch
-size, all models are timed *interleaved*: one call of each per round, the order rotating every
-round, after a warm-up, until both ``min_runs`` rounds and ``min_seconds`` have passed. Noise on
-a shared machine (a neighbour's burst, a frequency change) then lands on every model alike and
-cancels in the candidate/baseline ratio, whose confidence interval is a paired block bootstrap
-over rounds (see :mod:`optimizer.benchmark.stats`). Latency is reported as p50/p90/p99/mean and
+size, all models are timed *interleaved in blocks*: per round, ``block_size`` consecutive calls
+of each model after one untimed call, the order rotating every round, after a warm-up, until
+both ``min_runs`` rounds and ``min_seconds`` have passed (:mod:`optimizer.benchmark.interleaved`
+says why blocks: a model called once between other models' calls is timed cold, as no serving
+process runs it). Noise on a shared machine (a neighbour's burst, a frequency change) then lands
+on every model alike and cancels in the candidate/baseline ratio, whose confidence interval is a
+paired block bootstrap over rounds, each model's round figure being the median of its block
+(see :mod:`optimizer.benchmark.stats`). Latency is reported as p50/p90/p99/mean and
 throughput (items/s) at each batch size.
 
 Quality is measured per model: with labelled data, a metric (``top1`` by default; see
 :mod:`optimizer.evaluation`); always, for each candidate, fidelity to the baseline (top-1
 agreement, max absolute and relative output error) on the eval data's inputs, or on inputs
 generated from the signature when there is none.
+
+Generated inputs follow the signature (:func:`optimizer.inputs.make_inputs`); string inputs take
+their tokens from the model's own vocabulary (:mod:`optimizer.vocabulary`), a quarter of them out
+of it.
 
 Memory: models share the process, so per model the harness records how much the resident set
 grew, and how far its peak rose, while that model was loaded and called once
@@ -35,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from optimizer.benchmark.environment import capture_environment, model_digest
-from optimizer.benchmark.interleaved import time_interleaved
+from optimizer.benchmark.interleaved import DEFAULT_BLOCK_SIZE, time_interleaved
 from optimizer.benchmark.memory import measure_rss_growth
 from optimizer.benchmark.result import (
     BASELINE_ROLES,
@@ -57,9 +64,10 @@ from optimizer.benchmark.runtime import (
 from optimizer.benchmark.stats import LatencySummary, p50_ratio_interval
 from optimizer.errors import InvalidInputsError
 from optimizer.evaluation import LabelledData, evaluate, get_metric, load_labelled_data
-from optimizer.inputs import make_inputs
+from optimizer.inputs import OUT_OF_VOCABULARY_SHARE, make_inputs
 from optimizer.runtime import ModelRunner, load_runner, read_signature
-from optimizer.savedmodel import DEFAULT_SIGNATURE, directory_size
+from optimizer.runtime.registry import model_files
+from optimizer.savedmodel import DEFAULT_SIGNATURE
 from optimizer.signature import SignatureInfo
 
 log = logging.getLogger(__name__)
@@ -71,7 +79,8 @@ EVAL_BATCH = 64
 @dataclass(frozen=True)
 class Subject:
     """A model to benchmark: a SavedModel directory or a model file of another format (its
-    size is the file's), a display label and its role. ``format`` (default: what the path looks
+    size and digest are the file's and its companions', such as an OpenVINO IR's ``.bin``), a
+    display label and its role. ``format`` (default: what the path looks
     like) and ``num_threads`` (per-model runtimes; default: the CPUs available) say how it
     runs: :func:`optimizer.runtime.load_runner`."""
 
@@ -105,9 +114,10 @@ class Subject:
 class BenchmarkConfig:
     batch_sizes: tuple[int, ...] = (1,)
     warmup: int = 10
-    min_runs: int = 50
+    min_runs: int = 50  # rounds: one block of block_size calls of every model each
     min_seconds: float = 5.0
     max_runs: int = 20_000
+    block_size: int = DEFAULT_BLOCK_SIZE
     confidence: float = 0.95
     resamples: int = 2000
     metric: str = "top1"
@@ -137,16 +147,18 @@ def _rows(array: np.ndarray, batch_size: int) -> np.ndarray:
 
 def _batch_feeds(signature: SignatureInfo, batch_size: int, seed: int,
                  inputs: Mapping[str, np.ndarray] | None,
-                 eval_data: LabelledData | None) -> dict[str, np.ndarray]:
+                 eval_data: LabelledData | None,
+                 vocabularies: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     if inputs is not None:
         return {k: _rows(np.asarray(inputs[k]), batch_size) for k in signature.input_keys}
     if eval_data is not None and len(signature.inputs) == 1:
         spec = signature.inputs[0]
         return {spec.key: _rows(eval_data.x, batch_size).astype(spec.numpy_dtype, copy=False)}
-    return make_inputs(signature, batch_size, seed)
+    return make_inputs(signature, batch_size, seed, vocabularies=dict(vocabularies or {}))
 
 
-def _fidelity_feeds(runner: ModelRunner, seed: int, inputs, eval_data) -> tuple[list, str]:
+def _fidelity_feeds(runner: ModelRunner, seed: int, inputs, eval_data,
+                    vocabularies: Mapping[str, np.ndarray] | None = None) -> tuple[list, str]:
     if eval_data is not None and len(runner.signature.inputs) == 1:
         spec = runner.signature.inputs[0]
         x = eval_data.x[:FIDELITY_ROWS].astype(spec.numpy_dtype, copy=False)
@@ -154,7 +166,23 @@ def _fidelity_feeds(runner: ModelRunner, seed: int, inputs, eval_data) -> tuple[
             "eval data"
     if inputs is not None:
         return [dict(inputs)], "supplied"
-    return [make_inputs(runner.signature, 8, seed + 100 + i) for i in range(3)], "generated"
+    return [make_inputs(runner.signature, 8, seed + 100 + i, vocabularies=dict(vocabularies or {}))
+            for i in range(3)], "generated"
+
+
+def _vocabularies(subjects: Sequence[Subject], contract: SignatureInfo, signature: str,
+                  generated: bool) -> dict[str, np.ndarray]:
+    """Tokens for generated string inputs (and integer inputs that key a table), from the
+    SavedModels among ``subjects`` (:mod:`optimizer.vocabulary`); none needed when the inputs
+    are supplied."""
+    if not generated or not any(s.dtype == "string" or s.dtype.startswith(("int", "uint"))
+                                for s in contract.inputs):
+        return {}
+    from optimizer.runtime import detect_format
+    from optimizer.vocabulary import saved_model_vocabularies
+
+    paths = [s.path for s in subjects if (s.format or detect_format(s.path)) == "savedmodel"]
+    return saved_model_vocabularies(paths, signature, contract)
 
 
 @dataclass
@@ -228,6 +256,8 @@ def run_benchmark(
         raise InvalidInputsError("nothing to compare: give at least one candidate")
     if not config.batch_sizes or min(config.batch_sizes) < 1:
         raise InvalidInputsError(f"batch sizes must be positive, got {config.batch_sizes}")
+    if config.block_size < 1:
+        raise InvalidInputsError(f"block_size must be at least 1, got {config.block_size}")
     metric = get_metric(config.metric)
     say = progress or (lambda message: log.info("%s", message))
     started = time.perf_counter()
@@ -244,7 +274,10 @@ def run_benchmark(
     if isinstance(eval_data, (str, os.PathLike)):
         eval_data = load_labelled_data(eval_data, contract)
 
-    first_feeds = _batch_feeds(contract, min(config.batch_sizes), config.seed, inputs, eval_data)
+    vocabularies = _vocabularies(subjects, contract, config.signature,
+                                 generated=inputs is None and eval_data is None)
+    first_feeds = _batch_feeds(contract, min(config.batch_sizes), config.seed, inputs, eval_data,
+                               vocabularies)
     loaded: list[_Loaded] = []
     for subject, label in zip(subjects, labels):
         if subject.role != REFERENCE:
@@ -252,7 +285,7 @@ def run_benchmark(
                                             runtime, say, label)
         say(f"loading {label} ({subject.role}) from {subject.path}")
         item = _load(subject, label, config.signature, lambda r: _batch_feeds(
-            r.signature, min(config.batch_sizes), config.seed, inputs, eval_data))
+            r.signature, min(config.batch_sizes), config.seed, inputs, eval_data, vocabularies))
         if loaded and not item.runner.signature.same_contract(loaded[0].runner.signature):
             raise InvalidInputsError(
                 f"{label} has signature {item.runner.signature.describe()}, but the baseline "
@@ -265,27 +298,31 @@ def run_benchmark(
     ref_item = checked or loaded[0]
 
     samples: dict[str, dict[int, tuple[float, ...]]] = {item.label: {} for item in loaded}
+    rounds: dict[str, dict[int, np.ndarray]] = {item.label: {} for item in loaded}
     for batch_size in config.batch_sizes:
         feeds = _batch_feeds(loaded[0].runner.signature, batch_size, config.seed, inputs,
-                             eval_data)
+                             eval_data, vocabularies)
         tensors = {item.label: item.runner.to_tensors(feeds) for item in timed_models}
         calls = {item.label: (lambda r=item.runner, t=tensors[item.label]: r.call(t))
                  for item in timed_models}
-        say(f"batch {batch_size}: timing {len(calls)} models interleaved, at least "
+        each = (f"in blocks of {config.block_size} calls" if config.block_size > 1
+                else "one call each per round")
+        say(f"batch {batch_size}: timing {len(calls)} models interleaved {each}, at least "
             f"{config.min_runs} rounds and {config.min_seconds:g}s")
         timed = time_interleaved(
             calls, warmup=config.warmup, min_runs=config.min_runs,
             min_seconds=config.min_seconds, max_runs=config.max_runs, rotate_order=True,
-            progress_every=config.progress_every,
-            progress=lambda rounds, elapsed, b=batch_size: say(
-                f"batch {b}: {rounds} rounds, {elapsed:.0f}s"))
+            progress_every=config.progress_every, block_size=config.block_size,
+            progress=lambda done, elapsed, b=batch_size: say(
+                f"batch {b}: {done} rounds, {elapsed:.0f}s"))
         for label, measured in timed.items():
             samples[label][batch_size] = measured.seconds
+            rounds[label][batch_size] = measured.round_figures
 
     base_label = loaded[0].label
     ratios = {
         item.label: {
-            b: p50_ratio_interval(samples[base_label][b], samples[item.label][b],
+            b: p50_ratio_interval(rounds[base_label][b], rounds[item.label][b],
                                   config.confidence, config.resamples, seed=config.seed)
             for b in config.batch_sizes}
         for item in timed_models[1:]}
@@ -301,7 +338,8 @@ def run_benchmark(
     from optimizer.equivalence import compare
 
     fidelities: dict[str, Fidelity] = {}
-    feeds_list, feeds_source = _fidelity_feeds(ref_item.runner, config.seed, inputs, eval_data)
+    feeds_list, feeds_source = _fidelity_feeds(ref_item.runner, config.seed, inputs, eval_data,
+                                               vocabularies)
     for item in loaded:
         if item is ref_item:
             continue
@@ -309,12 +347,14 @@ def run_benchmark(
         fidelities[item.label] = Fidelity(report.max_abs_diff, report.max_rel_diff,
                                           report.top1_agreement, report.batches, feeds_source)
 
+    files = {item.label: model_files(item.subject.path, item.runner.format) for item in loaded}
     measurements = [
         ModelMeasurement(
             label=item.label, role=item.subject.role, path=str(item.subject.path),
             format=item.runner.format, runtime=item.runner.runtime,
             num_threads=item.runner.num_threads,
-            digest=model_digest(item.subject.path), size_bytes=directory_size(item.subject.path),
+            digest=model_digest(item.subject.path, files[item.label]),
+            size_bytes=sum(f.stat().st_size for f in files[item.label]),
             load_seconds=item.load_seconds, first_call_seconds=item.first_call_seconds,
             rss_growth_bytes=item.growth.rss_growth_bytes,
             peak_rss_growth_bytes=item.growth.peak_rss_growth_bytes,
@@ -330,11 +370,14 @@ def run_benchmark(
         inputs_source = f"rows of {eval_data.source}"
     else:
         inputs_source = f"generated from the signature (seed {config.seed})"
+        if vocabularies:
+            inputs_source += ("; tokens from the model's vocabulary, "
+                              f"{OUT_OF_VOCABULARY_SHARE:.0%} out of it")
     settings = BenchmarkSettings(
         batch_sizes=tuple(config.batch_sizes), warmup=config.warmup, min_runs=config.min_runs,
         min_seconds=config.min_seconds, max_runs=config.max_runs, confidence=config.confidence,
         resamples=config.resamples, rotate_order=True, signature=config.signature,
-        inputs=inputs_source)
+        inputs=inputs_source, block_size=config.block_size)
     return BenchmarkResult(
         baseline=measurements[0], candidates=tuple(measurements[1:len(timed_models)]),
         reference=measurements[-1] if checked is not None else None, ratios=ratios,

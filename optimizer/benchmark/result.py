@@ -1,8 +1,9 @@
 """The benchmark result: what the gate reads (``RESULT.json``) and the report renders.
 
 Everything is plain data with ``to_dict``/``from_dict``, JSON both ways. The raw per-call
-latencies are kept (``samples``, paired by round across models), so the gate can recompute the
-ratio intervals at its own confidence level instead of trusting a number computed for another.
+latencies are kept (``samples``: every timed call, round after round, ``settings.block_size`` per
+round, so paired by round across models), so the gate can recompute the ratio intervals at its
+own confidence level instead of trusting a number computed for another.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from optimizer.benchmark.environment import Environment
-from optimizer.benchmark.stats import LatencySummary, RatioInterval
+from optimizer.benchmark.stats import LatencySummary, RatioInterval, round_figures
 from optimizer.errors import BenchmarkResultError
 
 FORMAT_VERSION = 1
@@ -74,7 +75,8 @@ class ModelMeasurement:
     peak_rss_growth_bytes: int | None
     peak_rss_exact: bool
     latency: dict[int, LatencySummary]  # batch size -> summary
-    samples: dict[int, tuple[float, ...]]  # batch size -> per-call seconds, one per round
+    # batch size -> per-call seconds, round after round (BenchmarkSettings.block_size per round)
+    samples: dict[int, tuple[float, ...]]
     quality: Quality | None = None
     # against the accuracy reference (the unoptimized input); None for the reference itself
     fidelity: Fidelity | None = None
@@ -129,6 +131,9 @@ class BenchmarkSettings:
     rotate_order: bool
     signature: str
     inputs: str  # where the timed inputs came from
+    # consecutive timed calls per model per round; 1 (one call, no untimed call) in results
+    # written before blocks
+    block_size: int = 1
 
     def to_dict(self) -> dict:
         return {**asdict(self), "batch_sizes": list(self.batch_sizes)}
@@ -166,6 +171,11 @@ class BenchmarkResult:
         """Every model measured: the reference (when apart from the baseline), then
         :attr:`models`."""
         return ((self.reference,) if self.reference else ()) + self.models
+
+    def round_figures(self, model: ModelMeasurement, batch_size: int):
+        """``model``'s figure per round at ``batch_size`` (the median of its block), paired by
+        index with every other timed model's: what the ratio intervals resample."""
+        return round_figures(model.samples[batch_size], self.settings.block_size)
 
     def candidate(self, label: str) -> ModelMeasurement:
         for c in self.candidates:

@@ -27,10 +27,10 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from optimizer.cgroup import CGROUP_ROOT, PROC_SELF_CGROUP, own_cgroup_paths, with_ancestors
+
 log = logging.getLogger(__name__)
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-PROC_SELF_CGROUP = Path("/proc/self/cgroup")
 _V1_CPU_DIRS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
 
 
@@ -57,31 +57,6 @@ class CpuAvailability:
     def from_dict(cls, data: dict) -> CpuAvailability:
         return cls(logical_cpus=data["logical_cpus"], affinity_cpus=data["affinity_cpus"],
                    quota_cpus=data["quota_cpus"], quota_source=data["quota_source"])
-
-
-def _own_cgroup_paths(proc_cgroup: Path) -> dict[str, str]:
-    """Controller -> this process's cgroup path, from ``/proc/self/cgroup``; '' is cgroup v2."""
-    try:
-        text = proc_cgroup.read_text()
-    except OSError:
-        return {}
-    paths = {}
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) == 3:
-            for controller in parts[1].split(","):
-                paths[controller] = parts[2]
-    return paths
-
-
-def _with_ancestors(base: Path, relative: str) -> list[Path]:
-    """``base/relative`` and each of its parents up to ``base`` itself."""
-    dirs, current = [], base
-    dirs.append(current)
-    for part in [p for p in relative.split("/") if p]:
-        current = current / part
-        dirs.append(current)
-    return dirs[::-1]
 
 
 def _read_v2_quota(directory: Path) -> float | None:
@@ -111,9 +86,9 @@ def cgroup_cpu_quota(root: Path = CGROUP_ROOT,
                      proc_cgroup: Path = PROC_SELF_CGROUP) -> tuple[float | None, str]:
     """``(CPUs allowed by the tightest cgroup quota, the file it came from)``; ``(None, '')``
     when no quota applies. Both cgroup v2 and v1 layouts under ``root`` are read."""
-    own = _own_cgroup_paths(proc_cgroup)
+    own = own_cgroup_paths(proc_cgroup)
     candidates: list[tuple[float, str]] = []
-    for directory in _with_ancestors(root, own.get("", "/")):
+    for directory in with_ancestors(root, own.get("", "/")):
         quota = _read_v2_quota(directory)
         if quota is not None:
             candidates.append((quota, str(directory / "cpu.max")))
@@ -121,7 +96,7 @@ def cgroup_cpu_quota(root: Path = CGROUP_ROOT,
         base = root / name
         if not base.is_dir():
             continue
-        for directory in _with_ancestors(base, own.get("cpu", "/")):
+        for directory in with_ancestors(base, own.get("cpu", "/")):
             quota = _read_v1_quota(directory)
             if quota is not None:
                 candidates.append((quota, str(directory / "cpu.cfs_quota_us")))

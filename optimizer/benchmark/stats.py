@@ -1,16 +1,23 @@
 """Latency statistics: percentiles, and a paired block-bootstrap interval for a latency ratio.
 
 The ratio the gate cares about is ``p50(candidate) / p50(baseline)``: below 1 the candidate is
-faster. Its confidence interval comes from resampling **rounds** (one round = one call of every
-model, back to back), never the two models' samples independently: both calls of a round saw the
-same background load, so resampling them together keeps that load on both sides of the ratio and
-lets it cancel.
+faster. Its confidence interval comes from resampling **rounds** (one round = one block of
+consecutive calls of every model, back to back; :mod:`optimizer.benchmark.interleaved`), never
+the two models' samples independently: both blocks of a round saw the same background load, so
+resampling them together keeps that load on both sides of the ratio and lets it cancel.
+
+A round's figure for a model is the median of its block (:func:`round_figures`): the block's own
+p50, the statistic the gate judges, and robust to the one call of a block that a preemption or a
+page fault hits (a mean would move by a tenth of that call's delay per block of ten). The ratio
+is then ``median(candidate's round figures) / median(baseline's)``, which for a steady load is
+the ratio of the two p50s; the per-call percentiles a report shows are over every call.
 
 Rounds are not independent either: load on a shared machine comes in bursts that last many
 rounds. A plain bootstrap would treat every round as fresh evidence and give an interval that is
 too narrow, which on a noisy machine is how noise gets promoted. So this is a circular *block*
 bootstrap: it resamples runs of ``block`` consecutive rounds (default about ``sqrt(rounds)``),
-which keeps short-range correlation inside each resample and widens the interval accordingly.
+which keeps short-range correlation inside each resample and widens the interval accordingly
+(the bootstrap's ``block`` is a run of rounds; a round's block of calls is ``block_size``).
 The interval is the percentile interval of the resampled ratios; the seed is fixed, so the same
 samples always give the same interval.
 """
@@ -88,6 +95,15 @@ class RatioInterval:
                    **{k: int(data[k]) for k in ("rounds", "block", "resamples")})
 
 
+def round_figures(seconds: Sequence[float], block_size: int = 1) -> np.ndarray:
+    """Each round's figure for one model: the median of its ``block_size`` consecutive timed
+    calls. ``seconds`` holds every call, round after round (a block of one is the call)."""
+    s = np.asarray(seconds, dtype=np.float64)
+    if block_size < 1 or s.size % block_size:
+        raise ValueError(f"{s.size} timed calls do not split into rounds of {block_size}")
+    return np.median(s.reshape(-1, block_size), axis=1)
+
+
 def default_block(rounds: int) -> int:
     return max(1, round(math.sqrt(rounds)))
 
@@ -110,7 +126,8 @@ def p50_ratio_interval(
 ) -> RatioInterval:
     """Paired block-bootstrap interval for ``median(candidate) / median(baseline)``.
 
-    ``baseline[i]`` and ``candidate[i]`` must come from the same round ``i``.
+    ``baseline[i]`` and ``candidate[i]`` are the figures of the same round ``i``
+    (:func:`round_figures`).
     """
     a = np.asarray(baseline, dtype=np.float64)
     b = np.asarray(candidate, dtype=np.float64)

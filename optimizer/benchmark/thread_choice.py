@@ -10,12 +10,18 @@ CNN, the champion's own file came out 1.54x slower than itself.
 So a candidate in the champion's runtime is timed at the champion's recorded count: like for
 like with the model as deployed (measured otherwise: a champion tuned to 2 threads lost 2.8x to
 its own file at 1 thread, and a scheduled run would promote a copy of it). Any other candidate
-of such a runtime whose count is not given is timed briefly at 1 thread and at all CPUs, interleaved, and benchmarked at all CPUs unless 1 thread is clearly faster (median of
-the per-round ratios below :data:`CLEARLY_FASTER`). On a model of a few microseconds the two
-are often close and the choice can go either way from run to run (measured on a 16x16 CNN: 1
-thread took 0.53x the time of 2 in one session, 0.94-1.0x in another); either choice is a
-setting the model could be served with. The full search, in separate processes and
-with a sign test, still runs on the chosen model after the gate (:mod:`optimizer.runtime_tuning`).
+of such a runtime whose count is not given is timed briefly at 1 thread and at all CPUs,
+interleaved in blocks of consecutive calls like the benchmark itself
+(:mod:`optimizer.benchmark.interleaved`), and benchmarked at all CPUs unless 1 thread is clearly
+faster (median of the per-round ratios of block medians below :data:`CLEARLY_FASTER`). Blocks
+matter most here: a thread pool woken for a single call between other models' calls is what
+one-call interleaving times, and that penalises more threads (LiteRT fp32 on the digits CNN,
+``benchmarks/block_timing.py``: called once per round, 101 us at 2 threads and 73 us at 1; in
+blocks, 17 us and 13 us; alone, 19 us and 13 us). On a model of a few microseconds the two are
+often close and the choice can go either way from run to run; either choice is a setting the
+model could be served with. The full search, in
+separate processes and with a sign test, still runs on the chosen model after the gate
+(:mod:`optimizer.runtime_tuning`).
 """
 
 from __future__ import annotations
@@ -25,11 +31,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from optimizer.benchmark.interleaved import time_interleaved
+from optimizer.benchmark.interleaved import DEFAULT_BLOCK_SIZE, time_interleaved
 
 CLEARLY_FASTER = 0.97
 WARMUP = 3
-MIN_ROUNDS = 30
+MIN_ROUNDS = 10  # of DEFAULT_BLOCK_SIZE calls each: a round's figure is its block's median
 MIN_SECONDS = 0.3
 
 
@@ -47,11 +53,11 @@ def choose_threads(path: str | os.PathLike, signature: str, fmt: str,
         timed = time_interleaved({n: (lambda r=r, t=tensors[n]: r.call(t))
                                   for n, r in runners.items()},
                                  warmup=WARMUP, min_runs=MIN_ROUNDS, min_seconds=MIN_SECONDS,
-                                 rotate_order=True)
+                                 rotate_order=True, block_size=DEFAULT_BLOCK_SIZE)
     finally:
         for runner in runners.values():
             runner.close()
-    ratio = float(np.median(np.asarray(timed[1].seconds) / np.asarray(timed[cpus].seconds)))
+    ratio = float(np.median(timed[1].round_figures / timed[cpus].round_figures))
     return threads_for(ratio, cpus), ratio
 
 

@@ -1,7 +1,9 @@
 """Lowered (v1) control flow in a GraphDef: its ops, a loop-aware execution order, and which
 nodes run inside a while frame or a cond branch.
 
-Freezing lowers ``While``/``If`` to Enter/Merge/Switch/NextIteration/Exit. That dataflow form has
+``freeze(..., lower_control_flow=True)`` lowers ``While``/``If`` to Enter/Merge/Switch/
+NextIteration/Exit (the default keeps them functional: :mod:`.functional_control_flow`), and so
+do Grappler's function pass and graphs written by TF1. That dataflow form has
 rules a plain graph rewrite can break: a loop's Merge reads its NextIteration (a back edge, so
 the graph is not a DAG), and a node gets its frame or its branch from its inputs, often only
 from a control input (a Const inside a branch reads ``^pivot``).

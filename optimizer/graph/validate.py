@@ -1,9 +1,11 @@
-"""Structural checks run before and after every rewrite: duplicate names, dangling inputs."""
+"""Structural checks run before and after every rewrite: duplicate names, dangling inputs, calls
+to functions the library does not hold."""
 
 from __future__ import annotations
 
 import collections
 
+from optimizer.graph.functional_control_flow import missing_function_problems
 from optimizer.graph.names import node_name_from_input
 
 
@@ -19,7 +21,7 @@ def graph_problems(graph_def) -> list[str]:
         for inp in node.input:
             if node_name_from_input(inp) not in counts:
                 problems.append(f"node '{node.name}' reads missing node '{inp}'")
-    return problems
+    return problems + missing_function_problems(graph_def)
 
 
 def validate_graph(graph_def, where: str = "graph") -> None:

@@ -6,12 +6,12 @@
 - ``dynamic_int8``: int8 weights; activations are quantized on the fly, per op, from their
   observed range (dynamic range quantization). No data needed.
 - ``full_int8``: int8 weights and activations, with activation ranges calibrated on
-  representative data (feed dicts drawn from the eval data). The interface stays float32
-  (quantize at the input, dequantize at the output) so the serving signature is the SavedModel's.
-  ``supported_ops`` is ``TFLITE_BUILTINS_INT8`` *plus* ``TFLITE_BUILTINS``: an op with no int8
-  kernel falls back to float between a dequantize and a quantize instead of failing the whole
-  conversion. The candidate may then be slower than a pure int8 model, but it exists, and the
-  gate measures its speed and accuracy like any other's.
+  representative data (feed dicts of inputs, :mod:`optimizer.calibration`). The interface
+  stays float32 (quantize at the input, dequantize at the output) so the serving signature is
+  the SavedModel's. ``supported_ops`` is ``TFLITE_BUILTINS_INT8`` *plus* ``TFLITE_BUILTINS``:
+  an op with no int8 kernel falls back to float between a dequantize and a quantize instead of
+  failing the whole conversion. The candidate may then be slower than a pure int8 model, but
+  it exists, and the gate measures its speed and accuracy like any other's.
 
 Select TF ops (Flex) are never enabled: they need the full TF runtime linked into the
 interpreter, which is what a LiteRT candidate exists to avoid. A model with such an op fails to
@@ -29,26 +29,25 @@ The ``.tflite`` is written to a hidden sibling and renamed into place, then its 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
 import re
-import sys
-import tempfile
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from optimizer.atomic import atomic_file, check_file_writable
+from optimizer.calibration import checked_feeds
 from optimizer.errors import DestinationError, InvalidInputsError, TfoptError
 from optimizer.litert import LITERT_SUFFIX
 from optimizer.litert.manifest import Manifest, manifest_path, write_manifest
+from optimizer.native_output import captured_native_output
 from optimizer.savedmodel import DEFAULT_SIGNATURE, get_signature
-from optimizer.signature import SignatureInfo
+from optimizer.signature import SignatureInfo, contract_difference
 
 log = logging.getLogger(__name__)
 
@@ -117,30 +116,6 @@ def condense_converter_error(message: str) -> str:
     return next((line[:_MAX_REASON] for line in lines if line), "no reason given")
 
 
-# --- keeping the converter's output off the terminal ------------------------------------------
-
-@contextlib.contextmanager
-def captured_native_output() -> Iterator[list[str]]:
-    """Send fd 2 (native logs, MLIR diagnostics, Python's stderr) to a temp file while the
-    block runs; the yielded list then holds the text."""
-    captured: list[str] = []
-    if os.environ.get("TFOPT_NATIVE_LOGS"):
-        yield captured
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield captured
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            captured.append(sink.read().decode("utf-8", errors="replace"))
-
-
 # --- calibration data ------------------------------------------------------------------------
 
 def calibration_feeds(signature: SignatureInfo, x: np.ndarray,
@@ -154,24 +129,6 @@ def calibration_feeds(signature: SignatureInfo, x: np.ndarray,
     spec = signature.inputs[0]
     x = np.asarray(x)[:samples].astype(spec.numpy_dtype, copy=False)
     return [{spec.key: x[i:i + 1]} for i in range(len(x))]
-
-
-def _checked_feeds(signature: SignatureInfo, feeds: Iterable[Mapping[str, np.ndarray]],
-                   limit: int) -> list[dict[str, np.ndarray]]:
-    checked = []
-    for feed in feeds:
-        if len(checked) >= limit:
-            break
-        missing = [k for k in signature.input_keys if k not in feed]
-        if missing:
-            raise InvalidInputsError(f"calibration sample {len(checked)} lacks input(s) "
-                                     f"{', '.join(missing)} of signature '{signature.name}'")
-        checked.append({s.key: np.asarray(feed[s.key]).astype(s.numpy_dtype, copy=False)
-                        for s in signature.inputs})
-    if not checked:
-        raise InvalidInputsError("full_int8 needs calibration data: the representative "
-                                 "dataset is empty")
-    return checked
 
 
 # --- conversion -------------------------------------------------------------------------------
@@ -226,25 +183,6 @@ def _convert_bytes(saved_model: Path, signature: str, flavour: str,
     return flatbuffer, options
 
 
-def _compatible(saved: SignatureInfo, converted: SignatureInfo) -> str | None:
-    """Why the converted signature is not the SavedModel's contract, or None."""
-    pairs = (("input", saved.inputs, converted.inputs),
-             ("output", saved.outputs, converted.outputs))
-    for kind, want, got in pairs:
-        if [s.key for s in want] != [s.key for s in got]:
-            return (f"its {kind}s are {[s.key for s in got]}, the SavedModel's "
-                    f"{[s.key for s in want]}")
-        for a, b in zip(want, got):
-            if a.dtype != b.dtype:
-                return f"{kind} '{a.key}' became {b.dtype} (was {a.dtype})"
-            if a.shape is not None and b.shape is not None and (
-                    len(a.shape) != len(b.shape)
-                    or any(x is not None and y is not None and x != y
-                           for x, y in zip(a.shape, b.shape))):
-                return f"{kind} '{a.key}' has shape {b.describe()} (was {a.describe()})"
-    return None
-
-
 def _converted_signature(flatbuffer: bytes, name: str, failure: str) -> SignatureInfo:
     """The signature as the runtime that will serve the model reads it."""
     from optimizer.runtime.litert import import_interpreter, litert_signature
@@ -266,13 +204,15 @@ def convert_to_litert(
     signature: str = DEFAULT_SIGNATURE,
     representative_data: Iterable[Mapping[str, np.ndarray]] | None = None,
     calibration_samples: int = DEFAULT_CALIBRATION_SAMPLES,
+    calibration_source: str | None = None,
     source_digest: str | None = None,
     overwrite: bool = False,
 ) -> LiteRTModel:
     """Write ``dst`` (a ``.tflite`` path) and its sidecar ``dst + '.json'``.
 
-    ``representative_data`` (``full_int8`` only): feed dicts ``{input key: array}``, e.g. from
-    :func:`calibration_feeds`; the first ``calibration_samples`` are used.
+    ``representative_data`` (``full_int8`` only): feed dicts ``{input key: array}``, e.g. a
+    :class:`optimizer.calibration.Calibration`'s ``feeds``; the first ``calibration_samples``
+    are used. ``calibration_source`` (what they are, e.g. ``synthetic``) goes to the sidecar.
     """
     if flavour not in FLAVOURS:
         raise InvalidInputsError(f"unknown LiteRT flavour '{flavour}'; one of "
@@ -289,13 +229,13 @@ def convert_to_litert(
     if flavour == "full_int8":
         if representative_data is None:
             raise InvalidInputsError("full_int8 needs calibration data: pass representative "
-                                     "feed dicts drawn from the eval data")
-        feeds = _checked_feeds(contract, representative_data, calibration_samples)
+                                     "feed dicts of inputs")
+        feeds = checked_feeds(contract, representative_data, calibration_samples, flavour)
 
     flatbuffer, options = _convert_bytes(saved_model, signature, flavour, feeds)
     failure = f"cannot convert {saved_model} to LiteRT {flavour}"
     converted = _converted_signature(flatbuffer, signature, failure)
-    if problem := _compatible(contract, converted):
+    if problem := contract_difference(contract, converted):
         raise LiteRTConversionError(
             f"{failure}: the converted signature differs from the SavedModel's: {problem}")
 
@@ -306,7 +246,8 @@ def convert_to_litert(
         sha256=hashlib.sha256(flatbuffer).hexdigest(), size_bytes=len(flatbuffer),
         signature=converted, source_path=str(saved_model), source_digest=source_digest,
         tensorflow_version=import_tensorflow().__version__, converter=options,
-        calibration_samples=len(feeds) if feeds is not None else None)
+        calibration_samples=len(feeds) if feeds is not None else None,
+        calibration_source=calibration_source if feeds is not None else None)
     with atomic_file(dst, overwrite) as staging:
         staging.write_bytes(flatbuffer)
     try:

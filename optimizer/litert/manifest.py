@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from optimizer.errors import TfoptError
+from optimizer.sidecar import model_description, placeholder
 from optimizer.signature import SignatureInfo
 
 FORMAT = "litert"
@@ -34,21 +35,14 @@ def manifest_path(model_path: str | os.PathLike) -> Path:
     return model_path.with_name(model_path.name + MANIFEST_SUFFIX)
 
 
-def _placeholder(spec) -> str:
-    shape = tuple(1 if d is None else d for d in (spec.shape if spec.shape is not None else (1,)))
-    if spec.dtype == "string":
-        return f"np.full({shape!r}, b'', dtype=object)"
-    return f"np.zeros({shape!r}, {spec.dtype!r})"
-
-
 def load_snippet(file_name: str, signature: SignatureInfo) -> str:
     """Python that loads the model with ai_edge_litert and calls its signature once."""
     args = []
     for spec in signature.inputs:
         if spec.key.isidentifier() and not keyword.iskeyword(spec.key):
-            args.append(f"{spec.key}={_placeholder(spec)}")
+            args.append(f"{spec.key}={placeholder(spec)}")
         else:
-            args.append(f"**{{{spec.key!r}: {_placeholder(spec)}}}")
+            args.append(f"**{{{spec.key!r}: {placeholder(spec)}}}")
     outputs = ", ".join(repr(k) for k in signature.output_keys)
     return "\n".join([
         "import os",
@@ -78,26 +72,20 @@ class Manifest:
     tensorflow_version: str
     converter: dict = field(default_factory=dict)
     calibration_samples: int | None = None
+    calibration_source: str | None = None  # optimizer.calibration.Calibration.source
 
     def to_dict(self) -> dict:
-        def specs(items):
-            return [{"key": s.key, "dtype": s.dtype,
-                     "shape": None if s.shape is None else list(s.shape)} for s in items]
-
         return {
             "format": FORMAT,
             "manifest_version": MANIFEST_VERSION,
             "file": self.file,
             "sha256": self.sha256,
             "size_bytes": self.size_bytes,
-            "flavour": self.flavour,
-            "flavour_description": self.flavour_description,
-            "signature": self.signature.name,
-            "inputs": specs(self.signature.inputs),
-            "outputs": specs(self.signature.outputs),
-            "source": {"path": self.source_path, "digest": self.source_digest},
+            **model_description(self.flavour, self.flavour_description, self.signature,
+                                self.source_path, self.source_digest),
             "converter": {"tensorflow_version": self.tensorflow_version, **self.converter},
             "calibration_samples": self.calibration_samples,
+            "calibration_source": self.calibration_source,
             "runtime": {"package": "ai-edge-litert", "delegate": "XNNPACK (default)"},
             "load": {"python": load_snippet(self.file, self.signature)},
         }

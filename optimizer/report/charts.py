@@ -47,7 +47,8 @@ def latency_distribution_chart(result: BenchmarkResult, path: str | os.PathLike,
     ax.yaxis.set_minor_formatter(FormatStrFormatter("%.3g"))
     ax.tick_params(axis="y", which="minor", labelsize=7)
     ax.set_title(f"Latency distribution at batch {batch}\n"
-                 f"{len(data[0]) if data else 0} interleaved rounds; whiskers p1-p99",
+                 f"{len(data[0]) if data else 0} calls in interleaved rounds of "
+                 f"{result.settings.block_size}; whiskers p1-p99",
                  fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

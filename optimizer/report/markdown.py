@@ -155,22 +155,23 @@ def accuracy_table(result: BenchmarkResult) -> list[str]:
 
 
 def candidates_table(rows: Sequence[dict]) -> list[str]:
-    """Every candidate, fastest first: format, runtime, speedup, accuracy, size, verdict."""
+    """Every candidate, fastest first: format, runtime, what an int8 one was calibrated on
+    (``synthetic``: inputs generated from the signature), speedup, accuracy, size, verdict."""
     table_rows = []
     for r in rows:
         if r["verdict"] == "skipped":
-            table_rows.append([r["label"], "-", "-", "-", "-", "-", "skipped",
+            table_rows.append([r["label"], "-", "-", "-", "-", "-", "-", "skipped",
                                "; ".join(r["reasons"])])
             continue
         interval = r.get("ratio_interval")
         speedup = (f"{r['speedup']:.2f}x [{1 / interval[1]:.2f}, {1 / interval[0]:.2f}]"
                    if r.get("speedup") and interval else "-")
         accuracy = "-" if r.get("accuracy") is None else f"{r['accuracy']:.4f}"
-        table_rows.append([r["label"], r["format"], r["runtime"], speedup, accuracy,
-                           human_bytes(r.get("size_bytes")), r["verdict"],
+        table_rows.append([r["label"], r["format"], r["runtime"], r.get("calibration") or "-",
+                           speedup, accuracy, human_bytes(r.get("size_bytes")), r["verdict"],
                            "; ".join(r["reasons"]) or "-"])
-    return _table(["candidate", "format", "runtime", "p50 speedup [CI]", "accuracy", "size",
-                   "verdict", "why not"], table_rows)
+    return _table(["candidate", "format", "runtime", "calibration", "p50 speedup [CI]",
+                   "accuracy", "size", "verdict", "why not"], table_rows)
 
 
 def render_markdown(result: BenchmarkResult, decision=None,
@@ -213,9 +214,13 @@ def render_markdown(result: BenchmarkResult, decision=None,
                               c.threshold_text, c.reason] for c in verdict.checks])
             lines.append("")
     lines += ["## Latency detail", ""] + _latency_detail(result) + [""]
-    lines.append(f"Each row: {result.settings.min_runs}+ rounds and "
-                 f"{result.settings.min_seconds:g}+ s after {result.settings.warmup} warm-up "
-                 f"calls; the speedup interval is a paired block bootstrap over rounds.")
+    settings = result.settings
+    block = (f"a block of {settings.block_size} consecutive timed calls of each model after one "
+             f"untimed call" if settings.block_size > 1 else "one call of each model")
+    lines.append(f"Each row: {settings.min_runs}+ rounds and {settings.min_seconds:g}+ s after "
+                 f"{settings.warmup} warm-up calls, a round being {block}; the speedup "
+                 f"interval is a paired block bootstrap over rounds (a round's figure: the "
+                 f"median of its block).")
     lines.append("")
     if charts:
         lines += ["## Charts", ""]

@@ -3,8 +3,9 @@
 :func:`load_runner` gives a :class:`~optimizer.runtime.base.ModelRunner` for a SavedModel
 directory, a :class:`~optimizer.frozen.FrozenModel`, or a model file of any format in
 :data:`~optimizer.runtime.registry.RUNTIMES`; each format's runtime is one module of this
-package (:mod:`.tensorflow`, :mod:`.litert`), imported when first needed. The benchmark, the
-equivalence check, the evaluation and runtime tuning go through here only.
+package (:mod:`.tensorflow`, :mod:`.litert`, :mod:`.onnx`, :mod:`.openvino`), imported when
+first needed. The benchmark, the equivalence check, the evaluation and runtime tuning go
+through here only.
 """
 
 from __future__ import annotations

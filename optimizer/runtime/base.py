@@ -28,6 +28,22 @@ class CorruptModelError(TfoptError):
     """A model file its runtime cannot read."""
 
 
+def default_threads() -> int:
+    """The CPUs this process may really use (affinity and cgroup quota): a per-model runtime's
+    thread count when none is given (:mod:`optimizer.benchmark.runtime`)."""
+    from optimizer.benchmark.runtime import available_cpus
+
+    return available_cpus().available
+
+
+def thread_count(num_threads: int | None) -> int:
+    """``num_threads`` checked to be at least 1, or :func:`default_threads` for None."""
+    num_threads = default_threads() if num_threads is None else num_threads
+    if num_threads < 1:
+        raise InvalidInputsError(f"num_threads must be at least 1, got {num_threads}")
+    return num_threads
+
+
 class ModelRunner:
     """Calls one signature of one model.
 

@@ -29,7 +29,12 @@ from optimizer.errors import (
     UnknownSignatureError,
     first_line,
 )
-from optimizer.runtime.base import CorruptModelError, ModelRunner, RuntimeUnavailableError
+from optimizer.runtime.base import (
+    CorruptModelError,
+    ModelRunner,
+    RuntimeUnavailableError,
+    thread_count,
+)
 from optimizer.savedmodel import DEFAULT_SIGNATURE
 from optimizer.signature import SignatureInfo, TensorSpecInfo
 
@@ -84,12 +89,6 @@ def litert_signature(interpreter, name: str, source: str = "") -> SignatureInfo:
         outputs=tuple(_spec(k, outputs[k]) for k in sorted(outputs)))
 
 
-def default_threads() -> int:
-    from optimizer.benchmark.runtime import available_cpus
-
-    return available_cpus().available
-
-
 def _open_interpreter(path: Path, num_threads: int):
     if not path.exists():
         raise SourceNotFoundError(f"no such LiteRT model: {path}")
@@ -118,9 +117,7 @@ class LiteRTRunner(ModelRunner):
     def __init__(self, path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE,
                  num_threads: int | None = None):
         path = Path(path)
-        num_threads = default_threads() if num_threads is None else num_threads
-        if num_threads < 1:
-            raise InvalidInputsError(f"num_threads must be at least 1, got {num_threads}")
+        num_threads = thread_count(num_threads)
         self._interpreter = _open_interpreter(path, num_threads)
         try:
             self._interpreter.allocate_tensors()  # applies the XNNPACK delegate

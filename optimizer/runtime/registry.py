@@ -36,6 +36,8 @@ class Runtime:
     imports: str  # the module whose absence means the runtime is not installed
     per_model_threads: bool
     suffix: str | None  # the file a model of this format is, or None for a directory
+    companions: tuple[str, ...] = ()  # suffixes of files that belong with it (an IR's .bin)
+    thread_option: str | None = None  # what a per-model thread count is called when loading
 
     def implementation(self):
         try:
@@ -58,7 +60,13 @@ RUNTIMES: dict[str, Runtime] = {
     "savedmodel": Runtime("savedmodel", "tensorflow", "tensorflow-cpu",
                           "optimizer.runtime.tensorflow", "tensorflow", False, None),
     "tflite": Runtime("tflite", "ai-edge-litert", "ai-edge-litert", "optimizer.runtime.litert",
-                      "ai_edge_litert.interpreter", True, ".tflite"),
+                      "ai_edge_litert.interpreter", True, ".tflite",
+                      thread_option="num_threads"),
+    "onnx": Runtime("onnx", "onnxruntime", "onnxruntime", "optimizer.runtime.onnx",
+                    "onnxruntime", True, ".onnx", thread_option="intra_op_num_threads"),
+    "openvino": Runtime("openvino", "openvino", "openvino", "optimizer.runtime.openvino",
+                        "openvino", True, ".xml", companions=(".bin",),
+                        thread_option="INFERENCE_NUM_THREADS"),
 }
 
 
@@ -67,6 +75,19 @@ def runtime_for(format: str) -> Runtime:
         raise UnknownFormatError(f"unknown model format '{format}'; this tfopt runs "
                                  f"{', '.join(RUNTIMES)}")
     return RUNTIMES[format]
+
+
+def model_files(path: str | os.PathLike, format: str | None = None) -> list[Path]:
+    """Every file of the model at ``path``: a SavedModel directory's files, or the model file
+    and the files that belong with it (an OpenVINO IR's ``.bin``), those that exist. What its
+    size and digest are taken over."""
+    path = Path(path)
+    if path.is_dir():
+        return sorted((p for p in path.rglob("*") if p.is_file()),
+                      key=lambda p: p.relative_to(path).as_posix())
+    runtime = RUNTIMES.get(format or detect_format(path))
+    companions = runtime.companions if runtime is not None else ()
+    return [path, *(p for p in (path.with_suffix(s) for s in companions) if p.is_file())]
 
 
 def detect_format(path: str | os.PathLike) -> str:

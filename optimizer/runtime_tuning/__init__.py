@@ -3,11 +3,13 @@
 Threads. TensorFlow sizes its intra-op and inter-op thread pools once, when its runtime starts,
 so every setting of the grid (:func:`thread_grid`: intra-op in {1, 2, CPUs} x inter-op in
 {1, 2}, deduplicated and capped at the CPUs this process may use, cgroup quota included; for a
-LiteRT ``.tflite`` file only the interpreter's ``num_threads`` in {1, 2, CPUs}) gets a worker
-process of its own (``python -m optimizer.runtime_tuning.worker``) that applies the setting
-before TensorFlow starts, loads the model through :func:`optimizer.runtime.load_runner` (or the
-LiteRT runner with ``num_threads``), calls it once, and reports back the setting in effect as
-TensorFlow reads it (``tf.config.threading.get_*_parallelism_threads``).
+model whose runtime takes a thread count per model, only that count in {1, 2, CPUs}: a LiteRT
+interpreter's ``num_threads``, ONNX Runtime's ``intra_op_num_threads``, OpenVINO's
+``INFERENCE_NUM_THREADS``) gets a worker process of its own
+(``python -m optimizer.runtime_tuning.worker``) that applies the setting before TensorFlow
+starts, loads the model through :func:`optimizer.runtime.load_runner` (with ``num_threads`` for
+a per-model runtime), calls it once, and reports back the setting in effect as the runtime reads
+it (``tf.config.threading.get_*_parallelism_threads``, or the runner's own count).
 
 Method (:func:`search_threads`): all workers start up front and stay alive, idle on a pipe, so
 only one process runs the model at any time. Rounds interleave the settings: in each round every

@@ -1,7 +1,8 @@
 """Thread settings: one setting, the default grid to search, the reference, serving env.
 
 A TensorFlow model is tuned over its two thread pools (intra-op: threads one op may use;
-inter-op: ops run at once); a LiteRT model only over the interpreter's ``num_threads``. The
+inter-op: ops run at once); a model whose runtime takes a count per model (LiteRT, ONNX
+Runtime, OpenVINO: :mod:`optimizer.runtime.registry`) only over that ``num_threads``. The
 grid is bounded by the CPUs this process may really use (affinity and cgroup quota,
 :func:`optimizer.benchmark.runtime.available_cpus`).
 """
@@ -58,8 +59,8 @@ class ThreadSetting:
 
 
 def has_per_model_threads(model: str | os.PathLike) -> bool:
-    """Whether the model's runtime takes a thread count per model (LiteRT's ``num_threads``):
-    tuned over that instead of TensorFlow's two process-wide pools."""
+    """Whether the model's runtime takes a thread count per model (LiteRT, ONNX Runtime,
+    OpenVINO): tuned over that instead of TensorFlow's two process-wide pools."""
     from optimizer.runtime import detect_format, runtime_for
 
     return runtime_for(detect_format(model)).per_model_threads

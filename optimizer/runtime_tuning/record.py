@@ -2,7 +2,8 @@
 
 The JSON also says how to apply the settings when serving: environment variables
 (``TF_NUM_INTRAOP_THREADS``, ``TF_NUM_INTEROP_THREADS``, ``OMP_NUM_THREADS``), the matching
-``tensorflow_model_server`` flags, or a LiteRT interpreter's ``num_threads``.
+``tensorflow_model_server`` flags, or a per-model runtime's thread count (a LiteRT interpreter's
+``num_threads``, ONNX Runtime's ``intra_op_num_threads``, OpenVINO's ``INFERENCE_NUM_THREADS``).
 """
 
 from __future__ import annotations
@@ -55,8 +56,12 @@ class TunedRuntimeSettings:
     def serving(self) -> dict:
         """How to apply the settings when serving, for the JSON's readers."""
         if self.num_threads is not None:
-            return {"litert": {"num_threads": self.num_threads},
-                    "note": "pass num_threads to the LiteRT Interpreter"}
+            from optimizer.runtime import detect_format, runtime_for
+
+            runtime = runtime_for(detect_format(self.model))
+            return {runtime.name: {runtime.thread_option: self.num_threads},
+                    "note": f"pass {runtime.thread_option} to {runtime.name} when loading the "
+                            f"model"}
         return {
             "env": serving_env(self.threads),
             "tensorflow_model_server_flags": [

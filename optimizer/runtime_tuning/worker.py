@@ -43,6 +43,8 @@ def _in_effect(setting: ThreadSetting, runner) -> dict:
 def _time_calls(runner, tensors, seconds: float, min_runs: int, warmup: int) -> dict:
     from optimizer.benchmark.interleaved import time_interleaved
 
+    # One model per process: its calls are consecutive, as a server makes them, so one call per
+    # "round" already times it warm; blocks (and their untimed call) would add nothing.
     samples = time_interleaved({"model": lambda: runner.call(tensors)}, warmup=warmup,
                                min_runs=min_runs, min_seconds=seconds,
                                max_runs=_MAX_RUNS)["model"]

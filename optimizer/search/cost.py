@@ -8,7 +8,10 @@ orders graphs the way their real latency does. Two costs share one interface (``
   median of a few runs: the truth, but a session per candidate (tens of milliseconds to seconds).
 - :class:`OpCostModel` is TASO's cost model: every op is timed once, alone, per key (op type,
   input shapes and dtypes, attrs, the values of small constant inputs) in a graph holding just
-  that op, and a graph costs the sum over its ops. Keys are cached in a JSON file, so a graph
+  that op, and a graph costs the sum over its ops. A While loop whose trip count the graph's
+  constants fix (:mod:`optimizer.graph.static_loops`) costs what its body's copies cost once
+  unrolled: the model does not see a loop's per-trip machinery, so unrolling alone is about
+  even in it (what unrolling enables later is not). Keys are cached in a JSON file, so a graph
   made by a substitution costs only its new keys' timings plus one shape inference. It ignores
   what only the whole graph shows (Grappler's fusions, parallel branches on several cores, cache
   effects between ops); :func:`rank_correlation` tells how well its ranking matches measurements.
@@ -30,6 +33,7 @@ import numpy as np
 
 from optimizer.frozen import FrozenModel
 from optimizer.graph.consts import resolve_through_identity
+from optimizer.graph.functional_control_flow import WHILE_OPS
 from optimizer.graph.names import is_control_input, node_name_from_input, output_index
 from optimizer.graph.timing import median_run_seconds
 from optimizer.inputs import infer_int_ranges, make_inputs
@@ -58,6 +62,9 @@ TIMEABLE_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "int8"
                              "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool"})
 CACHE_VERSION = 2
 DEFAULT_FALLBACK_SECONDS = 1e-5
+# A loop is costed unrolled up to this many copied nodes; a longer one (or one whose trip count
+# depends on the inputs) costs the fallback, like any op that cannot be timed.
+MAX_COSTED_LOOP_OPS = 100_000
 
 
 class CostFunction(Protocol):
@@ -135,6 +142,7 @@ class OpCostModel:
         self.machine = f"{_machine_fingerprint()}; ops timed on {threads or 'all'} thread(s)"
         self._seconds: dict[str, float] = self._load()
         self._failed: set[str] = set()
+        self._loops: dict[str, float] = {}
         self._unsaved = False
 
     # -- the cost -------------------------------------------------------------------------
@@ -148,10 +156,45 @@ class OpCostModel:
         nodes = {n.name: n for n in graph_def.node}
         costs = {}
         for node in graph_def.node:
-            costs[node.name] = self._node_cost(node, nodes, specs)
+            if node.op in WHILE_OPS:
+                costs[node.name] = self._loop_cost(graph_def, node)
+            else:
+                costs[node.name] = self._node_cost(node, nodes, specs)
         if self._unsaved:
             self.save()
         return costs
+
+    def _loop_cost(self, graph_def, node) -> float:
+        """What the loop's unrolled copies cost (:mod:`optimizer.graph.static_loops`): in a
+        copy of the body the shapes are known, where the body function's are not (its
+        TensorList reads say no shape); the fallback when the trip count is not fixed."""
+        from tensorflow.core.framework import graph_pb2
+
+        from optimizer.graph.static_loops import (
+            UNROLLED_SCOPE,
+            NotStatic,
+            analyse_loop,
+            loop_key,
+            unroll_loop,
+        )
+        from optimizer.graph.tensor_lists import simplify_tensor_lists
+
+        key = loop_key(graph_def, node)
+        if key not in self._loops:
+            try:
+                loop = analyse_loop(graph_def, node, MAX_COSTED_LOOP_OPS)
+            except NotStatic as reason:
+                log.debug("costing loop %s as one op: %s", node.name, reason)
+                self._loops[key] = self.fallback_seconds
+                return self.fallback_seconds
+            unrolled = graph_pb2.GraphDef()
+            unrolled.CopyFrom(graph_def)
+            unroll_loop(unrolled, loop, frozenset())
+            simplify_tensor_lists(unrolled, frozenset())
+            copies = f"{node.name}/{UNROLLED_SCOPE}/"
+            self._loops[key] = sum(seconds for name, seconds in self.op_costs(unrolled).items()
+                                   if name.startswith(copies))
+        return self._loops[key]
 
     def _node_cost(self, node, nodes: dict, specs: dict) -> float:
         if node.op in ZERO_COST_OPS:

@@ -128,7 +128,7 @@ class SearchStats:
     kept: int = 0  # queued: cost below alpha x best
     duplicates: int = 0  # skipped: canonical hash seen before
     invalid: int = 0  # skipped: dangling inputs or duplicate names
-    oversized: int = 0  # skipped: more than max_nodes_factor x the input's nodes
+    oversized: int = 0  # skipped: more than max_nodes_factor x (the input's nodes + growth)
     failed: int = 0  # a rule's matches() or apply() raised
     dropped: int = 0  # queued but pruned when the queue outgrew max_queue
     wall_seconds: float = 0.0
@@ -213,7 +213,9 @@ def relaxed_search(
     started = time.perf_counter()
     stats = SearchStats()
     counter = itertools.count()
-    max_nodes = max_nodes_factor * len(model.graph_def.node)
+    # Twice the input's size, plus what rules that add whole subgraphs (unrolling) may add.
+    max_nodes = max_nodes_factor * (len(model.graph_def.node) + sum(
+        rule.growth(model.graph_def, context) for rule in rules))
 
     start = Candidate(model.graph_def, cost.cost(model.graph_def), (),
                       canonical_hash(model.graph_def), next(counter))

@@ -57,3 +57,9 @@ class Substitution:
 
     def apply(self, graph_def, match: Match, context: TransformContext):
         raise NotImplementedError
+
+    def growth(self, graph_def, context: TransformContext) -> int:
+        """How many nodes this rule's rewrites of ``graph_def`` may add in all, when that is
+        more than a pattern's few (unrolling a loop adds a copy of its body per trip); the
+        search raises its cap on a candidate's node count by it."""
+        return 0

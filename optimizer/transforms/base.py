@@ -4,6 +4,12 @@ A transform is a pure ``GraphDef -> GraphDef`` function: it receives a private c
 graph, returns a new graph, keeps the name of any node it replaces (so nothing downstream needs
 rewiring), and leaves a pattern that does not match untouched (logged at debug level). The base
 class validates the graph before and after, and logs the op-count delta.
+
+Functional control flow (:mod:`optimizer.graph.functional_control_flow`): a transform sees a
+While/If as one node of the main graph and its cond and body as library functions. Unless it
+says it rewrites function bodies (``rewrites_function_bodies``), the base class warns once that
+those are left as they are; and a library function whose body a transform did change gets a
+name of its own, so that the result loads beside the original in one process.
 """
 
 from __future__ import annotations
@@ -15,6 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from optimizer.errors import TfoptError
+from optimizer.graph.functional_control_flow import (
+    describe_functional_nodes,
+    rename_changed_functions,
+)
 from optimizer.graph.validate import validate_graph
 
 log = logging.getLogger("optimizer.transforms")
@@ -83,6 +93,9 @@ class Transform:
 
     name: ClassVar[str] = ""
     params: ClassVar[tuple[Param, ...]] = ()
+    # True for a transform that works inside library functions (loop bodies, cond branches)
+    # or on While/If nodes themselves; the others rewrite the main graph only.
+    rewrites_function_bodies: ClassVar[bool] = False
 
     def __init__(self, **values: Any):
         declared = {p.name: p for p in self.params}
@@ -121,10 +134,19 @@ class Transform:
         from tensorflow.core.framework import graph_pb2
 
         validate_graph(graph_def, f"graph before {self.name}")
+        functional = describe_functional_nodes(graph_def)
+        if functional and not self.rewrites_function_bodies:
+            log.warning("%s: leaves %s node(s) and the loop bodies and branches they call "
+                        "as they are (it rewrites the main graph only)", self.describe(),
+                        functional)
         private = graph_pb2.GraphDef()
         private.CopyFrom(graph_def)
         started = time.perf_counter()
         result = self.transform(private, context)
+        renamed = rename_changed_functions(graph_def, result)
+        if renamed:
+            log.debug("%s: rewrote %d library function(s), renamed: %s", self.name,
+                      len(renamed), ", ".join(renamed.values()))
         validate_graph(result, f"graph after {self.name}")
         before = collections.Counter(n.op for n in graph_def.node)
         after = collections.Counter(n.op for n in result.node)

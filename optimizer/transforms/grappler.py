@@ -106,6 +106,7 @@ def bf16_unavailable_reason() -> str | None:
 
 class Grappler(Transform):
     name = "grappler"
+    rewrites_function_bodies = True  # Grappler optimizes the library's functions too
     params = (
         Param("optimizers", str, DEFAULT_OPTIMIZERS,
               "Grappler pass to run, in order, e.g. remap", repeated=True),

@@ -24,6 +24,7 @@ TRANSFORM_MODULES: dict[str, str] = {
     "quantize_weights": "quantize_weights",
     "quantize_nodes": "quantize_nodes",
     "grappler": "grappler",
+    "unroll_static_loops": "unroll_static_loops",
 }
 
 

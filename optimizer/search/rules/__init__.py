@@ -17,6 +17,7 @@ RULE_MODULES: dict[str, str] = {
     "merge_parallel_convs": "merge_parallel_convs",
     "merge_parallel_matmuls": "merge_parallel_matmuls",
     "fuse_conv_bias_relu": "fuse_conv_bias_relu",
+    "unroll_static_loops": "unroll_static_loops",
 }
 
 

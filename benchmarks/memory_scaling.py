@@ -1,0 +1,187 @@
+"""Peak memory of ``tfopt optimize`` against model size, beside converting the model by hand.
+
+For dense MLPs of about 25, 100 and 400 MB of float32 weights (4 Dense layers, ReLU) and
+ResNet50 (keras.applications, weights=None, 98 MB), in one run on one machine:
+
+- by hand: the LiteRT fp32 conversion (``tf.lite.TFLiteConverter.from_saved_model``), and TF
+  loading the SavedModel and calling it 20 times, each in a fresh process;
+- ``tfopt optimize SRC DST --targets savedmodel,litert`` (no eval data), as a user runs it.
+
+Each figure is the peak of the whole process tree's resident memory (the process and every
+worker it starts: what a pod's memory limit counts), sampled every 0.2 s
+(:class:`optimizer.process_tree.TreeMeter`), and wall time. The ratio column is tfopt's peak over
+the by-hand conversion's, the issue's target being at most 2x on every row.
+
+Every child runs in a memory cgroup capped at ``--cap-gb`` when the machine lets this process
+make one (cgroup v1 or v2, as root), so a run that would exhaust the machine is stopped by the
+kernel and reported as killed at the cap instead of taking the machine down.
+
+    .venv/bin/python benchmarks/memory_scaling.py [--sizes 25,100,400] [--no-resnet]
+        [--cap-gb 20] [--workdir work/bench/memory]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.common import write_result
+from optimizer.process_tree import TreeMeter
+
+GIB = 2**30
+TFOPT = Path(sys.executable).parent / "tfopt"
+
+BUILD_MLP = r"""
+import sys
+import keras
+width, path = int(sys.argv[1]), sys.argv[2]
+keras.utils.set_random_seed(0)
+inputs = keras.Input((width,), name="features")
+x = inputs
+for _ in range(3):
+    x = keras.layers.Dense(width, activation="relu")(x)
+outputs = keras.layers.Dense(width, name="scores")(x)
+keras.Model(inputs, outputs).export(path, verbose=False)
+"""
+
+BUILD_RESNET = r"""
+import sys
+import keras
+model = keras.applications.ResNet50(weights=None)
+model.export(sys.argv[1], verbose=False)
+"""
+
+CONVERT_BY_HAND = r"""
+import sys
+import tensorflow as tf
+converter = tf.lite.TFLiteConverter.from_saved_model(sys.argv[1])
+open(sys.argv[2], "wb").write(converter.convert())
+"""
+
+LOAD_AND_CALL = r"""
+import sys
+import numpy as np
+import tensorflow as tf
+fn = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+(key, spec), = fn.structured_input_signature[1].items()
+shape = [1 if d is None else d for d in spec.shape]
+x = tf.constant(np.random.default_rng(0).standard_normal(shape).astype("float32"))
+for _ in range(20):
+    fn(**{key: x})
+"""
+
+
+class Cgroup:
+    """A memory cgroup capping the children it is given; None where none can be made."""
+
+    def __init__(self, limit_bytes: int):
+        self.path = None
+        for base, limit_file in ((Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"),
+                                 (Path("/sys/fs/cgroup"), "memory.max")):
+            candidate = base / f"tfopt-bench-{os.getpid()}"
+            try:
+                candidate.mkdir()
+                (candidate / limit_file).write_text(str(limit_bytes))
+            except OSError:
+                if candidate.exists():
+                    candidate.rmdir()
+                continue
+            self.path = candidate
+            break
+
+    def wrap(self, command: list[str]) -> list[str]:
+        """``command`` run by a shell that joins the cgroup first, then execs it."""
+        if self.path is None:
+            return command
+        join = f'echo $$ > {self.path / "cgroup.procs"} && exec "$@"'
+        return ["/bin/sh", "-c", join, "sh", *command]
+
+    def close(self) -> None:
+        if self.path is not None:
+            self.path.rmdir()
+
+
+def measured(command: list[str], cgroup: Cgroup, log: Path) -> dict:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    started = time.perf_counter()
+    with open(log, "w") as out:
+        process = subprocess.Popen(cgroup.wrap(command), stdout=out, stderr=subprocess.STDOUT,
+                                   env=env)
+        with TreeMeter(pid=process.pid) as meter:
+            code = process.wait()
+    return {"peak_bytes": meter.cost.peak_rss_bytes, "wall_seconds": time.perf_counter() - started,
+            "exit_code": code, "killed": code in (-9, 137), "log": str(log)}
+
+
+def build(name: str, workdir: Path, width: int | None) -> Path:
+    path = workdir / "models" / name
+    if not (path / "saved_model.pb").is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        script, args = (BUILD_RESNET, [str(path)]) if width is None else \
+            (BUILD_MLP, [str(width), str(path)])
+        subprocess.run([sys.executable, "-c", script, *args], check=True,
+                       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    return path
+
+
+def weights_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in (path / "variables").glob("*"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="25,100,400", help="MLP weight sizes in MB")
+    parser.add_argument("--no-resnet", action="store_true")
+    parser.add_argument("--cap-gb", type=float, default=20.0)
+    parser.add_argument("--workdir", default=str(REPO / "work" / "bench" / "memory"))
+    args = parser.parse_args(argv)
+    workdir = Path(args.workdir)
+    models = [(f"mlp_{mb}mb", round((mb * 1e6 / 16) ** 0.5)) for mb in
+              (int(s) for s in args.sizes.split(",") if s)]
+    if not args.no_resnet:
+        models.append(("resnet50", None))
+    cgroup = Cgroup(int(args.cap_gb * GIB))
+    print(f"children capped at {args.cap_gb:g} GiB" if cgroup.path else
+          "no memory cgroup could be made: children are not capped")
+    rows = []
+    try:
+        for name, width in models:
+            source = build(name, workdir, width)
+            runs = workdir / "runs" / name
+            runs.mkdir(parents=True, exist_ok=True)
+            by_hand = measured([sys.executable, "-c", CONVERT_BY_HAND, str(source),
+                                str(runs / "by_hand.tflite")], cgroup, runs / "by_hand.log")
+            load_call = measured([sys.executable, "-c", LOAD_AND_CALL, str(source)], cgroup,
+                                 runs / "load_call.log")
+            dst = runs / "optimized"
+            tfopt = measured([str(TFOPT), "-v", "optimize", str(source), str(dst),
+                              "--targets", "savedmodel,litert", "--overwrite"], cgroup,
+                             runs / "tfopt.log")
+            row = {"model": name, "weights_bytes": weights_bytes(source), "by_hand": by_hand,
+                   "load_and_call": load_call, "tfopt": tfopt,
+                   "ratio": (tfopt["peak_bytes"] / by_hand["peak_bytes"]
+                             if not tfopt["killed"] else None)}
+            rows.append(row)
+            ratio = f"{row['ratio']:.2f}" if row["ratio"] else "-"
+            print(f"{name:<12} weights {row['weights_bytes'] / 1e6:6.0f} MB | by hand: convert "
+                  f"{by_hand['peak_bytes'] / GIB:5.2f} GiB, load+20 calls "
+                  f"{load_call['peak_bytes'] / GIB:5.2f} GiB | tfopt optimize "
+                  f"{tfopt['peak_bytes'] / GIB:5.2f} GiB"
+                  f"{' (killed at the cap)' if tfopt['killed'] else ''}, "
+                  f"{tfopt['wall_seconds']:5.0f} s, exit {tfopt['exit_code']} | ratio {ratio}",
+                  flush=True)
+    finally:
+        cgroup.close()
+    print(f"results: {write_result('memory_scaling', {'cap_gb': args.cap_gb, 'rows': rows})}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""A bidirectional LSTM tagger served every way tfopt can build it, against its stock SavedModel,
+p50 at batch 1, interleaved in one process.
+
+    .venv/bin/python benchmarks/recurrent.py [--seconds 30] [--min-runs 100] [--pairs]
+        [--block 1] [--workdir DIR] [--print-only]
+
+The model is built in code (random weights, seeded): int32 token ids ``[batch, 20]`` ->
+``Embedding(5000, 64)`` -> ``Bidirectional(LSTM(128, return_sequences=True))`` -> ``Dense(10)``
+per step. Variants, each written the way the pipeline writes it:
+
+- ``frozen``: the default freeze, loops kept functional (lowered by the runtime at load);
+- ``frozen, lowered``: ``freeze(lower_control_flow=True)``, the old default;
+- ``optimized``: the inference recipe on the frozen graph (the pipeline's default recipe);
+- ``unrolled``: ``RECURRENT_RECIPE`` (``unroll_static_loops`` then the inference recipe);
+- ``xla``: the XLA candidate of the optimized graph, as :func:`derive_candidates` builds it;
+- ``litert_fp32``, ``litert_dynamic_int8``: the LiteRT candidates :func:`derive_candidates`
+  builds (from the source with its loops unrolled), each timed at 1 thread and at all CPUs: the
+  gate's benchmark picks 1 thread for such a model when it is clearly faster
+  (:mod:`optimizer.benchmark.thread_choice`); the table marks that pick.
+
+Every variant is timed interleaved with the stock signature call, the order rotating each round
+(:func:`optimizer.benchmark.interleaved.time_interleaved`), on the same batch-1 ids; the figure
+is ``p50(stock) / p50(variant)`` with the 95% paired block-bootstrap interval, plus each
+variant's largest output difference from the stock model over 3 batches of 4. By default all
+variants are timed in one interleaved group, as the gate's benchmark does, so that every one
+sees the same background load; there every call finds the caches holding another model's
+weights, which costs a sub-millisecond LiteRT model most (measured: int8 0.12 ms alone, 0.5-0.6
+ms between TensorFlow calls). ``--pairs`` times each variant in a pair with the stock model
+instead, one pair after another: fewer models between two calls, but each pair sees the load of
+its own minutes (on a shared machine the stock model's p50 moved 2.5-8 ms from pair to pair).
+``--block N`` makes each timed call N back-to-back calls (the time per call is their mean), so
+that every model runs with its own weights in the caches, as a model serving a steady stream of
+requests does; 1 (the default) is the gate's way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT.parent))
+from common import RESULTS_DIR, work_directory, write_result
+
+RESULT_NAME = "recurrent"
+SEQUENCE_LENGTH = 20
+VOCABULARY = 5000
+SAVEDMODEL_TARGET, ALL_TARGETS = 1.5, 5.0
+
+
+def export_tagger(workdir: Path) -> Path:
+    path = workdir / "bilstm_tagger"
+    if (path / "saved_model.pb").is_file():
+        return path
+    from optimizer.tf_runtime import import_tensorflow
+
+    import_tensorflow()
+    import keras
+
+    keras.utils.set_random_seed(0)
+    ids = keras.Input((SEQUENCE_LENGTH,), dtype="int32", name="token_ids")
+    x = keras.layers.Embedding(VOCABULARY, 64)(ids)
+    x = keras.layers.Bidirectional(keras.layers.LSTM(128, return_sequences=True))(x)
+    keras.Model(ids, keras.layers.Dense(10)(x)).export(str(path), verbose=False)
+    return path
+
+
+def build_variants(stock: Path, workdir: Path) -> tuple[dict[str, tuple[str, Path]], list]:
+    """label -> (format, path), and the candidates derive_candidates skipped."""
+    from optimizer.candidates import CandidateSettings, derive_candidates
+    from optimizer.export import write_saved_model
+    from optimizer.freeze import freeze
+    from optimizer.optimize import apply_recipe
+    from optimizer.recipe import INFERENCE_RECIPE, RECURRENT_RECIPE, Recipe
+
+    frozen = freeze(stock)
+    variants = {"frozen": frozen, "frozen, lowered": freeze(stock, lower_control_flow=True)}
+    variants["optimized"] = apply_recipe(frozen, Recipe.from_string(INFERENCE_RECIPE)).model
+    variants["unrolled"] = apply_recipe(frozen, Recipe.from_string(RECURRENT_RECIPE)).model
+    paths = {}
+    for label, model in variants.items():
+        paths[label] = ("savedmodel", write_saved_model(
+            model, workdir / label.replace(", ", "_"), overwrite=True))
+    made, skipped = derive_candidates(
+        stock, variants["optimized"], workdir / "candidates",
+        CandidateSettings(targets=("savedmodel", "litert"), savedmodel_variants=("xla",),
+                          litert_flavours=("fp32", "dynamic_int8")))
+    for candidate in made:
+        paths[candidate.label] = (candidate.format, Path(candidate.path))
+    return paths, skipped
+
+
+def measure(args) -> dict:
+    from optimizer.benchmark.interleaved import time_interleaved
+    from optimizer.benchmark.runtime import apply_runtime_settings, default_runtime_settings
+    from optimizer.benchmark.stats import p50_ratio_interval
+    from optimizer.benchmark.thread_choice import choose_threads
+    from optimizer.equivalence import compare
+    from optimizer.inputs import make_inputs
+    from optimizer.runtime import load_runner
+
+    runtime = apply_runtime_settings(default_runtime_settings())  # before TensorFlow starts
+    cpus = runtime.cpus.available
+    workdir = work_directory(args.workdir, "tfopt-bench-recurrent-")
+    stock_path = export_tagger(workdir)
+    started = time.perf_counter()
+    paths, skipped = build_variants(stock_path, workdir)
+    print(f"built {len(paths)} variants in {time.perf_counter() - started:.0f}s"
+          + "".join(f"; skipped {s.label}: {s.reason}" for s in skipped), flush=True)
+
+    stock = load_runner(stock_path)
+    feeds = make_inputs(stock.signature, batch_size=1, seed=1,
+                        int_ranges={"token_ids": (0, VOCABULARY)})
+    runners, notes = {"stock": stock}, {}
+    for label, (fmt, path) in paths.items():
+        if fmt == "tflite":
+            chosen, _ = choose_threads(path, "serving_default", fmt, feeds, cpus)
+            for threads in sorted({1, cpus}):
+                name = f"{label} ({threads} thread{'s' if threads > 1 else ''})"
+                runners[name] = load_runner(path, num_threads=threads)
+                notes[name] = "gate's pick" if threads == chosen else ""
+        else:
+            runners[label] = load_runner(path)
+    differences = {label: compare(stock, runner, batches=3, batch_size=4,
+                                  signature_name="serving_default").max_abs_diff
+                   for label, runner in runners.items() if label != "stock"}
+    tensors = {label: runner.to_tensors(feeds) for label, runner in runners.items()}
+    variants = [label for label in runners if label != "stock"]
+    groups = [[label] for label in variants] if args.pairs else [variants]
+    rows = []
+    for group in groups:
+        print(f"timing stock and {', '.join(group)} for at least {args.seconds:.0f}s ...",
+              flush=True)
+        samples = time_interleaved(
+            {label: (lambda r=runners[label], t=tensors[label]: [r.call(t)
+                                                                for _ in range(args.block)])
+             for label in ["stock", *group]},
+            warmup=10, min_runs=args.min_runs, min_seconds=args.seconds, rotate_order=True)
+        for label in group:
+            interval = p50_ratio_interval(samples["stock"].seconds, samples[label].seconds)
+            rows.append({"variant": label, "format": paths[label.split(" (")[0]][0],
+                         "stock_p50_ms": samples["stock"].p50 * 1e3 / args.block,
+                         "p50_ms": samples[label].p50 * 1e3 / args.block,
+                         "rounds": interval.rounds,
+                         "speedup": interval.speedup, "speedup_low": 1 / interval.high,
+                         "speedup_high": 1 / interval.low, "max_abs_diff": differences[label],
+                         "note": notes.get(label, "")})
+    timed = "in pairs with stock" if args.pairs else "together"
+    if args.block > 1:
+        timed += f", {args.block} back-to-back calls per timing"
+    return {"timed": timed, "cpus": cpus,
+            "load_average": os.getloadavg(), "rows": rows,
+            "skipped": [s.to_dict() for s in skipped]}
+
+
+def print_table(result: dict) -> None:
+    load = ", ".join(f"{x:.1f}" for x in result["load_average"])
+    print(f"batch 1, {result['cpus']} CPUs, timed {result['timed']}; load average before "
+          f"timing {load}")
+    print("| variant | format | stock p50 ms | p50 ms | rounds | speedup [95% CI] | "
+          "max abs diff | note |")
+    print("|---|---|---:|---:|---:|---|---:|---|")
+    for r in result["rows"]:
+        print(f"| {r['variant']} | {r['format']} | {r['stock_p50_ms']:.3f} | {r['p50_ms']:.3f} "
+              f"| {r['rounds']} | {r['speedup']:.2f}x [{r['speedup_low']:.2f}, "
+              f"{r['speedup_high']:.2f}] | {r['max_abs_diff']:.1e} | {r['note']} |")
+    for s in result["skipped"]:
+        print(f"skipped {s['label']}: {s['reason']}")
+    servable = [r for r in result["rows"] if r["format"] == "savedmodel"]
+    litert = [r for r in result["rows"] if r["format"] != "savedmodel" and r["note"]]
+    best_savedmodel = max(servable, key=lambda r: r["speedup"], default=None)
+    best = max(servable + litert, key=lambda r: r["speedup"], default=None)
+    for name, row, target in (("SavedModel only", best_savedmodel, SAVEDMODEL_TARGET),
+                              ("all targets", best, ALL_TARGETS)):
+        if row is not None:
+            print(f"best, {name}: {row['variant']} {row['speedup']:.2f}x (target {target}x: "
+                  f"{'met' if row['speedup'] >= target else 'not met'})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=30.0,
+                        help="minimum timed seconds (per pair, or for the whole group)")
+    parser.add_argument("--pairs", action="store_true",
+                        help="time each variant in a pair with stock, not all in one group")
+    parser.add_argument("--min-runs", type=int, default=100, dest="min_runs")
+    parser.add_argument("--block", type=int, default=1,
+                        help="back-to-back calls per timed call (warm caches)")
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--print-only", action="store_true", dest="print_only")
+    args = parser.parse_args()
+    if args.print_only:
+        import json
+
+        print_table(json.loads((RESULTS_DIR / f"{RESULT_NAME}.json").read_text()))
+        return 0
+    result = measure(args)
+    target = write_result(RESULT_NAME, result)
+    print()
+    print_table(result)
+    print(f"\nresults: {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
