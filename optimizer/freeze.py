@@ -7,7 +7,8 @@ functional, its cond and body functions in the graph's library
 that loads the graph, as tf.function marks it: XLA compiles such a loop and
 ``unroll_static_loops`` can unroll it, where the lowered v1 form (Enter/Exit/Switch/Merge) is
 opaque to both. ``lower_control_flow=True`` lowers it at freezing time instead, the old
-behaviour. Nodes the signature's outputs do not need (training ops, savers, initializers) are
+behaviour; so does a model whose lookup tables are read inside a branch or loop body, since
+folding reaches only the top-level graph. Nodes the signature's outputs do not need (training ops, savers, initializers) are
 dropped. Lookup tables the signature only reads are folded into constants
 (:mod:`optimizer.graph.lookup_tables`), so the frozen graph has no resource input.
 """
@@ -20,7 +21,11 @@ import os
 from optimizer.errors import CorruptSavedModelError, UnknownSignatureError, first_line
 from optimizer.frozen import FrozenModel
 from optimizer.graph.functional_control_flow import lower_at_load
-from optimizer.graph.lookup_tables import check_no_graph_tables, fold_captured_tables
+from optimizer.graph.lookup_tables import (
+    TableReadInFunction,
+    check_no_graph_tables,
+    fold_captured_tables,
+)
 from optimizer.graph.names import node_name_from_input
 from optimizer.savedmodel import (
     DEFAULT_SIGNATURE,
@@ -65,7 +70,17 @@ def freeze(
     log.info("freezing %s [%s]", path, signature_name)
     check_no_graph_tables(fn)
     frozen_fn = convert_variables_to_constants_v2(fn, lower_control_flow=lower_control_flow)
-    graph_def, frozen_inputs = fold_captured_tables(fn, frozen_fn)
+    try:
+        graph_def, frozen_inputs = fold_captured_tables(fn, frozen_fn)
+    except TableReadInFunction as exc:
+        if lower_control_flow:
+            raise
+        # Folding reaches lookups in the top-level graph only; lowered, a branch's or loop
+        # body's lookups are in it.
+        log.info("freeze: %s; lowering control flow to fold it", first_line(exc))
+        lower_control_flow = True
+        frozen_fn = convert_variables_to_constants_v2(fn, lower_control_flow=True)
+        graph_def, frozen_inputs = fold_captured_tables(fn, frozen_fn)
 
     # A signature function's flat inputs and outputs follow its keys in sorted order, which is
     # also the order SignatureInfo keeps them in.

@@ -40,3 +40,20 @@ def mlmodel(directory) -> dict:
 def requirement_names(directory) -> list[str]:
     lines = (Path(directory) / "requirements.txt").read_text().split()
     return [line.split("==")[0] for line in lines]
+
+
+def converted_candidate(source, folder, target: str, flavour: str = "fp32") -> CandidateModel:
+    """``source`` converted to ONNX or OpenVINO into ``folder``, as the optimize step does."""
+    from optimizer.onnx.convert import convert_to_onnx
+    from optimizer.openvino.convert import convert_to_openvino
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    convert, file_name, runtime = {
+        "onnx": (convert_to_onnx, "model.onnx", "onnxruntime"),
+        "openvino": (convert_to_openvino, "model.xml", "openvino")}[target]
+    converted = convert(source, folder / file_name, flavour)
+    return CandidateModel(
+        label=f"{target}_{flavour}", path=str(folder / file_name), kind="derived",
+        digest=model_digest(folder), target=target, variant=flavour, format=target,
+        runtime=runtime, how_to_load=converted.sidecar.load_python)

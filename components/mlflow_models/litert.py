@@ -18,7 +18,7 @@ from components.artifacts import CandidateModel
 ARTIFACT_DIR = "litert"
 CODE_DIR = "code"
 LOADER = Path(__file__).with_name("tfopt_litert_loader.py")
-RUNTIME_DISTRIBUTIONS = ("ai-edge-litert",)
+RUNTIME_DISTRIBUTIONS = (("ai-edge-litert",),)
 
 
 def add_flavor(mlflow_model, candidate: CandidateModel, dest: Path, signature_name: str,

@@ -1,12 +1,12 @@
 """Which module makes the MLflow Model of each candidate format.
 
-One module per format, each defining ``RUNTIME_DISTRIBUTIONS`` (the package that runs the
-model, under its alternative names) and ``add_flavor(mlflow_model, candidate, dest,
+One module per format, each defining ``RUNTIME_DISTRIBUTIONS`` (the packages that run the
+model, each under its alternative names) and ``add_flavor(mlflow_model, candidate, dest,
 signature_name, runtime_settings, env_files) -> artifact path``: it copies the candidate into
 the model directory and adds the flavors (always ``python_function``, so that anything that
 serves MLflow Models serves it). MLflow's own flavor is used where it has one for the format
-(``tensorflow`` for a SavedModel; ``onnx`` would be next), a loader shipped with the model where
-it has none (LiteRT). Adding a format: a module here, one :data:`FLAVORS` line, a test file.
+(``tensorflow`` for a SavedModel, ``onnx``), a loader shipped with the model where it has none
+(LiteRT, OpenVINO). Adding a format: a module here, one :data:`FLAVORS` line, a test file.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from optimizer.errors import TfoptError
 FLAVORS: dict[str, str] = {
     "savedmodel": "components.mlflow_models.savedmodel",
     "tflite": "components.mlflow_models.litert",
+    "onnx": "components.mlflow_models.onnx",
+    "openvino": "components.mlflow_models.openvino",
 }
 
 

@@ -2,7 +2,8 @@
 
 MLflow's ``python_function`` machinery itself (``mlflow-skinny``: the pyfunc loader, the scoring
 server, the registry client; and the numpy and pandas it imports), plus the model's own runtime
-(TensorFlow for a SavedModel, ``ai-edge-litert`` for a LiteRT file, never both). Each is pinned
+(TensorFlow for a SavedModel, ``ai-edge-litert`` for a LiteRT file, ``onnx`` and ``onnxruntime``
+for ONNX, ``openvino`` for an IR; never TensorFlow beside another runtime). Each is pinned
 to the version installed here, the one the model was benchmarked and checked with. The full
 ``mlflow`` package (tracking server, UI, SQL stores) is not needed to serve a model and is left
 out.
@@ -34,6 +35,7 @@ def pinned(*alternatives: str) -> str:
                            f"not installed here")
 
 
-def model_requirements(runtime: Sequence[str]) -> list[str]:
-    """The pinned requirements of a model run by ``runtime`` (its package's alternative names)."""
-    return [pinned(name) for name in PYFUNC_DISTRIBUTIONS] + [pinned(*runtime)]
+def model_requirements(runtime: Sequence[Sequence[str]]) -> list[str]:
+    """The pinned requirements of a model run by ``runtime``: its packages, each given as its
+    alternative names."""
+    return [pinned(name) for name in PYFUNC_DISTRIBUTIONS] + [pinned(*names) for names in runtime]

@@ -19,7 +19,7 @@ from components.artifacts import CandidateModel
 
 ARTIFACT = "saved_model"
 # The distribution that runs it, under its two names; the first installed here is pinned.
-RUNTIME_DISTRIBUTIONS = ("tensorflow-cpu", "tensorflow")
+RUNTIME_DISTRIBUTIONS = (("tensorflow-cpu", "tensorflow"),)
 
 
 def add_flavor(mlflow_model, candidate: CandidateModel, dest: Path, signature_name: str,

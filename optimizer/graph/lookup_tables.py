@@ -45,6 +45,7 @@ import numpy as np
 from optimizer.errors import TfoptError, first_line
 from optimizer.graph.consts import PASS_THROUGH_OPS
 from optimizer.graph.control_flow import ENTER_OPS, SWITCH_OPS, nodes_under_control_flow
+from optimizer.graph.functional_control_flow import FUNCTIONAL_CONTROL_FLOW_OPS
 from optimizer.graph.names import is_control_input, node_name_from_input
 from optimizer.graph.rewrite import make_const
 
@@ -80,6 +81,11 @@ _INT_KEYS = frozenset({_INT32, _INT64})
 
 class TableNotFoldable(TfoptError):
     """A lookup table in the signature is not a static one this freeze can fold."""
+
+
+class TableReadInFunction(TableNotFoldable):
+    """A table passed into a functional If/While/Case: its lookups are in the branch or body
+    functions, which folding does not reach; lowered to Switch/Merge frames they are not."""
 
 
 @dataclass(frozen=True)
@@ -224,7 +230,9 @@ def table_uses(graph_def, table: str) -> tuple[list, list[str]]:
                 forwarders.append(reader.name)
                 pending.append(reader.name)
             else:
-                raise TableNotFoldable(
+                error = (TableReadInFunction if reader.op in FUNCTIONAL_CONTROL_FLOW_OPS
+                         else TableNotFoldable)
+                raise error(
                     f"lookup table input '{table}' is read by {reader.op} node "
                     f"'{reader.name}': only tables the signature merely looks up "
                     f"({', '.join(sorted(READ_OPS))}) can be folded into constants")
