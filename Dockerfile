@@ -41,6 +41,10 @@ COPY --from=build /app /app
 WORKDIR /app
 USER 10001:10001
 
+# OpenVINO's converter reports usage to Intel unless a consent file in the user's home says no;
+# a pipeline converting private models sends nothing.
+RUN ["/app/.venv/bin/opt_in_out", "--opt_out"]
+
 # The wrapper sets OMP_NUM_THREADS and TF's intra/inter-op thread counts from the container's
 # CPU quota (unless set explicitly), then execs tfopt with the arguments given to the image.
 ENTRYPOINT ["python", "-m", "components.container_entrypoint", "tfopt"]
