@@ -87,7 +87,7 @@ def test_with_litert_allowed_the_registry_version_says_its_format_and_how_to_run
 
 
 def test_without_any_data_full_int8_calibrates_on_generated_inputs_and_says_so_up_to_the_registry(
-        model_dir, tmp_path, capsys):
+        model_dir, tmp_path, capsys, monkeypatch):
     code, outcome = run_pipeline(
         tmp_path, capsys, model_dir("keras_cnn"), "synthetic",
         "benchmark: {batch_sizes: [1], min_runs: 20, min_seconds: 0.5, warmup: 3}\n"
@@ -115,9 +115,14 @@ def test_without_any_data_full_int8_calibrates_on_generated_inputs_and_says_so_u
     version = client.get_model_version("synthetic", outcome["publish"]["version"])
     assert version.tags["tfopt.calibration"] == "synthetic"
     assert client.get_run(version.run_id).data.tags["tfopt.calibration"] == "synthetic"
-    sidecar = client.download_artifacts(version.run_id, "model/model.tflite.json",
-                                        str(tmp_path / "sidecar"))
-    assert json.loads(Path(sidecar).read_text())["calibration_source"] == "synthetic"
+    import mlflow.artifacts
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    model = mlflow.artifacts.download_artifacts(
+        artifact_uri=f"models:/synthetic/{version.version}", dst_path=str(tmp_path / "version"))
+    sidecar = Path(model) / "litert" / "model.tflite.json"
+    assert json.loads(sidecar.read_text())["calibration_source"] == "synthetic"
 
 
 def test_run_executes_every_step_and_reports_the_verdict(local_config, tmp_path, capsys):
