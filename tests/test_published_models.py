@@ -216,6 +216,10 @@ def test_mlflow_models_serve_answers_the_input_example_with_the_same_predictions
                                rtol=1e-6, atol=1e-7)
 
 
+# Screenshots outlive pytest's temporary directories: the gitignored work/ of the checkout.
+SCREENSHOTS = Path(__file__).resolve().parents[1] / "work" / "test_artifacts" / "mlflow_ui"
+
+
 def _browser():
     from playwright.sync_api import sync_playwright
 
@@ -225,8 +229,9 @@ def _browser():
 
 
 def test_the_mlflow_ui_shows_the_verdict_the_candidates_table_and_a_chart(
-        published, mlflow_server, tmp_path):
+        published, mlflow_server):
     champion = published["tflite"]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     verdict = f"PROMOTE {champion.candidate.label}: "
     playwright, browser = _browser()
     try:
@@ -235,7 +240,7 @@ def test_the_mlflow_ui_shows_the_verdict_the_candidates_table_and_a_chart(
         page.goto(f"{mlflow_server}/#/models/{champion.name}/versions/{champion.out.version}")
         page.get_by_text(verdict).first.wait_for(timeout=60_000)
         assert page.get_by_text("accuracy drop").first.is_visible()
-        page.screenshot(path=tmp_path / "model_version.png", full_page=True)
+        page.screenshot(path=SCREENSHOTS / "model_version.png", full_page=True)
         # Its report link opens the run's report.html in MLflow's artifact viewer.
         link = page.get_by_role("link", name="Report").get_attribute("href")
         assert link.endswith(f"/runs/{champion.out.run_id}/artifactPath/report/report.html")
@@ -250,11 +255,11 @@ def test_the_mlflow_ui_shows_the_verdict_the_candidates_table_and_a_chart(
         chart = report.locator("img[alt='speedup.png']")
         chart.scroll_into_view_if_needed()
         assert chart.is_visible() and chart.evaluate("img => img.naturalWidth") > 100
-        page.screenshot(path=tmp_path / "report_html.png")
+        page.screenshot(path=SCREENSHOTS / "report_html.png")
     finally:
         browser.close()
         playwright.stop()
-    print(f"screenshots: {tmp_path / 'model_version.png'} {tmp_path / 'report_html.png'}")
+    print(f"screenshots: {SCREENSHOTS / 'model_version.png'} {SCREENSHOTS / 'report_html.png'}")
 
 
 @pytest.mark.slow
