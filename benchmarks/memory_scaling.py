@@ -17,7 +17,11 @@ make one (cgroup v1 or v2, as root), so a run that would exhaust the machine is 
 kernel and reported as killed at the cap instead of taking the machine down.
 
     .venv/bin/python benchmarks/memory_scaling.py [--sizes 25,100,400] [--no-resnet]
-        [--cap-gb 20] [--workdir work/bench/memory]
+        [--cap-gb 20] [--workdir work/bench/memory] [--budget-ratio 2]
+
+``--budget-ratio R`` runs ``tfopt optimize`` a second time with ``--memory-gb`` set to R times
+the by-hand conversion's peak: what it takes to fit a budget (the benchmark in groups, or a
+refusal, exit 7, when the model does not fit at all).
 """
 
 from __future__ import annotations
@@ -141,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-resnet", action="store_true")
     parser.add_argument("--cap-gb", type=float, default=20.0)
     parser.add_argument("--workdir", default=str(REPO / "work" / "bench" / "memory"))
+    parser.add_argument("--budget-ratio", type=float, default=None, metavar="R",
+                        help="also run tfopt optimize with --memory-gb R x the by-hand "
+                             "conversion's peak (the budget it must fit)")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir)
     models = [(f"mlp_{mb}mb", round((mb * 1e6 / 16) ** 0.5)) for mb in
@@ -168,6 +175,18 @@ def main(argv: list[str] | None = None) -> int:
                    "load_and_call": load_call, "tfopt": tfopt,
                    "ratio": (tfopt["peak_bytes"] / by_hand["peak_bytes"]
                              if not tfopt["killed"] else None)}
+            if args.budget_ratio:
+                budget_gb = args.budget_ratio * by_hand["peak_bytes"] / GIB
+                budgeted = measured([str(TFOPT), "-v", "optimize", str(source), str(dst),
+                                     "--targets", "savedmodel,litert", "--overwrite",
+                                     "--memory-gb", f"{budget_gb:.3f}"], cgroup,
+                                    runs / "tfopt_budget.log")
+                row["tfopt_budget"] = {**budgeted, "memory_gb": budget_gb}
+                print(f"{name:<12} tfopt optimize --memory-gb {budget_gb:.2f} "
+                      f"({args.budget_ratio:g}x by hand): "
+                      f"{budgeted['peak_bytes'] / GIB:5.2f} GiB, "
+                      f"{budgeted['wall_seconds']:5.0f} s, exit {budgeted['exit_code']} | ratio "
+                      f"{budgeted['peak_bytes'] / by_hand['peak_bytes']:.2f}", flush=True)
             rows.append(row)
             ratio = f"{row['ratio']:.2f}" if row["ratio"] else "-"
             print(f"{name:<12} weights {row['weights_bytes'] / 1e6:6.0f} MB | by hand: convert "
