@@ -76,6 +76,7 @@ def _run_pipeline(config: PipelineConfig, run_context: dict[str, Any] | None,
     from components.steps.gate import gate
     from components.steps.optimize import optimize
     from components.steps.pull import pull
+    from optimizer.free_memory import return_freed_memory
     from optimizer.process_tree import TreeMeter
 
     run_context = dict(run_context or {})
@@ -87,6 +88,7 @@ def _run_pipeline(config: PipelineConfig, run_context: dict[str, Any] | None,
         with TreeMeter() as meter:
             output = run()
         costs[name] = meter.cost.to_dict()
+        return_freed_memory()  # what the step held and freed, before the next one adds its own
         log.info("%s: %.1fs, peak memory %s", name, meter.cost.wall_seconds,
                  _gib(meter.cost.peak_rss_bytes))
         return output

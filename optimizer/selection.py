@@ -158,4 +158,10 @@ def select_candidate(
             variants={c.label: c.variant for c in candidates}, runtime=runtime,
             eval_data=eval_data, progress=progress)
     decision = evaluate_gate(result, gate_config)
-    return Selection(result, decision, tuple(candidates), tuple(skipped))
+    measured = {c.label for c in result.candidates}
+    # left out of the benchmark: they fit beside the baseline in no group within the budget
+    skipped = [*skipped, *(Skipped(c.label, "does not fit beside the baseline within the "
+                                            "memory budget (see the benchmark's notes)")
+                           for c in candidates if c.label not in measured)]
+    return Selection(result, decision, tuple(c for c in candidates if c.label in measured),
+                     tuple(skipped))

@@ -195,7 +195,7 @@ def _print_costs(costs: dict, model_bytes: int) -> None:
 
 def _check_memory(args):
     """The budget; a model that could not even be optimized within it is refused now."""
-    from optimizer.benchmark.footprint import disk_bytes, optimizing_bytes
+    from optimizer.benchmark.footprint import disk_bytes, job_minimum_bytes, optimizing_bytes
     from optimizer.memory_budget import GIB, memory_budget
 
     if args.memory_gb is not None and args.memory_gb <= 0:
@@ -203,8 +203,11 @@ def _check_memory(args):
 
         raise InvalidInputsError(f"--memory-gb must be positive, got {args.memory_gb:g}")
     budget = memory_budget(args.memory_gb)
-    budget.require(optimizing_bytes(args.src),
-                   f"optimizing {args.src} ({disk_bytes(args.src) / GIB:.2f} GiB on disk)")
+    estimate = (job_minimum_bytes(args.src) if args.targets is not None
+                else optimizing_bytes(args.src))
+    budget.require(estimate, f"optimizing {args.src} ({disk_bytes(args.src) / GIB:.2f} GiB "
+                             f"on disk)" + (" and benchmarking its candidates"
+                                            if args.targets is not None else ""))
     return budget
 
 

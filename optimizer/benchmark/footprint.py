@@ -11,7 +11,8 @@ dense MLPs (200 MB on disk, tree RSS of a fresh process that loads the model and
 - TensorFlow runtime alone, imported and started: ~0.6 GiB (:data:`PROCESS_BYTES`);
 - a SavedModel loaded and called: ~2x its size (0.84 GiB for 200 MB, the process included);
 - its bf16 and XLA variants, loaded beside it: ~12x (each added 2.2 GiB for 200 MB);
-- LiteRT (the flatbuffer is read, XNNPACK repacks the weights), ONNX Runtime, OpenVINO: ~2x.
+- LiteRT (the flatbuffer is read, XNNPACK repacks the weights), ONNX Runtime, OpenVINO: ~2x;
+- freezing and transforming (the optimize stage): ~14x, and the process keeps ~6x after it.
 
 The factors are rounded up: a group that is estimated to fit and does not is killed, one that
 is split needlessly only takes longer.
@@ -28,8 +29,12 @@ PROCESS_BYTES = int(0.6 * GIB)
 # bytes in memory per byte on disk, by format; by variant where a variant differs
 FORMAT_FACTOR = {"savedmodel": 2.5, "tflite": 2.0, "onnx": 2.5, "openvino": 2.5}
 VARIANT_FACTOR = {"bf16": 12.0, "xla": 12.0}
-# freezing and transforming hold the SavedModel, its frozen GraphDef and a rewrite or two of it
-OPTIMIZE_FACTOR = 6.0
+# freezing and transforming hold the SavedModel, its frozen GraphDef and rewrites of it: the
+# optimize stage of tfopt optimize peaked at 1.2 GiB for a 48 MiB MLP (13x over the runtime)
+OPTIMIZE_FACTOR = 14.0
+# what the process that optimized keeps afterwards (its runtime, caches, freed but unreturned
+# heap): 0.9 GiB for the same MLP
+RESIDUE_FACTOR = 6.0
 
 
 def disk_bytes(path: str | os.PathLike) -> int:
@@ -55,6 +60,16 @@ def loaded_bytes(path: str | os.PathLike, format: str = "savedmodel",
 def optimizing_bytes(path: str | os.PathLike) -> int:
     """The estimated peak of freezing and transforming a SavedModel in one process."""
     return PROCESS_BYTES + int(OPTIMIZE_FACTOR * disk_bytes(path))
+
+
+def job_minimum_bytes(path: str | os.PathLike) -> int:
+    """The least ``tfopt optimize --targets`` can take for this SavedModel: the larger of
+    optimizing it and benchmarking it (this process's runtime and residue beside a benchmark
+    process holding the baseline and one candidate of its size)."""
+    size = disk_bytes(path)
+    benchmark = (2 * PROCESS_BYTES + int(RESIDUE_FACTOR * size)
+                 + 2 * int(FORMAT_FACTOR["savedmodel"] * size))
+    return max(optimizing_bytes(path), benchmark)
 
 
 def require_fits_alone(path: str | os.PathLike, budget: MemoryBudget,

@@ -10,12 +10,14 @@ baseline in the same process, on paired interleaved rounds: its group's. The com
 holds each candidate's baseline rounds beside it (:attr:`ModelMeasurement.baseline_samples`),
 which the gate resamples; the baseline's own figures are the first group's.
 
-When everything fits (the usual case), the benchmark runs as it always has, in this process,
-and its result is the same.
+The estimates add what this process already holds (its tree's resident memory). When
+everything fits (the usual case), the benchmark runs as it always has, in this process, and
+its result is the same.
 
-A candidate that cannot fit beside the baseline even alone is refused up front with
-:class:`~optimizer.memory_budget.MemoryBudgetError` (exit 7), its estimate and the budget in one
-line: it would be killed by the kernel midway, with no word.
+A candidate that cannot fit beside the baseline even alone is left out, with its estimate and
+the budget in the result's notes (callers list it as skipped): it would be killed by the kernel
+midway. When no candidate fits, :class:`~optimizer.memory_budget.MemoryBudgetError` (exit 7)
+says so in one line.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from collections.abc import Callable, Sequence
 from optimizer.benchmark.footprint import PROCESS_BYTES, loaded_bytes
 from optimizer.errors import TfoptError
 from optimizer.memory_budget import GIB, MemoryBudget
+from optimizer.process_tree import tree_rss_bytes
 from optimizer.worker_process import read_job, run_job
 
 log = logging.getLogger(__name__)
@@ -39,22 +42,24 @@ class BenchmarkGroupError(TfoptError):
 
 
 def plan_groups(fixed_bytes: int, candidates: Sequence[tuple[object, int]],
-                budget: MemoryBudget) -> list[list[object]]:
-    """Candidates (``(subject, estimated bytes)``, in order) split into consecutive groups whose
-    estimates, plus ``fixed_bytes`` (the process, the baseline and the reference, in every
-    group), fit ``budget``; one group when all fit. Refuses a candidate that fits in none."""
+                budget: MemoryBudget) -> tuple[list[list[object]], list[tuple[object, int]]]:
+    """``(groups, unfit)``: candidates (``(subject, estimated bytes)``, in order) split into
+    consecutive groups whose estimates, plus ``fixed_bytes`` (the process, the baseline and
+    the reference, in every group), fit ``budget`` (one group when all fit); and those that
+    fit beside the baseline in no group, with their estimate."""
     groups: list[list[object]] = []
+    unfit: list[tuple[object, int]] = []
     used = None
     for subject, estimate in candidates:
-        label = getattr(subject, "label", str(subject))
-        budget.require(fixed_bytes + estimate,
-                       f"benchmarking {label} beside the baseline")
+        if fixed_bytes + estimate > budget.bytes:
+            unfit.append((subject, fixed_bytes + estimate))
+            continue
         if used is None or fixed_bytes + used + estimate > budget.bytes:
             groups.append([])
             used = 0
         groups[-1].append(subject)
         used += estimate
-    return groups
+    return groups, unfit
 
 
 def estimate_subject(subject, variant: str | None = None) -> int:
@@ -75,22 +80,39 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
     config = config or BenchmarkConfig()
     say = progress or (lambda message: log.info("%s", message))
     variants = variants or {}
-    fixed = PROCESS_BYTES + estimate_subject(baseline) + (
+    # What this process (and anything it runs) already holds stays held while the models load.
+    in_use = tree_rss_bytes() or 0
+    models = estimate_subject(baseline) + (
         estimate_subject(reference) if reference is not None else 0)
-    groups = plan_groups(fixed, [(c, estimate_subject(c, variants.get(c.label)))
-                                 for c in candidates], budget)
-    if len(groups) == 1:
+    estimates = [(c, estimate_subject(c, variants.get(c.label))) for c in candidates]
+    together = in_use + PROCESS_BYTES + models + sum(e for _, e in estimates)
+    if together <= budget.bytes:
         return run_benchmark(baseline, candidates, config, runtime=runtime,
                              eval_data=eval_data, progress=progress, reference=reference)
-    say(f"baseline and {len(candidates)} candidates need an estimated "
-        f"{(fixed + sum(estimate_subject(c, variants.get(c.label)) for c in candidates)) / GIB:.1f}"
-        f" GiB together, more than the budget of {budget.describe()}: timing them in "
-        f"{len(groups)} groups, the baseline in each, one process per group")
+    # Each group's process starts its own runtime beside this one's memory.
+    groups, unfit = plan_groups(in_use + PROCESS_BYTES + models, estimates, budget)
+    for subject, needs in unfit:
+        say(f"{subject.label} left out: benchmarking it beside the baseline needs an estimated "
+            f"{needs / GIB:.1f} GiB, more than the budget of {budget.describe()}")
+    if not groups:
+        subject, needs = min(unfit, key=lambda pair: pair[1])
+        budget.require(needs, f"benchmarking {subject.label} (the smallest candidate) beside "
+                              f"the baseline")
+    say(f"baseline and {len(candidates)} candidates need an estimated {together / GIB:.1f} "
+        f"GiB together ({in_use / GIB:.1f} GiB already in use), more than the budget of "
+        f"{budget.describe()}: timing them in {len(groups)} group(s), the baseline in each, "
+        f"one process per group")
     results = []
     for n, group in enumerate(groups, 1):
         say(f"group {n}/{len(groups)}: {', '.join(s.label for s in group)}")
         results.append(_run_in_process(baseline, group, config, runtime, eval_data, reference))
-    return combine_groups(results, budget)
+    combined = combine_groups(results, budget)
+    if unfit:
+        combined = dataclasses.replace(combined, notes=(*combined.notes, (
+            "left out, as they fit beside the baseline in no group within the memory budget: "
+            + ", ".join(f"{s.label} (needs an estimated {n / GIB:.1f} GiB)"
+                        for s, n in unfit))))
+    return combined
 
 
 def combine_groups(results: Sequence, budget: MemoryBudget):
@@ -103,7 +125,7 @@ def combine_groups(results: Sequence, budget: MemoryBudget):
             candidates.append(dataclasses.replace(
                 candidate, baseline_samples=dict(result.baseline.samples)))
             ratios[candidate.label] = result.ratios[candidate.label]
-    note = (f"timed in {len(results)} groups to fit the memory budget of {budget.describe()}, "
+    note = (f"timed in {len(results)} group{'s' if len(results) > 1 else ''} to fit the memory budget of {budget.describe()}, "
             f"the baseline in each: "
             + "; ".join(", ".join(c.label for c in r.candidates) for r in results)
             + ". Each candidate's ratio is to the baseline of its own group")
