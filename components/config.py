@@ -137,6 +137,13 @@ class ExecutionConfig(_Section):
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
 
 
+class ResourcesConfig(_Section):
+    memory_gb: float | None = Field(
+        None, gt=0, description="memory budget in GiB where no cgroup limit applies (a pod's "
+                                "limit wins when it is tighter); default: the machine's "
+                                "available memory")
+
+
 class ScheduleConfig(_Section):
     cron: str | None = Field("0 3 * * *", description="null: manual and asset triggers only")
     asset: str | None = Field(
@@ -253,6 +260,7 @@ class PipelineConfig(_Section):
     security: SecurityConfig = Field(default_factory=SecurityConfig)
     candidates: CandidatesConfig = Field(default_factory=CandidatesConfig)
     tuning: TuningConfig = Field(default_factory=TuningConfig)
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
 
     @field_validator("source")
     @classmethod
@@ -266,7 +274,8 @@ class PipelineConfig(_Section):
 
     def fingerprint(self) -> str:
         """Hash of what changes the pipeline's result; scheduling and execution mode don't."""
-        relevant = self.model_dump(mode="json", exclude={"schedule", "execution", "workdir"})
+        relevant = self.model_dump(mode="json", exclude={"schedule", "execution", "workdir",
+                                                       "resources"})
         blob = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 

@@ -27,6 +27,12 @@ from components.workspace import Workspace
 log = logging.getLogger(__name__)
 
 STEPS = ("pull", "freeze", "optimize", "benchmark", "evaluate", "gate", "publish")
+# The key of run_context under which publish gets the steps' costs, logged as metrics.
+STEP_COSTS_CONTEXT = "step_costs"
+
+
+def _gib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**30:.2f} GiB"
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,7 @@ class PipelineOutcome:
     gate: GateOutput
     publish: PublishOutput | None
     workspace: str
+    costs: dict[str, dict] | None = None  # step -> optimizer.process_tree.Cost.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         return {"pull": self.pulled.to_dict(),
@@ -45,7 +52,7 @@ class PipelineOutcome:
                 "benchmark": self.benchmark.to_dict(), "evaluate": self.evaluation.to_dict(),
                 "gate": self.gate.to_dict(),
                 "publish": self.publish.to_dict() if self.publish else None,
-                "workspace": self.workspace}
+                "workspace": self.workspace, "costs": self.costs}
 
 
 def workspace_for(config: PipelineConfig, pulled: PulledModel) -> Workspace:
@@ -69,37 +76,42 @@ def _run_pipeline(config: PipelineConfig, run_context: dict[str, Any] | None,
     from components.steps.gate import gate
     from components.steps.optimize import optimize
     from components.steps.pull import pull
+    from optimizer.free_memory import return_freed_memory
+    from optimizer.process_tree import TreeMeter
 
     run_context = dict(run_context or {})
     started = time.perf_counter()
+    costs: dict[str, dict] = {}
 
-    def step(n: int, name: str) -> None:
+    def step(n: int, name: str, run):
         log.info("[%d/%d] %s (%.0fs)", n, len(STEPS), name, time.perf_counter() - started)
+        with TreeMeter() as meter:
+            output = run()
+        costs[name] = meter.cost.to_dict()
+        return_freed_memory()  # what the step held and freed, before the next one adds its own
+        log.info("%s: %.1fs, peak memory %s", name, meter.cost.wall_seconds,
+                 _gib(meter.cost.peak_rss_bytes))
+        return output
 
-    step(1, "pull")
-    pulled = pull(config)
+    pulled = step(1, "pull", lambda: pull(config))
     ws = workspace_for(config, pulled)
-    step(2, "freeze")
-    frozen = freeze(config, pulled, ws)
-    step(3, "optimize")
-    optimized = optimize(config, pulled, ws)
+    frozen = step(2, "freeze", lambda: freeze(config, pulled, ws))
+    optimized = step(3, "optimize", lambda: optimize(config, pulled, ws))
     candidates = candidate_models(frozen, optimized)
-    step(4, "benchmark")
     champion = None
     if publish_results:
         from components.steps.benchmark import baseline_for_run
 
         champion = baseline_for_run(config, ws, run_context)
-    bench = benchmark(config, pulled, candidates, champion, ws)
-    step(5, "evaluate")
-    evaluation = evaluate(config, bench, ws)
-    step(6, "gate")
-    verdict = gate(config, evaluation, ws)
+    bench = step(4, "benchmark", lambda: benchmark(config, pulled, candidates, champion, ws))
+    evaluation = step(5, "evaluate", lambda: evaluate(config, bench, ws))
+    verdict = step(6, "gate", lambda: gate(config, evaluation, ws, dict(costs)))
     published = None
     if publish_results:
         from components.steps.publish import publish
 
-        step(7, "publish")
-        published = publish(config, pulled, candidates, evaluation, verdict, ws, run_context)
+        context = {**run_context, STEP_COSTS_CONTEXT: dict(costs)}
+        published = step(7, "publish", lambda: publish(config, pulled, candidates, evaluation,
+                                                       verdict, ws, context))
     return PipelineOutcome(pulled, candidates, bench, evaluation, verdict, published,
-                           str(ws.root))
+                           str(ws.root), costs)

@@ -19,8 +19,10 @@ from components.artifacts import (
     candidate_models,
 )
 from components.config import PipelineConfig
-from components.pipeline import STEPS, workspace_for
+from components.pipeline import STEP_COSTS_CONTEXT, STEPS, workspace_for
 from optimizer.errors import TfoptError
+
+COSTS_KEY = "costs"
 
 # Which earlier outputs each step reads.
 NEEDS: dict[str, tuple[str, ...]] = {
@@ -45,13 +47,29 @@ def _require(name: str, inputs: dict[str, Any]) -> None:
                              f"(pass them with --inputs)")
 
 
+def inherited_costs(inputs: dict[str, Any] | None) -> dict[str, dict]:
+    """``{step: cost dict}`` of the steps before, as their outputs carry them forward."""
+    costs: dict[str, dict] = {}
+    for output in (inputs or {}).values():
+        if isinstance(output, dict):
+            costs.update(output.get(COSTS_KEY) or {})
+    return costs
+
+
 def run_step(name: str, config: PipelineConfig, inputs: dict[str, Any] | None = None,
              run_context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The step's output, plus under ``costs`` its own wall time and peak tree memory and
+    those of every step before it (so publish, reading only some outputs, has them all)."""
     from optimizer.op_scan import using_policy
+    from optimizer.process_tree import TreeMeter
 
+    costs = inherited_costs(inputs)
+    if name == "publish":
+        run_context = {**(run_context or {}), STEP_COSTS_CONTEXT: costs}
     # Every model this step reads applies the config's security (see optimizer.op_scan).
-    with using_policy(config.security.scan_policy()):
-        return _run_step(name, config, inputs, run_context)
+    with using_policy(config.security.scan_policy()), TreeMeter() as meter:
+        output = _run_step(name, config, inputs, run_context)
+    return {**output, COSTS_KEY: {**costs, name: meter.cost.to_dict()}}
 
 
 def _run_step(name: str, config: PipelineConfig, inputs: dict[str, Any] | None,
@@ -71,7 +89,7 @@ def _run_step(name: str, config: PipelineConfig, inputs: dict[str, Any] | None,
         "optimize": lambda: _optimize(config, pulled, ws),
         "benchmark": lambda: _benchmark(config, pulled, inputs, ws, run_context or {}),
         "evaluate": lambda: _evaluate(config, inputs, ws),
-        "gate": lambda: _gate(config, inputs, ws),
+        "gate": lambda: _gate(config, inputs, ws, inherited_costs(inputs)),
         "publish": lambda: _publish(config, pulled, inputs, ws, run_context or {}),
     }
     return handlers[name]().to_dict()
@@ -106,10 +124,10 @@ def _evaluate(config, inputs, ws):
     return evaluate(config, BenchmarkOutput.from_dict(inputs["benchmark"]), ws)
 
 
-def _gate(config, inputs, ws):
+def _gate(config, inputs, ws, step_costs):
     from components.steps.gate import gate
 
-    return gate(config, EvaluationOutput.from_dict(inputs["evaluate"]), ws)
+    return gate(config, EvaluationOutput.from_dict(inputs["evaluate"]), ws, step_costs)
 
 
 def _publish(config, pulled, inputs, ws, run_context):

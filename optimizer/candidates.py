@@ -169,6 +169,35 @@ def parse_targets(text: str) -> tuple[str, ...]:
     return targets
 
 
+def planned_builds(settings: CandidateSettings) -> list[tuple[str, ...]]:
+    """The candidates ``settings`` ask for, in build order, grouped by the worker process that
+    builds them: one each, except the flavours of ONNX and of OpenVINO, which share one
+    conversion of the source (tf2onnx, ``convert_model``) that would otherwise be redone per
+    flavour."""
+    groups: list[tuple[str, ...]] = []
+    if "savedmodel" in settings.targets:
+        groups += [(variant,) for variant in settings.savedmodel_variants]
+    if "litert" in settings.targets:
+        groups += [(f"litert_{flavour}",) for flavour in settings.litert_flavours]
+    for target in ("onnx", "openvino"):
+        if target in settings.targets and settings.flavours(target):
+            groups.append(tuple(f"{target}_{flavour}" for flavour in settings.flavours(target)))
+    return groups
+
+
+# A worker costs a TensorFlow import and a model load: seconds of CPU and about 0.5 GiB for a
+# moment. Below this size on disk, building every candidate in this process holds less than
+# that; above it, a build holds several times the model, which only a worker's exit gives back.
+WORKERS_FROM_BYTES = 32 * 2**20
+
+
+def builds_in_workers(source: str | os.PathLike) -> bool:
+    """Whether :func:`derive_candidates` builds ``source``'s candidates in worker processes."""
+    from optimizer.benchmark.footprint import disk_bytes
+
+    return disk_bytes(source) >= WORKERS_FROM_BYTES
+
+
 def derive_candidates(
     source: str | os.PathLike,
     optimized: FrozenModel,
@@ -178,6 +207,7 @@ def derive_candidates(
     signature: str = DEFAULT_SIGNATURE,
     calibration: Calibration | None = None,
     source_digest: str | None = None,
+    in_workers: bool | None = None,
 ) -> tuple[list[Candidate], list[Skipped]]:
     """Build every candidate ``settings`` allows under ``workdir`` (one directory each).
 
@@ -185,6 +215,15 @@ def derive_candidates(
     the SavedModel variants start from. ``calibration`` (:mod:`optimizer.calibration`) feeds the
     int8 flavours that calibrate; without it they calibrate on inputs generated from the
     signature and are tagged ``synthetic``.
+
+    Each candidate (each shared conversion, see :func:`planned_builds`) is built in a worker
+    process of its own, one at a time (:mod:`optimizer.candidate_worker`): a converter, a
+    trace or an XLA compilation holds several times the model's size, and TensorFlow does
+    not give that memory back to the system while its process lives. The worker exits once
+    its artifact is on disk, so the candidates stage costs one build at a time, not their
+    sum. ``in_workers=False`` builds them in this process (what a worker itself does); the
+    default, ``None``, uses workers for a model of :data:`WORKERS_FROM_BYTES` or more on disk
+    (:func:`builds_in_workers`).
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -192,21 +231,60 @@ def derive_candidates(
         from optimizer.savedmodel import get_signature
 
         calibration = synthetic(get_signature(source, signature), settings.calibration_samples)
+    groups = planned_builds(settings)
+    if in_workers is None:
+        in_workers = builds_in_workers(source)
+    if not in_workers:
+        labels = [label for group in groups for label in group]
+        return build_candidates(source, optimized, workdir, settings, labels,
+                                signature=signature, calibration=calibration,
+                                source_digest=source_digest)
+    from optimizer.candidate_worker import build_in_worker
+
+    made, skipped = [], []
+    for n, labels in enumerate(groups, 1):
+        log.info("candidates: [%d/%d] %s (worker process)", n, len(groups), ", ".join(labels))
+        built, refused = build_in_worker(
+            source, optimized if any(lb in SAVEDMODEL_VARIANTS for lb in labels) else None,
+            workdir, settings, labels, signature=signature, calibration=calibration,
+            source_digest=source_digest)
+        made += built
+        skipped += refused
+    return made, skipped
+
+
+def build_candidates(
+    source: str | os.PathLike,
+    optimized: FrozenModel | None,
+    workdir: Path,
+    settings: CandidateSettings,
+    labels: Sequence[str],
+    *,
+    signature: str,
+    calibration: Calibration | None,
+    source_digest: str | None,
+) -> tuple[list[Candidate], list[Skipped]]:
+    """Build the candidates named ``labels`` here, in this process; a refused one is skipped
+    with its one-line reason."""
+    wanted = set(labels)
     makers: list[tuple[str, Callable[[Path], Candidate]]] = []
     if "savedmodel" in settings.targets:
         for variant in settings.savedmodel_variants:
-            makers.append((variant, _savedmodel_maker(variant, optimized, signature)))
-    if "litert" in settings.targets:
+            if variant in wanted:
+                makers.append((variant, _savedmodel_maker(variant, optimized, signature)))
+    if "litert" in settings.targets and any(lb.startswith("litert_") for lb in wanted):
         converted_from = _litert_source(Path(source), workdir, signature)
         for flavour in settings.litert_flavours:
-            makers.append((f"litert_{flavour}", _litert_maker(
-                flavour, converted_from, signature, calibration, settings.calibration_samples,
-                source_digest)))
+            if f"litert_{flavour}" in wanted:
+                makers.append((f"litert_{flavour}", _litert_maker(
+                    flavour, converted_from, signature, calibration,
+                    settings.calibration_samples, source_digest)))
     for target in ("onnx", "openvino"):
-        if target in settings.targets:
+        flavours = [f for f in settings.flavours(target) if f"{target}_{f}" in wanted]
+        if target in settings.targets and flavours:
             make = _converter(target, Path(source), signature, calibration,
                               settings.calibration_samples, source_digest)
-            for flavour in settings.flavours(target):
+            for flavour in flavours:
                 makers.append((f"{target}_{flavour}", functools.partial(make, flavour)))
     made, skipped = [], []
     for n, (label, make) in enumerate(makers, 1):

@@ -63,7 +63,7 @@ from dataclasses import asdict, dataclass
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from optimizer.benchmark.result import BenchmarkResult, ModelMeasurement
-from optimizer.benchmark.stats import RatioInterval, p50_ratio_interval
+from optimizer.benchmark.stats import RatioInterval, p50_ratio_interval, round_figures
 from optimizer.errors import GateConfigError
 
 EXIT_PROMOTE = 0
@@ -335,16 +335,16 @@ def _limit_checks(candidate: ModelMeasurement, config: GateConfig) -> list[Check
 def recompute_intervals(result: BenchmarkResult,
                         confidence: float) -> dict[str, dict[int, RatioInterval]]:
     """The ratio intervals at ``confidence``, from the result's raw paired samples."""
-    base = result.baseline.samples
     out: dict[str, dict[int, RatioInterval]] = {}
     for candidate in result.candidates:
+        base = result.paired_baseline_samples(candidate)
         out[candidate.label] = {}
         for batch, seconds in candidate.samples.items():
             if batch not in base or len(base[batch]) != len(seconds):
                 continue
             stored = result.ratios.get(candidate.label, {}).get(batch)
             out[candidate.label][batch] = p50_ratio_interval(
-                result.round_figures(result.baseline, batch),
+                round_figures(base[batch], result.settings.block_size),
                 result.round_figures(candidate, batch), confidence,
                 resamples=stored.resamples if stored else result.settings.resamples,
                 block=stored.block if stored else None)

@@ -136,15 +136,32 @@ def select_candidate(
     baseline_role: str = UNOPTIMIZED_INPUT,
     runtime=None,
     progress: Callable[[str], None] | None = None,
+    budget=None,
 ) -> Selection:
-    """Benchmark ``candidates`` against ``baseline`` and let the gate choose."""
+    """Benchmark ``candidates`` against ``baseline`` and let the gate choose. With a memory
+    ``budget`` (:class:`~optimizer.memory_budget.MemoryBudget`), in groups that fit it when
+    they do not all fit together (:mod:`optimizer.benchmark.memory_groups`)."""
     if not candidates:
         raise InvalidInputsError("no candidate to choose from"
                                  + (f" ({len(skipped)} skipped: {skipped[0].reason})"
                                     if skipped else ""))
     subjects = [Subject.candidate(c.path, label=c.label) for c in candidates]
-    result = run_benchmark(Subject.baseline(baseline, role=baseline_role, label="input"),
-                           subjects, benchmark_config or BenchmarkConfig(), runtime=runtime, eval_data=eval_data,
-                           progress=progress)
+    base = Subject.baseline(baseline, role=baseline_role, label="input")
+    if budget is None:
+        result = run_benchmark(base, subjects, benchmark_config or BenchmarkConfig(),
+                               runtime=runtime, eval_data=eval_data, progress=progress)
+    else:
+        from optimizer.benchmark.memory_groups import run_benchmark_within
+
+        result = run_benchmark_within(
+            budget, base, subjects, benchmark_config or BenchmarkConfig(),
+            variants={c.label: c.variant for c in candidates}, runtime=runtime,
+            eval_data=eval_data, progress=progress)
     decision = evaluate_gate(result, gate_config)
-    return Selection(result, decision, tuple(candidates), tuple(skipped))
+    measured = {c.label for c in result.candidates}
+    # left out of the benchmark: they fit beside the baseline in no group within the budget
+    skipped = [*skipped, *(Skipped(c.label, "does not fit beside the baseline within the "
+                                            "memory budget (see the benchmark's notes)")
+                           for c in candidates if c.label not in measured)]
+    return Selection(result, decision, tuple(c for c in candidates if c.label in measured),
+                     tuple(skipped))

@@ -16,9 +16,72 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from optimizer.errors import TfoptError, first_line
+
+
+def child_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a child ``python -m optimizer...``: this package
+    importable, TensorFlow's C++ logs quiet unless asked for, plus ``env``."""
+    child_env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[1])
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root,
+                                                          child_env.get("PYTHONPATH")) if p)
+    child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    child_env.update(env or {})
+    return child_env
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    returncode: int  # negative: killed by that signal
+    answer: str | None  # what the child wrote to its answer file, None if nothing
+    stderr: str
+
+    def last_line(self) -> str:
+        lines = [ln for ln in self.stderr.splitlines() if ln.strip()]
+        return lines[-1].strip() if lines else "no output"
+
+
+def run_job(module: str, job: object, directory: str | os.PathLike | None = None) -> JobOutcome:
+    """Run ``python -m module JOB ANSWER`` to completion: ``job`` pickled into JOB (parent and
+    child are the same code; nothing else reads it), the child writing ANSWER (temp then
+    rename) before it exits. Its stderr (its log) is passed on to this process's once it has
+    exited. Returns when the child is gone, so its memory is back. The job file goes in
+    ``directory`` (default: the system's temporary directory; give one on disk for a large
+    job, as a tmpfs is memory)."""
+    import pickle
+
+    with tempfile.TemporaryDirectory(prefix=".tfopt-job-", dir=directory) as scratch:
+        job_path, answer = Path(scratch) / "job.pickle", Path(scratch) / "answer"
+        with open(job_path, "wb") as out:
+            pickle.dump(job, out, protocol=pickle.HIGHEST_PROTOCOL)
+        with tempfile.TemporaryFile() as stderr:
+            code = subprocess.run([sys.executable, "-m", module, str(job_path), str(answer)],
+                                  check=False, stdin=subprocess.DEVNULL, stderr=stderr,
+                                  env=child_environment()).returncode
+            stderr.seek(0)
+            errors = stderr.read().decode(errors="replace")
+        if errors.strip():
+            sys.stderr.write(errors)
+        return JobOutcome(code, answer.read_text() if answer.is_file() else None, errors)
+
+
+def read_job(argv: Sequence[str]) -> tuple[object, Callable[[str], None]]:
+    """The child's side of :func:`run_job`: the job, and how to write the answer."""
+    import pickle
+
+    job_path, answer = Path(argv[0]), Path(argv[1])
+    with open(job_path, "rb") as job_file:
+        job = pickle.load(job_file)
+
+    def write_answer(text: str) -> None:
+        staging = answer.with_name(answer.name + ".partial")
+        staging.write_text(text)
+        staging.rename(answer)
+    return job, write_answer
 
 
 class WorkerProcess:
@@ -31,12 +94,7 @@ class WorkerProcess:
         self._buffer = b""
         # Lives as long as the worker; close() closes it.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
-        child_env = dict(os.environ)
-        package_root = str(Path(__file__).resolve().parents[1])
-        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root,
-                                                              child_env.get("PYTHONPATH")) if p)
-        child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        child_env.update(env or {})
+        child_env = child_environment(env)
         self.process = subprocess.Popen(
             [sys.executable, "-m", module, *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=child_env)

@@ -66,6 +66,10 @@ def add_parser(sub) -> None:
     p.add_argument("--trace", metavar="FILE.json",
                    help="write what each transform did (nodes, ops, bytes, seconds) as JSON")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
+    p.add_argument("--memory-gb", type=float, default=None, dest="memory_gb", metavar="GIB",
+                   help="memory budget where no cgroup limit applies (default: the machine's "
+                        "memory); a model estimated not to fit is refused (exit 7), a "
+                        "benchmark that does not fit is timed in groups that do")
     add_allow_op_argument(p)
     add_target_arguments(p)
     p.set_defaults(run=run)
@@ -180,7 +184,48 @@ def _write_trace(path: str, result) -> None:
         raise DestinationError(f"cannot write trace {path}: {exc.strerror or exc}") from None
 
 
+def _print_costs(costs: dict, model_bytes: int) -> None:
+    """What each stage cost: wall time and the peak memory of the process tree."""
+    rows = [[stage, f"{cost.wall_seconds:.1f} s",
+             human_bytes(cost.peak_rss_bytes) if cost.peak_rss_bytes is not None else "-"]
+            for stage, cost in costs.items()]
+    print(f"cost         model {human_bytes(model_bytes)} on disk")
+    print(table(["stage", "wall", "peak memory (process tree)"], rows))
+
+
+def _check_memory(args):
+    """The budget; a model that could not even be optimized within it is refused now."""
+    from optimizer.benchmark.footprint import disk_bytes, job_minimum_bytes, optimizing_bytes
+    from optimizer.memory_budget import GIB, memory_budget
+
+    if args.memory_gb is not None and args.memory_gb <= 0:
+        from optimizer.errors import InvalidInputsError
+
+        raise InvalidInputsError(f"--memory-gb must be positive, got {args.memory_gb:g}")
+    budget = memory_budget(args.memory_gb)
+    estimate = (job_minimum_bytes(args.src) if args.targets is not None
+                else optimizing_bytes(args.src))
+    budget.require(estimate, f"optimizing {args.src} ({disk_bytes(args.src) / GIB:.2f} GiB "
+                             f"on disk)" + (" and benchmarking its candidates"
+                                            if args.targets is not None else ""))
+    return budget
+
+
 def run(args) -> int:
+    from optimizer.process_tree import TreeMeter
+
+    costs: dict = {}
+    with TreeMeter() as whole:
+        code = _run(args, costs)
+    if not args.json and costs:
+        from optimizer.savedmodel import directory_size
+
+        costs["total"] = whole.cost
+        _print_costs(costs, directory_size(args.src))
+    return code
+
+
+def _run(args, costs: dict) -> int:
     from optimizer.atomic import check_writable
     from optimizer.errors import EquivalenceError
     from optimizer.optimize import optimize, write_optimized
@@ -195,14 +240,22 @@ def run(args) -> int:
     recipe = _recipe(args) if search is None else None
     tolerance = _tolerance(args, recipe or Recipe(()))
     check_writable(args.dst, args.overwrite)
+    args.budget = _check_memory(args)
     runtime = None
     if args.targets is not None:
         from optimizer.benchmark.runtime import apply_runtime_settings, default_runtime_settings
 
         # thread pools are sized when TensorFlow starts, which optimizing does
         runtime = apply_runtime_settings(default_runtime_settings())
-    result = optimize(args.src, recipe, signature_name=args.signature, tolerance=tolerance,
-                      backend=args.backend, search=search)
+    from optimizer.process_tree import TreeMeter
+
+    with TreeMeter() as meter:
+        result = optimize(args.src, recipe, signature_name=args.signature, tolerance=tolerance,
+                          backend=args.backend, search=search)
+    costs["optimize"] = meter.cost
+    from optimizer.free_memory import return_freed_memory
+
+    return_freed_memory()  # the copies freezing and transforming held: the next stages need it
     if args.trace:
         _write_trace(args.trace, result)
 
@@ -222,7 +275,7 @@ def run(args) -> int:
     if args.targets is not None:
         from components.cli.optimize_targets import run_with_targets
 
-        return run_with_targets(args, result, runtime)
+        return run_with_targets(args, result, runtime, costs)
     written = write_optimized(result, args.dst, overwrite=args.overwrite)
     dst_bytes = directory_size(written)
     if args.json:

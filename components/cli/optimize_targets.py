@@ -101,9 +101,10 @@ def _print_rows(rows: list[dict]) -> None:
                  "why not"], lines))
 
 
-def run_with_targets(args, result, runtime=None) -> int:
+def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> int:
     """``result`` is the accepted :class:`~optimizer.optimize.OptimizeResult`; ``runtime`` the
-    thread settings applied before TensorFlow started."""
+    thread settings applied before TensorFlow started; ``costs`` gets each stage's
+    :class:`~optimizer.process_tree.Cost`."""
     from optimizer.atomic import atomic_directory, check_writable
     from optimizer.benchmark.harness import BenchmarkConfig
     from optimizer.candidates import (
@@ -116,6 +117,7 @@ def run_with_targets(args, result, runtime=None) -> int:
     from optimizer.evaluation import load_labelled_data
     from optimizer.gate import EXIT_REJECT, GateConfig
     from optimizer.optimize import write_optimized
+    from optimizer.process_tree import TreeMeter
     from optimizer.savedmodel import get_signature
     from optimizer.selection import select_candidate
 
@@ -133,15 +135,21 @@ def run_with_targets(args, result, runtime=None) -> int:
                               format="savedmodel", runtime="tensorflow",
                               path=str(optimized_dir),
                               how_to_load=savedmodel_load_instructions(args.signature))
-        derived, skipped = derive_candidates(
-            args.src, result.candidate.model, workdir, settings, signature=args.signature,
-            calibration=_calibration(signature, args, settings))
+        costs = {} if costs is None else costs
+        with TreeMeter() as meter:
+            derived, skipped = derive_candidates(
+                args.src, result.candidate.model, workdir, settings, signature=args.signature,
+                calibration=_calibration(signature, args, settings))
+        costs["candidates"] = meter.cost
         candidates = ([optimized] if "savedmodel" in settings.targets else []) + derived
-        selection = select_candidate(
-            args.src, candidates, gate,
-            BenchmarkConfig(min_seconds=args.seconds, signature=args.signature),
-            skipped=skipped, eval_data=eval_data, runtime=runtime,
-            progress=lambda message: log.info("benchmark: %s", message))
+        with TreeMeter() as meter:
+            selection = select_candidate(
+                args.src, candidates, gate,
+                BenchmarkConfig(min_seconds=args.seconds, signature=args.signature),
+                skipped=skipped, eval_data=eval_data, runtime=runtime,
+                progress=lambda message: log.info("benchmark: %s", message),
+                budget=getattr(args, "budget", None))
+        costs["benchmark+evaluate"] = meter.cost
         rows = selection.rows()
         _print_rows(rows)
         chosen = selection.chosen

@@ -101,7 +101,19 @@ def run_metrics(pub: Publication) -> dict[str, float]:
         if drop is not None and drop.get("measured") is not None:
             metrics[f"{prefix}.accuracy_drop"] = drop["measured"]
     metrics["gate.promote"] = 1.0 if pub.gate.promote else 0.0
+    metrics.update(step_cost_metrics(pub.run_context.get("step_costs") or {}))
     return {k: float(v) for k, v in metrics.items() if math.isfinite(v)}
+
+
+def step_cost_metrics(costs: dict[str, dict]) -> dict[str, float]:
+    """``step.<name>.wall_seconds`` and ``step.<name>.peak_rss_bytes`` (the step's process
+    tree) of every step before publish (publish's own cost is known only once it is done)."""
+    metrics: dict[str, float] = {}
+    for step, cost in costs.items():
+        metrics[f"step.{step}.wall_seconds"] = cost["wall_seconds"]
+        if cost.get("peak_rss_bytes") is not None:
+            metrics[f"step.{step}.peak_rss_bytes"] = cost["peak_rss_bytes"]
+    return metrics
 
 
 def model_metrics(pub: Publication, model: CandidateModel) -> dict[str, float]:

@@ -59,9 +59,11 @@ def baseline_for_run(config: PipelineConfig, ws: Workspace,
 def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[CandidateModel],
               champion: ChampionModel | None, ws: Workspace) -> BenchmarkOutput:
     def run(step_dir: Path) -> BenchmarkOutput:
-        from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+        from optimizer.benchmark.harness import BenchmarkConfig, Subject
+        from optimizer.benchmark.memory_groups import run_benchmark_within
         from optimizer.benchmark.result import CHAMPION, UNOPTIMIZED_INPUT
         from optimizer.benchmark.runtime import apply_runtime_settings, default_runtime_settings
+        from optimizer.memory_budget import memory_budget
 
         reference = None
         if champion is not None:
@@ -80,9 +82,10 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
             signature=config.signature)
         runtime = apply_runtime_settings(default_runtime_settings(config.benchmark.threads))
         log.info("benchmark: %s vs %s", baseline.label, ", ".join(c.label for c in candidates))
-        result = run_benchmark(baseline, subjects, settings, runtime=runtime,
-                               progress=lambda message: log.info("benchmark: %s", message),
-                               reference=reference)
+        result = run_benchmark_within(
+            memory_budget(config.resources.memory_gb), baseline, subjects, settings,
+            variants={c.label: c.variant for c in candidates if c.variant}, runtime=runtime,
+            progress=lambda message: log.info("benchmark: %s", message), reference=reference)
         if champion is not None and champion.intra_op_threads is not None and (
                 champion.intra_op_threads, champion.inter_op_threads) != (
                 runtime.intra_op_threads, runtime.inter_op_threads):

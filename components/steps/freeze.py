@@ -14,6 +14,10 @@ LABEL = "frozen"
 
 
 def freeze(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> CandidateModel:
+    from components.memory_check import require_model_fits
+
+    require_model_fits(config, pulled, "freeze")  # exit 7 now, not an OOM kill midway
+
     def run(step_dir: Path) -> CandidateModel:
         from optimizer.benchmark.environment import model_digest
         from optimizer.candidates import savedmodel_load_instructions

@@ -13,7 +13,9 @@ from components.workspace import Workspace
 log = logging.getLogger(__name__)
 
 
-def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace) -> GateOutput:
+def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace,
+         step_costs: dict | None = None) -> GateOutput:
+    """``step_costs`` (step -> wall time and peak memory) of the steps before go in the report."""
     def run(step_dir: Path) -> GateOutput:
         from optimizer.benchmark.result import load_result
         from optimizer.candidates import Candidate
@@ -43,7 +45,7 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace) ->
         rows = candidate_rows(result, decision,
                               [Candidate(**tag) for tag in evaluation.candidate_tags])
         report = write_report(result, step_dir / "report", decision, profiles,
-                              candidate_rows=rows)
+                              candidate_rows=rows, step_costs=step_costs)
         summary = (f"promote {decision.chosen}" if decision.promote
                    else "reject: " + "; ".join(
                        f"{v.candidate}: {v.summary()}" for v in decision.verdicts))

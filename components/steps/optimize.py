@@ -35,6 +35,10 @@ def search_settings_of(config: PipelineConfig):
 
 
 def optimize(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> CandidateModel:
+    from components.memory_check import require_model_fits
+
+    require_model_fits(config, pulled, "optimize")  # exit 7 now, not an OOM kill midway
+
     def run(step_dir: Path) -> CandidateModel:
         from optimizer.benchmark.environment import model_digest
         from optimizer.candidates import savedmodel_load_instructions

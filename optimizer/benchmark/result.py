@@ -83,6 +83,9 @@ class ModelMeasurement:
     format: str = "savedmodel"  # what ran it: optimizer.runtime.registry
     runtime: str = "tensorflow"
     num_threads: int | None = None  # the runtime's own thread count; None: the process's
+    # the baseline's samples from the process this candidate was timed in, when the benchmark
+    # ran in groups (optimizer.benchmark.memory_groups); None: the result's baseline's
+    baseline_samples: dict[int, tuple[float, ...]] | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -97,6 +100,8 @@ class ModelMeasurement:
             "samples": {str(b): list(s) for b, s in self.samples.items()},
             "quality": self.quality.to_dict() if self.quality else None,
             "fidelity": self.fidelity.to_dict() if self.fidelity else None,
+            **({"baseline_samples": {str(b): list(s) for b, s in self.baseline_samples.items()}}
+               if self.baseline_samples is not None else {}),
         }
 
     @classmethod
@@ -114,6 +119,9 @@ class ModelMeasurement:
             fidelity=Fidelity(**data["fidelity"]) if data.get("fidelity") else None,
             format=data.get("format", "savedmodel"), runtime=data.get("runtime", "tensorflow"),
             num_threads=data.get("num_threads"),
+            baseline_samples=({int(b): tuple(float(v) for v in s)
+                               for b, s in data["baseline_samples"].items()}
+                              if data.get("baseline_samples") is not None else None),
         )
 
 
@@ -176,6 +184,13 @@ class BenchmarkResult:
         """``model``'s figure per round at ``batch_size`` (the median of its block), paired by
         index with every other timed model's: what the ratio intervals resample."""
         return round_figures(model.samples[batch_size], self.settings.block_size)
+
+    def paired_baseline_samples(self, candidate: ModelMeasurement) -> dict:
+        """The baseline's samples ``candidate`` was timed beside: its group's when the
+        benchmark ran in groups, else the baseline's own."""
+        if candidate.baseline_samples is not None:
+            return candidate.baseline_samples
+        return self.baseline.samples
 
     def candidate(self, label: str) -> ModelMeasurement:
         for c in self.candidates:

@@ -48,6 +48,9 @@ def litert_source(source: str | os.PathLike, signature: str,
     from optimizer.transforms.unroll_static_loops import UnrollStaticLoops
 
     source = Path(source)
+    if not _holds_while_loops(source):
+        # Freezing holds several times the model's size: not worth it to find no loop.
+        return LiteRTSource(source, None)
     frozen = freeze(source, signature)
     loops = sum(n.op in WHILE_OPS for n in frozen.graph_def.node)
     if not loops:
@@ -64,6 +67,15 @@ def litert_source(source: str | os.PathLike, signature: str,
     log.info("LiteRT: converting %s with %d of its %d while loop(s) unrolled", source,
              loops - len(kept), loops)
     return LiteRTSource(target, reasons or None)
+
+
+def _holds_while_loops(source: Path) -> bool:
+    """Whether the SavedModel's graph or any function of its library has a while loop, read
+    from ``saved_model.pb`` alone (the frozen graph cannot have more)."""
+    from optimizer.savedmodel import op_histogram, read_saved_model_proto, serving_meta_graph
+
+    meta_graph = serving_meta_graph(read_saved_model_proto(source), source)
+    return any(op in WHILE_OPS for op in op_histogram(meta_graph.graph_def))
 
 
 def _why_kept(graph_def, node) -> str:

@@ -9,7 +9,7 @@ per-op time profile of the baseline and the chosen candidate, and the environmen
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from optimizer.benchmark.result import BenchmarkResult, ModelMeasurement
 from optimizer.report.profile import OpProfile
@@ -174,11 +174,26 @@ def candidates_table(rows: Sequence[dict]) -> list[str]:
                    "accuracy", "size", "verdict", "why not"], table_rows)
 
 
+def step_costs_table(step_costs: Mapping[str, Mapping], model_bytes: int) -> list[str]:
+    """Each pipeline step's wall time and peak memory (its whole process tree), beside the
+    model's size, which is what the memory grows with."""
+    rows = []
+    for step, cost in step_costs.items():
+        peak = cost.get("peak_rss_bytes")
+        rows.append([step, f"{cost['wall_seconds']:.1f} s", human_bytes(peak),
+                     f"{peak / model_bytes:.1f}x" if peak and model_bytes else "-"])
+    return ([f"The input model: {human_bytes(model_bytes)} on disk.", ""]
+            + _table(["step", "wall", "peak memory (process tree)", "peak / model size"], rows))
+
+
 def render_markdown(result: BenchmarkResult, decision=None,
                     profiles: Sequence[OpProfile] = (), charts: Sequence[str] = (),
-                    top_ops: int = 12, candidate_rows: Sequence[dict] = ()) -> str:
+                    top_ops: int = 12, candidate_rows: Sequence[dict] = (),
+                    step_costs: Mapping[str, Mapping] | None = None) -> str:
     """The whole report. ``decision`` is an optional :class:`optimizer.gate.GateDecision`;
-    ``candidate_rows`` (:func:`optimizer.selection.candidate_rows`) adds the candidates table."""
+    ``candidate_rows`` (:func:`optimizer.selection.candidate_rows`) adds the candidates table;
+    ``step_costs`` (step -> :meth:`optimizer.process_tree.Cost.to_dict`) the cost of each
+    pipeline step so far."""
     lines = ["# Benchmark report", ""]
     base = result.baseline
     lines.append(f"Baseline **{base.label}** ({base.role}) against "
@@ -236,6 +251,9 @@ def render_markdown(result: BenchmarkResult, decision=None,
                       m.digest[:23] + "…", human_bytes(m.rss_growth_bytes),
                       ms(m.first_call_seconds)]
                      for m in result.measured])
+    if step_costs:
+        lines += ["", "## Cost of each step", ""]
+        lines += step_costs_table(step_costs, result.accuracy_reference.size_bytes)
     lines += ["", "## Environment", "", result.environment.summary(), ""]
     for note in result.notes:
         lines.append(f"- note: {note}")

@@ -43,9 +43,11 @@ def report_payload(result: BenchmarkResult, decision=None,
 
 def write_report(result: BenchmarkResult, directory: str | os.PathLike, decision=None,
                  profiles: Sequence[OpProfile] = (), charts: bool = True,
-                 candidate_rows: Sequence[dict] = ()) -> ReportFiles:
+                 candidate_rows: Sequence[dict] = (), step_costs: dict | None = None
+                 ) -> ReportFiles:
     """``candidate_rows`` (:func:`optimizer.selection.candidate_rows`) add the candidates table
-    and, with a decision, the latency-vs-accuracy Pareto chart.
+    and, with a decision, the latency-vs-accuracy Pareto chart; ``step_costs`` the wall time
+    and peak memory of each pipeline step so far.
 
     When a write fails (a full disk), the files this call added are removed again, and so is
     ``directory`` if this call made it: no half report is left for a reader to trust.
@@ -54,7 +56,8 @@ def write_report(result: BenchmarkResult, directory: str | os.PathLike, decision
     created = not directory.exists()
     before = set() if created else set(directory.iterdir())
     try:
-        return _write_report(result, directory, decision, profiles, charts, candidate_rows)
+        return _write_report(result, directory, decision, profiles, charts, candidate_rows,
+                             step_costs)
     except OSError as exc:
         added = set(directory.iterdir()) - before if directory.is_dir() else set()
         for path in added:
@@ -66,7 +69,8 @@ def write_report(result: BenchmarkResult, directory: str | os.PathLike, decision
 
 
 def _write_report(result: BenchmarkResult, directory: Path, decision, profiles: Sequence,
-                  charts: bool, candidate_rows: Sequence[dict]) -> ReportFiles:
+                  charts: bool, candidate_rows: Sequence[dict],
+                  step_costs: dict | None = None) -> ReportFiles:
     from optimizer.report.charts import latency_distribution_chart, pareto_chart, speedup_chart
 
     directory = Path(directory)
@@ -90,10 +94,12 @@ def _write_report(result: BenchmarkResult, directory: Path, decision, profiles: 
     json_path = directory / "report.json"
     payload = report_payload(result, decision, profiles)
     payload["candidates"] = list(candidate_rows)
+    if step_costs:
+        payload["step_costs"] = dict(step_costs)
     json_path.write_text(json.dumps(payload, indent=2) + "\n")
     md_path = directory / "report.md"
     markdown = render_markdown(result, decision, profiles, [p.name for p in written],
-                               candidate_rows=candidate_rows)
+                               candidate_rows=candidate_rows, step_costs=step_costs)
     md_path.write_text(markdown)
     html_path = directory / "report.html"
     html_path.write_text(render_html(markdown, directory))

@@ -1,0 +1,82 @@
+"""How much memory a model takes once loaded and called, estimated from its size on disk.
+
+The benchmark must know before it loads anything whether baseline and candidates fit in the
+memory budget together (:mod:`optimizer.benchmark.memory_groups`), and a model too big to load
+at all is refused before any work (:func:`require_fits_alone`). Loading is what costs, not the
+file: TensorFlow builds its graph, keeps the constants and runs Grappler at the first call;
+XLA compiles; a bf16 graph gets bf16 copies of its weights. So each format (and the variants
+that are known to cost more) has a factor over the bytes on disk, measured on this project's
+dense MLPs (200 MB on disk, tree RSS of a fresh process that loads the model and calls it):
+
+- TensorFlow runtime alone, imported and started: ~0.6 GiB (:data:`PROCESS_BYTES`);
+- a SavedModel loaded and called: ~2x its size (0.84 GiB for 200 MB, the process included);
+- its bf16 and XLA variants, loaded beside it: ~12x (each added 2.2 GiB for 200 MB);
+- LiteRT (the flatbuffer is read, XNNPACK repacks the weights), ONNX Runtime, OpenVINO: ~2x;
+- freezing and transforming (the optimize stage): ~14x, and the process keeps ~6x after it.
+
+The factors are rounded up: a group that is estimated to fit and does not is killed, one that
+is split needlessly only takes longer.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from optimizer.memory_budget import GIB, MemoryBudget
+
+PROCESS_BYTES = int(0.6 * GIB)
+# bytes in memory per byte on disk, by format; by variant where a variant differs
+FORMAT_FACTOR = {"savedmodel": 2.5, "tflite": 2.0, "onnx": 2.5, "openvino": 2.5}
+VARIANT_FACTOR = {"bf16": 12.0, "xla": 12.0}
+# freezing and transforming hold the SavedModel, its frozen GraphDef and rewrites of it: the
+# optimize stage of tfopt optimize peaked at 1.2 GiB for a 48 MiB MLP (13x over the runtime)
+OPTIMIZE_FACTOR = 14.0
+# what the process that optimized keeps afterwards (its runtime, caches, freed but unreturned
+# heap): 0.9 GiB for the same MLP
+RESIDUE_FACTOR = 6.0
+
+
+def disk_bytes(path: str | os.PathLike) -> int:
+    """A model's bytes on disk: a SavedModel directory's files, or a model file and the
+    companions it loads (an OpenVINO IR's ``.bin``)."""
+    path = Path(path)
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    total = path.stat().st_size if path.exists() else 0
+    weights = path.with_suffix(".bin")
+    if path.suffix == ".xml" and weights.exists():
+        total += weights.stat().st_size
+    return total
+
+
+def loaded_bytes(path: str | os.PathLike, format: str = "savedmodel",
+                 variant: str | None = None) -> int:
+    """The estimated memory a loaded and called model adds to a process already running."""
+    factor = VARIANT_FACTOR.get(variant or "", FORMAT_FACTOR.get(format, 2.5))
+    return int(factor * disk_bytes(path))
+
+
+def optimizing_bytes(path: str | os.PathLike) -> int:
+    """The estimated peak of freezing and transforming a SavedModel in one process."""
+    return PROCESS_BYTES + int(OPTIMIZE_FACTOR * disk_bytes(path))
+
+
+def job_minimum_bytes(path: str | os.PathLike) -> int:
+    """The least ``tfopt optimize --targets`` can take for this SavedModel: the larger of
+    optimizing it and benchmarking it (this process's runtime and residue beside a benchmark
+    process holding the baseline and one candidate of its size)."""
+    size = disk_bytes(path)
+    benchmark = (2 * PROCESS_BYTES + int(RESIDUE_FACTOR * size)
+                 + 2 * int(FORMAT_FACTOR["savedmodel"] * size))
+    return max(optimizing_bytes(path), benchmark)
+
+
+def require_fits_alone(path: str | os.PathLike, budget: MemoryBudget,
+                       what: str | None = None) -> int:
+    """Refuse (exit 7) a SavedModel that could not even be loaded alone within ``budget``;
+    the estimate otherwise."""
+    estimate = PROCESS_BYTES + loaded_bytes(path)
+    budget.require(estimate, what or f"loading the model {path} ({disk_bytes(path) / GIB:.2f} "
+                                      f"GiB on disk)")
+    return estimate

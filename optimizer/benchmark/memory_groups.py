@@ -1,0 +1,180 @@
+"""Benchmark only what fits: baseline and candidates in groups that each fit the memory budget.
+
+The harness loads every model it times into one process (:mod:`optimizer.benchmark.harness`),
+so that their calls interleave and share the machine's noise. When the baseline and all the
+candidates, loaded together, would not fit in the memory budget (:mod:`optimizer.memory_budget`;
+the estimates: :mod:`optimizer.benchmark.footprint`), the candidates are split into groups that
+do, each timed with the baseline, in a process of its own that exits (and gives its memory
+back) before the next group starts. Every candidate's ratio is then still measured against the
+baseline in the same process, on paired interleaved rounds: its group's. The combined result
+holds each candidate's baseline rounds beside it (:attr:`ModelMeasurement.baseline_samples`),
+which the gate resamples; the baseline's own figures are the first group's.
+
+The estimates add what this process already holds (its tree's resident memory). When
+everything fits (the usual case), the benchmark runs as it always has, in this process, and
+its result is the same.
+
+A candidate that cannot fit beside the baseline even alone is left out, with its estimate and
+the budget in the result's notes (callers list it as skipped): it would be killed by the kernel
+midway. When no candidate fits, :class:`~optimizer.memory_budget.MemoryBudgetError` (exit 7)
+says so in one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from optimizer.benchmark.footprint import PROCESS_BYTES, loaded_bytes
+from optimizer.errors import TfoptError
+from optimizer.memory_budget import GIB, MemoryBudget
+from optimizer.process_tree import tree_rss_bytes
+from optimizer.worker_process import read_job, run_job
+
+log = logging.getLogger(__name__)
+
+
+class BenchmarkGroupError(TfoptError):
+    """A benchmark group's process failed; its own error line says why."""
+
+
+def plan_groups(fixed_bytes: int, candidates: Sequence[tuple[object, int]],
+                budget: MemoryBudget) -> tuple[list[list[object]], list[tuple[object, int]]]:
+    """``(groups, unfit)``: candidates (``(subject, estimated bytes)``, in order) split into
+    consecutive groups whose estimates, plus ``fixed_bytes`` (the process, the baseline and
+    the reference, in every group), fit ``budget`` (one group when all fit); and those that
+    fit beside the baseline in no group, with their estimate."""
+    groups: list[list[object]] = []
+    unfit: list[tuple[object, int]] = []
+    used = None
+    for subject, estimate in candidates:
+        if fixed_bytes + estimate > budget.bytes:
+            unfit.append((subject, fixed_bytes + estimate))
+            continue
+        if used is None or fixed_bytes + used + estimate > budget.bytes:
+            groups.append([])
+            used = 0
+        groups[-1].append(subject)
+        used += estimate
+    return groups, unfit
+
+
+def estimate_subject(subject, variant: str | None = None) -> int:
+    from optimizer.runtime import detect_format
+
+    return loaded_bytes(subject.path, subject.format or detect_format(subject.path), variant)
+
+
+def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
+                         config=None, *, variants: dict[str, str] | None = None,
+                         runtime=None, eval_data=None, reference=None,
+                         progress: Callable[[str], None] | None = None):
+    """:func:`~optimizer.benchmark.harness.run_benchmark`, in groups that fit ``budget`` when
+    the models together do not (each group in its own process). ``variants`` (candidate label
+    -> variant, e.g. ``bf16``) sharpens the estimates."""
+    from optimizer.benchmark.harness import BenchmarkConfig, run_benchmark
+
+    config = config or BenchmarkConfig()
+    say = progress or (lambda message: log.info("%s", message))
+    variants = variants or {}
+    # What this process (and anything it runs) already holds stays held while the models load.
+    in_use = tree_rss_bytes() or 0
+    models = estimate_subject(baseline) + (
+        estimate_subject(reference) if reference is not None else 0)
+    estimates = [(c, estimate_subject(c, variants.get(c.label))) for c in candidates]
+    together = in_use + PROCESS_BYTES + models + sum(e for _, e in estimates)
+    if together <= budget.bytes:
+        return run_benchmark(baseline, candidates, config, runtime=runtime,
+                             eval_data=eval_data, progress=progress, reference=reference)
+    # Each group's process starts its own runtime beside this one's memory.
+    groups, unfit = plan_groups(in_use + PROCESS_BYTES + models, estimates, budget)
+    for subject, needs in unfit:
+        say(f"{subject.label} left out: benchmarking it beside the baseline needs an estimated "
+            f"{needs / GIB:.1f} GiB, more than the budget of {budget.describe()}")
+    if not groups:
+        subject, needs = min(unfit, key=lambda pair: pair[1])
+        budget.require(needs, f"benchmarking {subject.label} (the smallest candidate) beside "
+                              f"the baseline")
+    say(f"baseline and {len(candidates)} candidates need an estimated {together / GIB:.1f} "
+        f"GiB together ({in_use / GIB:.1f} GiB already in use), more than the budget of "
+        f"{budget.describe()}: timing them in {len(groups)} group(s), the baseline in each, "
+        f"one process per group")
+    results = []
+    for n, group in enumerate(groups, 1):
+        say(f"group {n}/{len(groups)}: {', '.join(s.label for s in group)}")
+        results.append(_run_in_process(baseline, group, config, runtime, eval_data, reference))
+    combined = combine_groups(results, budget)
+    if unfit:
+        combined = dataclasses.replace(combined, notes=(*combined.notes, (
+            "left out, as they fit beside the baseline in no group within the memory budget: "
+            + ", ".join(f"{s.label} (needs an estimated {n / GIB:.1f} GiB)"
+                        for s, n in unfit))))
+    return combined
+
+
+def combine_groups(results: Sequence, budget: MemoryBudget):
+    """One result from the groups' results: the baseline (and reference) as the first group
+    measured them, each candidate with the rounds of the baseline it was timed beside."""
+    first = results[0]
+    candidates, ratios = [], {}
+    for result in results:
+        for candidate in result.candidates:
+            candidates.append(dataclasses.replace(
+                candidate, baseline_samples=dict(result.baseline.samples)))
+            ratios[candidate.label] = result.ratios[candidate.label]
+    note = (f"timed in {len(results)} group{'s' if len(results) > 1 else ''} to fit the memory budget of {budget.describe()}, "
+            f"the baseline in each: "
+            + "; ".join(", ".join(c.label for c in r.candidates) for r in results)
+            + ". Each candidate's ratio is to the baseline of its own group")
+    return dataclasses.replace(
+        first, candidates=tuple(candidates), ratios=ratios,
+        wall_seconds=sum(r.wall_seconds for r in results), notes=(*first.notes, note))
+
+
+def _run_in_process(baseline, group, config, runtime, eval_data, reference):
+    """One group benchmarked by ``python -m optimizer.benchmark.memory_groups``; its result
+    once that process has exited."""
+    from optimizer.benchmark.result import BenchmarkResult
+
+    outcome = run_job(__name__, {
+        "baseline": baseline, "candidates": list(group), "config": config,
+        "runtime": runtime.requested if runtime is not None else None,
+        "eval_data": eval_data, "reference": reference,
+        "log_level": logging.getLogger().getEffectiveLevel()})
+    if outcome.answer is None:
+        raise BenchmarkGroupError(
+            f"the benchmark of {', '.join(s.label for s in group)} exited with code "
+            f"{outcome.returncode}: {outcome.last_line()}")
+    data = json.loads(outcome.answer)
+    if "error" in data:
+        error = BenchmarkGroupError(data["error"])
+        error.exit_code = data["exit_code"]  # the group's own error's exit code
+        raise error
+    return BenchmarkResult.from_dict(data)
+
+
+def main(argv: Sequence[str]) -> int:
+    """The group's process: apply the thread settings, benchmark, write the result."""
+    from optimizer.benchmark.harness import run_benchmark
+    from optimizer.benchmark.runtime import apply_runtime_settings, default_runtime_settings
+    from optimizer.errors import first_line
+
+    job, write_answer = read_job(argv)
+    logging.basicConfig(level=job["log_level"], format="%(message)s", stream=sys.stderr)
+    try:
+        runtime = apply_runtime_settings(job["runtime"] or default_runtime_settings())
+        result = run_benchmark(job["baseline"], job["candidates"], job["config"],
+                               runtime=runtime, eval_data=job["eval_data"],
+                               reference=job["reference"])
+    except TfoptError as exc:
+        write_answer(json.dumps({"error": first_line(exc), "exit_code": exc.exit_code}))
+        return exc.exit_code
+    write_answer(result.to_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
