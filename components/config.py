@@ -216,6 +216,10 @@ class SecurityConfig(_Section):
     max_parse_memory_mb: int = Field(8192, ge=64,
                                      description="most memory a saved_model.pb may take to "
                                                  "parse")
+    allow_internal_links: bool = Field(
+        False, description="a local source may hold symbolic links to its own plain files "
+                           "(and hard links among them): each is copied as a file; a link "
+                           "out of the model is refused whatever this says")
 
     @field_validator("allow_ops")
     @classmethod

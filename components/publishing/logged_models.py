@@ -21,6 +21,7 @@ from components.artifacts import CandidateModel
 from components.publishing.claims import claim
 from components.publishing.publication import CANDIDATE_TAG, PUBLISH_KEY_TAG, Publication
 from components.publishing.run_record import model_metrics, model_tags
+from components.storage.model_tree import check_model_tree
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ def log_model(client, pub: Publication, experiment: str, run, model: CandidateMo
             directory = write_mlflow_model(
                 model, pub.signature, Path(tmp) / model.label, logged_model=logged,
                 runtime_settings=pub.runtime_settings_for(model))
+            check_model_tree(directory, f"the MLflow Model of '{model.label}'")
             client.log_model_artifacts(logged.model_id, str(directory))
         stamp = run.info.start_time
         client.log_batch(run_id, metrics=[
