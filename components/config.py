@@ -269,10 +269,16 @@ class PipelineConfig(_Section):
         return value
 
     def fingerprint(self) -> str:
-        """Hash of what changes the pipeline's result; scheduling and execution mode don't."""
-        relevant = self.model_dump(mode="json", exclude={"schedule", "execution", "workdir"})
+        """Hash of what changes the pipeline's result; scheduling, execution mode, workdir and
+        the URL MLflow is reached at don't (``localhost`` and ``127.0.0.1`` are one server: the
+        publish step tells servers apart by what the server reports, not by its URL)."""
+        relevant = self.model_dump(mode="json", exclude=FINGERPRINT_EXCLUDES)
         blob = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
+
+
+FINGERPRINT_EXCLUDES = {"schedule": True, "execution": True, "workdir": True,
+                        "mlflow": {"tracking_uri"}}
 
 
 def _describe_error(exc: ValidationError, where: str) -> str:

@@ -31,7 +31,10 @@ What a reviewer finds in the experiment ``mlflow.experiment``, for each pipeline
   rejected model is a logged model of the run only, and a reviewer who overrules the gate
   registers ``models:/<model_id>`` by hand.
 
-Idempotent, keyed by the workspace key (source digest, config fingerprint) and the DAG run id:
+Idempotent, keyed by the workspace key (source digest, config fingerprint, which leaves out the
+URL MLflow is reached at) and the DAG run id, on the server that publish asks (the workspace's
+record of a finished publish is found by the server's experiment id and creation time, so
+``localhost`` and ``127.0.0.1`` are one server and two servers sharing a workdir are two):
 the run, its logged models and the version carry that key in the tag ``tfopt.publish_key``, and
 each stage looks for its result before acting. A rerun of the same DAG run makes no second run,
 logged model or version, and one killed midway is completed: a run without its ``tfopt.logged``
@@ -45,6 +48,7 @@ alias from moving back to an older version); racing writes of the same row are r
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import re
@@ -65,7 +69,7 @@ from components.publishing.logged_models import log_model
 from components.publishing.publication import publication
 from components.publishing.race_tolerant_client import RaceTolerantClient
 from components.publishing.registry_protocol import move_alias, register
-from components.publishing.run_logging import log_run
+from components.publishing.run_logging import experiment_id, log_run
 from components.tracking import mlflow_client
 from components.workspace import Workspace
 
@@ -80,13 +84,22 @@ def step_name(run_context: dict[str, Any] | None) -> str:
     return f"publish/{slug}-{hashlib.sha256(str(dag_run_id).encode()).hexdigest()[:8]}"
 
 
+def server_identity(client, experiment: str) -> str:
+    """The MLflow server as it reports itself, not the URL it is reached at: the experiment's
+    id and creation time (another server's experiment of the same name has another), and the
+    registered model's name. ``localhost`` and ``127.0.0.1`` give the same identity."""
+    found = client.get_experiment(experiment)
+    return f"{found.experiment_id}:{found.creation_time}"
+
+
 def publish(config: PipelineConfig, pulled: PulledModel,
             candidates: Candidates | Sequence[CandidateModel | dict],
             evaluation: EvaluationOutput, gate: GateOutput, ws: Workspace,
             run_context: dict[str, Any] | None = None) -> PublishOutput:
+    settings = config.mlflow
+
     def run(_step_dir: Path) -> PublishOutput:
         pub = publication(config, pulled, candidates, evaluation, gate, ws, run_context)
-        settings = config.mlflow
         with mlflow_client(settings.tracking_uri) as plain_client:
             client = RaceTolerantClient(plain_client)
             experiment, mlflow_run = log_run(client, pub)
@@ -111,4 +124,13 @@ def publish(config: PipelineConfig, pulled: PulledModel,
                              model_uri=f"models:/{logged[pub.model.label].model_id}",
                              logged_models={label: m.model_id for label, m in logged.items()})
 
-    return ws.reuse_or_run(step_name(run_context), PublishOutput, run)
+    # The workspace is shared by every URL of a server (the config's fingerprint leaves the URL
+    # out), and by other servers too: a finished publish is this server's only if the server
+    # says so.
+    with mlflow_client(settings.tracking_uri) as client:
+        experiment = experiment_id(client, settings.experiment, settings.tracking_uri)
+        identity = server_identity(client, experiment)
+    step = Workspace.keyed(step_name(run_context), identity, settings.experiment,
+                           settings.registered_model)
+    done = ws.reuse_or_run(step, PublishOutput, run)
+    return dataclasses.replace(done, tracking_uri=settings.tracking_uri)
