@@ -36,7 +36,7 @@ from components.config import PipelineConfig
 from components.storage.archive import extract_archive, is_archive
 from components.storage.digest import file_checksums
 from components.storage.model_tree import check_model_tree, copy_model_tree
-from optimizer.atomic import atomic_directory
+from optimizer.atomic import PARTIAL_MARK, atomic_directory, clean_stale_partials, hold_lock
 from optimizer.benchmark.environment import model_digest
 from optimizer.errors import (
     CorruptSavedModelError,
@@ -64,6 +64,8 @@ def pull(config: PipelineConfig, *, s3_client=None, session=None) -> PulledModel
     """
     source = config.source
     sources = Path(config.workdir).absolute() / SOURCES_DIR
+    # What killed pulls left behind; a pull running now holds its own (optimizer.atomic).
+    clean_stale_partials(sources)
     if source.startswith("models:/"):
         return _pull_registry(config, sources)
     if source.startswith("s3://"):
@@ -229,7 +231,8 @@ def _pull_registry(config: PipelineConfig, sources: Path) -> PulledModel:
     # The registry says which version an alias names only by downloading it, so the download
     # lands in scratch space and is then filed under its content.
     sources.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".registry-", dir=sources))
+    scratch = Path(tempfile.mkdtemp(prefix=f".registry{PARTIAL_MARK}", dir=sources))
+    lock = hold_lock(scratch)
     try:
         version = download_registered_model(config.source, scratch / MODEL_DIR,
                                             config.mlflow.tracking_uri)
@@ -242,6 +245,8 @@ def _pull_registry(config: PipelineConfig, sources: Path) -> PulledModel:
             expected_digest=digest, version=str(version))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
 
 
 def _saved_model_in(version_dir: Path, uri: str) -> Path:
