@@ -142,7 +142,7 @@ def clean_stale_partials(directory: str | os.PathLike, *,
             continue
         if fd is None:
             if age >= stale:
-                _remove(path, removed, "no lock file, %.0f s old" % age)
+                _remove(path, removed, f"no lock file, {age:.0f} s old")
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -7,8 +7,10 @@ and the gate promotes it on any machine), a real gate decision and its report. A
 config (min_speedup 100) on the same measurements makes the rejected case.
 """
 
+import dataclasses
 import json
 import re
+import shutil
 import socket
 import subprocess
 import threading
@@ -572,3 +574,29 @@ def test_another_server_sharing_the_workdir_gets_its_own_publish(made, mlflow_se
     assert on_local.tracking_uri.startswith("sqlite:") and on_local.version == "1"
     assert len(local.runs()) == 1 and on_local.run_id != on_server.run_id
     assert len(publish_records(served.ws, "run-1")) == 2
+
+
+def test_a_candidate_tf_serving_cannot_load_is_refused_before_anything_is_logged(
+        made, mlflow_server, tmp_path):
+    # Issue 15, 2e: TF2 loads it; TF Serving's loader (tag 'serve', TF1 Session) does not.
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    from optimizer.servability import NotServableError
+
+    broken = tmp_path / "untagged"
+    shutil.copytree(made["candidates"][0].path, broken)
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((broken / "saved_model.pb").read_bytes())
+    del proto.meta_graphs[0].meta_info_def.tags[:]
+    proto.meta_graphs[0].meta_info_def.tags.append("train")
+    (broken / "saved_model.pb").write_bytes(proto.SerializeToString())
+    candidate = dataclasses.replace(made["candidates"][0], path=str(broken),
+                                    digest=model_digest(broken))
+    p = Pipeline(made, mlflow_server, "not_servable")
+
+    with pytest.raises(NotServableError, match="candidate 'optimized'.*tag 'serve'"):
+        publish(p.config, made["pulled"], [candidate], made["evaluation"], p.gate, p.ws,
+                {"dag_run_id": "run-1"})
+
+    assert p.runs() == [] and not p.client.search_registered_models(f"name = '{p.name}'")
+    assert not publish_records(p.ws, "run-1")

@@ -9,7 +9,6 @@ lie); the comparison itself is tested on real downloads in test_s3_download.py.
 
 import io
 import json
-import shutil
 import tarfile
 from pathlib import Path
 

@@ -27,6 +27,8 @@ with atomic_directory(sys.argv[1]) as staging:
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(600)
 """
+CLEANER = ("import sys; from optimizer.atomic import clean_stale_partials as c; "
+           "print(len(c(sys.argv[1])))")
 
 
 def _writer(target: Path, how: str) -> subprocess.Popen:
@@ -120,8 +122,7 @@ def test_concurrent_cleaners_remove_each_stale_partial_once_and_spare_live_ones(
         held = next(p for p in _partials(tmp_path) if p.name.startswith(".held"))
         _age(held, 600)
         cleaners = [subprocess.Popen(
-            [sys.executable, "-c", "import sys; from optimizer.atomic import "
-             "clean_stale_partials as c; print(len(c(sys.argv[1])))", str(tmp_path)],
+            [sys.executable, "-c", CLEANER, str(tmp_path)],
             stdout=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
             for _ in range(4)]

@@ -2,6 +2,8 @@
 
 What a reviewer finds in the experiment ``mlflow.experiment``, for each pipeline run:
 
+- nothing at all when a SavedModel to be logged does not load and run the way TF Serving loads
+  it (the TF1 loader in a Session, tag ``serve``: :mod:`optimizer.servability`), exit 7;
 - a run whose params are the config (dotted keys; the parts that change the result) and the
   recipe applied; whose metrics are every model's latency, throughput, size, memory, accuracy
   and the gate's speedup, interval and accuracy drop per candidate
@@ -72,6 +74,7 @@ from components.publishing.registry_protocol import move_alias, register
 from components.publishing.run_logging import experiment_id, log_run
 from components.tracking import mlflow_client
 from components.workspace import Workspace
+from optimizer.servability import check_servable
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +103,9 @@ def publish(config: PipelineConfig, pulled: PulledModel,
 
     def run(_step_dir: Path) -> PublishOutput:
         pub = publication(config, pulled, candidates, evaluation, gate, ws, run_context)
+        for model in pub.models:  # before anything reaches MLflow
+            if model.format == "savedmodel":
+                check_servable(model.path, config.signature, label=f"candidate '{model.label}'")
         with mlflow_client(settings.tracking_uri) as plain_client:
             client = RaceTolerantClient(plain_client)
             experiment, mlflow_run = log_run(client, pub)
