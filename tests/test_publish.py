@@ -600,3 +600,9 @@ def test_a_candidate_tf_serving_cannot_load_is_refused_before_anything_is_logged
 
     assert p.runs() == [] and not p.client.search_registered_models(f"name = '{p.name}'")
     assert not publish_records(p.ws, "run-1")
+    # The verdict is kept per content: a rerun (or a concurrent publish) does not load it again.
+    kept = [json.loads(f.read_text()) for f in (p.ws.root / "servable").glob("*.json")]
+    assert [(k["candidate"], "tag 'serve'" in k["error"]) for k in kept] == [("optimized", True)]
+    with pytest.raises(NotServableError, match="candidate 'optimized'"):
+        publish(p.config, made["pulled"], [candidate], made["evaluation"], p.gate, p.ws,
+                {"dag_run_id": "run-2"})

@@ -53,6 +53,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -74,7 +75,6 @@ from components.publishing.registry_protocol import move_alias, register
 from components.publishing.run_logging import experiment_id, log_run
 from components.tracking import mlflow_client
 from components.workspace import Workspace
-from optimizer.servability import check_servable
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,39 @@ def step_name(run_context: dict[str, Any] | None) -> str:
         return "publish"
     slug = re.sub(r"[^A-Za-z0-9._-]", "_", str(dag_run_id))[:80]
     return f"publish/{slug}-{hashlib.sha256(str(dag_run_id).encode()).hexdigest()[:8]}"
+
+
+def checked_servable(ws: Workspace, model: CandidateModel, signature: str) -> None:
+    """:func:`optimizer.servability.check_servable` once per model content in a workspace: the
+    verdict is kept in ``servable/``, and publishes of the same candidate at once wait for the
+    first one's (a check imports TensorFlow: hundreds of MB per process)."""
+    import fcntl
+    import json
+
+    from optimizer.servability import NotServableError, check_servable
+
+    directory = ws.root / "servable"
+    directory.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(f"{model.digest}\0{signature}".encode()).hexdigest()[:24]
+    verdict = directory / f"{name}.json"
+    with open(directory / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if verdict.is_file():
+            error = json.loads(verdict.read_text()).get("error")
+            if error:
+                raise NotServableError(error)
+            return
+        try:
+            check_servable(model.path, signature, label=f"candidate '{model.label}'")
+            error = None
+        except NotServableError as exc:
+            error = str(exc)
+        partial = verdict.with_name(f".{verdict.name}.partial-{os.getpid()}")
+        partial.write_text(json.dumps({"candidate": model.label, "digest": model.digest,
+                                       "error": error}) + "\n")
+        os.replace(partial, verdict)
+    if error:
+        raise NotServableError(error)
 
 
 def server_identity(client, experiment: str) -> str:
@@ -105,7 +138,7 @@ def publish(config: PipelineConfig, pulled: PulledModel,
         pub = publication(config, pulled, candidates, evaluation, gate, ws, run_context)
         for model in pub.models:  # before anything reaches MLflow
             if model.format == "savedmodel":
-                check_servable(model.path, config.signature, label=f"candidate '{model.label}'")
+                checked_servable(ws, model, config.signature)
         with mlflow_client(settings.tracking_uri) as plain_client:
             client = RaceTolerantClient(plain_client)
             experiment, mlflow_run = log_run(client, pub)
