@@ -17,6 +17,25 @@ Each repetition is a fresh ``run_benchmark`` (models loaded again, warm-up, at l
 and 5 s, blocks of 10 calls), then ``evaluate_gate`` with the default ``GateConfig``. Printed per
 scenario: promotions, the ratio and interval width (median and extremes), rounds, and the
 reasons the failed checks give. Results go to ``benchmarks/results/gate_power.json``.
+
+Measured 2026-11-24 on the shared 2-CPU machine, load average 7-18 (other jobs, and this
+project's tests part of the time), ``--repeats 20 --resnet-repeats 10`` (the ResNet50 scenario
+stopped after 8 repetitions at the deadline):
+
+- ``aa``: 0/20 promoted, but the 95% interval excluded 1.0 in 8 of 20 A/A runs (nominally 1):
+  two loads of one model differ systematically (median ratio 0.988; the known finding: two
+  LiteRT interpreters of one ~10 us model in a process differ by up to 9% while the round
+  bootstrap's interval is ~0.1% wide). Only ``min_speedup`` 1.05 keeps A/A from promoting.
+- ``busy``: 1/20 promoted (ratio 0.836, interval [0.621, 0.936], 63 rounds): under contention
+  the interval is too narrow for the 5% margin. A false promotion the gate should not make.
+- ``three``: 0/20 promoted (MobileNetV2, +4.0% neutral work by the quick calibration), but the
+  intervals were 0.33 wide (median, 50 rounds): the gate is safe here by being blind.
+- ``resnet``: 6/8 promoted (ratio 0.77-0.89): below the >= 19/20 target. Every run stopped at
+  the minimum of 50 rounds (~170-370 s each at 22 calls of ~150-300 ms per round under this
+  load); the two rejects had upper bounds 1.015 and 1.047. The round count, not the seconds,
+  binds for a slow model; the interval's width falls about as 1/sqrt(rounds), so ``min_runs``
+  200 would halve it, at 4x the benchmark time (~12 min for ResNet50 at this load, ~4-5 min on
+  a quiet machine), or ``block_size`` 3 would give ~2.7x the rounds in the same time.
 """
 
 from __future__ import annotations
