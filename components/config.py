@@ -223,6 +223,10 @@ class SecurityConfig(_Section):
     max_parse_memory_mb: int = Field(8192, ge=64,
                                      description="most memory a saved_model.pb may take to "
                                                  "parse")
+    allow_internal_links: bool = Field(
+        False, description="a local source may hold symbolic links to its own plain files "
+                           "(and hard links among them): each is copied as a file; a link "
+                           "out of the model is refused whatever this says")
 
     @field_validator("allow_ops")
     @classmethod
@@ -273,11 +277,16 @@ class PipelineConfig(_Section):
         return value
 
     def fingerprint(self) -> str:
-        """Hash of what changes the pipeline's result; scheduling and execution mode don't."""
-        relevant = self.model_dump(mode="json", exclude={"schedule", "execution", "workdir",
-                                                       "resources"})
+        """Hash of what changes the pipeline's result; scheduling, execution mode, workdir, the
+        memory budget and the URL MLflow is reached at don't (``localhost`` and ``127.0.0.1`` are one server: the
+        publish step tells servers apart by what the server reports, not by its URL)."""
+        relevant = self.model_dump(mode="json", exclude=FINGERPRINT_EXCLUDES)
         blob = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
+
+
+FINGERPRINT_EXCLUDES = {"schedule": True, "execution": True, "workdir": True, "resources": True,
+                        "mlflow": {"tracking_uri"}}
 
 
 def _describe_error(exc: ValidationError, where: str) -> str:

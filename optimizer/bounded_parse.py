@@ -8,19 +8,23 @@ takes 6-9x its file size. Deep nesting is refused by the parser itself (depth 10
 So: a file over ``max_bytes`` is refused from its size alone, before a byte is read (protobuf
 itself cannot serialize a message over 2 GiB, the default). A small file (under
 :data:`IN_PROCESS_BYTES`, at most a few hundred MB to parse whatever its content) is parsed
-here. A larger one is first parsed in a forked child whose address space is capped at
-:data:`MEMORY_PER_BYTE` times the file size (and ``max_memory_bytes`` at most) and whose time is
-bounded; only if the child succeeds is it parsed here, where it is known to fit. A child that
-runs out of memory, crashes or hangs is a one-line error, never a dead worker.
+here. A larger one is first parsed in a child, a fresh Python interpreter (never a fork: this
+process may hold TensorFlow's thread pools and their locks, which a forked child inherits in
+whatever state they were), whose address space is capped at :data:`MEMORY_PER_BYTE` times the
+file size (and ``max_memory_bytes`` at most) and whose time is bounded; only if the child
+succeeds is it parsed here, where it is known to fit. The child imports protobuf alone, not
+TensorFlow: it is handed the message's descriptors (a ``FileDescriptorSet``) on its stdin and
+builds the message class from them. A child that runs out of memory, crashes or hangs is a
+one-line error, never a dead worker.
 """
 
 from __future__ import annotations
 
-import faulthandler
 import os
 import resource
 import select
-import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -59,7 +63,7 @@ def parse_file(path: Path, message, *, text: bool, label: str, max_bytes: int,
         raise CorruptSavedModelError(f"cannot read {label}: {exc.strerror or exc}") from None
     if stat.st_size > max_bytes:
         raise _too_large(label, stat.st_size, max_bytes)
-    if stat.st_size > IN_PROCESS_BYTES and hasattr(os, "fork"):
+    if stat.st_size > IN_PROCESS_BYTES:
         allowance = min(BASE_MEMORY_BYTES + MEMORY_PER_BYTE * stat.st_size, max_memory_bytes)
         stamp = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, allowance, text,
                  type(message).__name__)
@@ -131,6 +135,7 @@ def _address_space_in_use() -> int:
 
 
 def _child(path: Path, message_type, text: bool, max_bytes: int, allowance: int) -> bytes:
+    """The child's work, in the child: cap the address space, parse, count, report."""
     try:
         limit = _address_space_in_use() + allowance
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -144,6 +149,50 @@ def _child(path: Path, message_type, text: bool, max_bytes: int, allowance: int)
     if outcome is None and _held_messages_exceed(message, allowance // BYTES_PER_MESSAGE):
         outcome = "memory"
     return b"ok" if outcome is None else outcome.encode("utf-8", "replace")[:4000]
+
+
+def _descriptor_set(message_type) -> bytes:
+    """The ``FileDescriptorSet`` of ``message_type``'s file and its imports, imports first."""
+    from google.protobuf import descriptor_pb2
+
+    files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
+
+    def add(file) -> None:
+        if file.name in files:
+            return
+        for dependency in file.dependencies:
+            add(dependency)
+        proto = descriptor_pb2.FileDescriptorProto()
+        file.CopyToProto(proto)
+        files[file.name] = proto
+
+    add(message_type.DESCRIPTOR.file)
+    return descriptor_pb2.FileDescriptorSet(file=list(files.values())).SerializeToString()
+
+
+def _message_class(descriptors: bytes, full_name: str):
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    pool = descriptor_pool.DescriptorPool()
+    for file in descriptor_pb2.FileDescriptorSet.FromString(descriptors).file:
+        pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(full_name))
+
+
+def _child_command(path: Path, full_name: str, text: bool, max_bytes: int,
+                   allowance: int) -> list[str]:
+    return [sys.executable, "-m", "optimizer.bounded_parse", str(path), full_name,
+            "text" if text else "binary", str(max_bytes), str(allowance)]
+
+
+def child_main(argv: list[str]) -> int:
+    """``python -m optimizer.bounded_parse PATH FULL_NAME text|binary MAX_BYTES ALLOWANCE``,
+    the message's descriptors on stdin; the report on stdout."""
+    path, full_name, form, max_bytes, allowance = argv
+    message_type = _message_class(sys.stdin.buffer.read(), full_name)
+    report = _child(Path(path), message_type, form == "text", int(max_bytes), int(allowance))
+    os.write(sys.stdout.fileno(), report)
+    return 0
 
 
 def _held_messages_exceed(message, most: int) -> bool:
@@ -169,25 +218,26 @@ def _held_messages_exceed(message, most: int) -> bool:
 
 def _parse_in_child(path: Path, message_type, text: bool, label: str, max_bytes: int,
                     allowance: int, size: int) -> None:
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: parse, report, and leave without unwinding into our callers
-        reported = False
-        try:
-            faulthandler.disable()  # a crash here is reported by the parent, in one line
-            os.close(read_end)
-            os.write(write_end, _child(path, message_type, text, max_bytes, allowance))
-            reported = True
-        finally:
-            os._exit(0 if reported else 1)
-    os.close(write_end)
+    package_root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ)
+    env.pop("PYTHONFAULTHANDLER", None)  # a crash is reported here, in one line
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    child = subprocess.Popen(
+        _child_command(path, message_type.DESCRIPTOR.full_name, text, max_bytes, allowance),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     report, deadline = b"", time.monotonic() + TIMEOUT_SECONDS
     try:
+        try:
+            child.stdin.write(_descriptor_set(message_type))
+            child.stdin.close()
+        except BrokenPipeError:
+            pass  # it died before reading: its status says how
+        read_end = child.stdout.fileno()
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not select.select([read_end], [], [], remaining)[0]:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+                child.kill()
+                child.wait()
                 raise CorruptSavedModelError(
                     f"corrupt {label}: parsing it took longer than {TIMEOUT_SECONDS:.0f} s")
             chunk = os.read(read_end, 65536)
@@ -195,17 +245,21 @@ def _parse_in_child(path: Path, message_type, text: bool, label: str, max_bytes:
                 break
             report += chunk
     finally:
-        os.close(read_end)
-    _, status = os.waitpid(pid, 0)
+        child.stdout.close()
+    status = child.wait()
     if report == b"ok":
         return
     if report:
         raise _error(report.decode("utf-8", "replace"), label, max_bytes, allowance, size)
-    if os.WIFSIGNALED(status):
+    if status < 0:
         # Out of address space, a parser may abort instead of reporting: say both.
         raise CorruptSavedModelError(
-            f"corrupt {label}: the parser died with signal {os.WTERMSIG(status)} (with a "
+            f"corrupt {label}: the parser died with signal {-status} (with a "
             f"{human_bytes(allowance)} memory limit)")
     raise OversizedSavedModelError(
         f"{label} ({human_bytes(size)}) could not be parsed within {human_bytes(allowance)} "
         f"of memory: refused as a likely memory bomb")
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1:]))

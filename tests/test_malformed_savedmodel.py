@@ -3,7 +3,7 @@
 Variants: random bytes, a real model's pb cut at many offsets, absurd sizes (sparse files over
 and under the limit), length prefixes claiming gigabytes, recursion bombs in binary and text
 form, and memory bombs (a few MB of empty repeated messages that protobuf would turn into GBs).
-A memory bomb is parsed only in a forked child with capped address space; this process's own
+A memory bomb is parsed only in a child interpreter with capped address space; this process's own
 peak memory is checked not to move.
 """
 
@@ -12,6 +12,8 @@ import random
 import resource
 import shutil
 import signal
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -182,8 +184,8 @@ def test_a_parse_that_outlives_its_time_is_killed_and_reported(tmp_path, monkeyp
 
 
 def test_a_parser_that_dies_is_a_corrupt_model_not_a_dead_worker(tmp_path, monkeypatch):
-    monkeypatch.setattr(bounded_parse, "_child", lambda *args: os.kill(os.getpid(),
-                                                                       signal.SIGSEGV))
+    monkeypatch.setattr(bounded_parse, "_child_command", lambda *args: [
+        sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"])
     message = _one_line_error(_model(tmp_path, "crash", sparse=8 * MIB),
                               expected=CorruptSavedModelError)
     assert f"signal {int(signal.SIGSEGV)}" in message
@@ -259,3 +261,39 @@ def test_a_memory_bomb_is_refused_when_this_process_holds_freed_heap_the_child_c
     path = _model(tmp_path, "empty_nodes", BOMBS["empty_nodes"])
     assert "memory bomb" in _one_line_error(path, expected=OversizedSavedModelError)
     assert len(pinned) == 6000
+
+
+def test_the_child_is_a_fresh_interpreter_not_a_fork_of_a_threaded_process(tmp_path,
+                                                                            monkeypatch):
+    # Issue 15, 2c: forking a process that holds TensorFlow's threads (and their locks) is
+    # unsafe; the parse runs in a new interpreter that imports protobuf, not TensorFlow.
+    forks = []
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or pytest.fail("forked"))
+    started = []
+    real_command = bounded_parse._child_command
+    monkeypatch.setattr(bounded_parse, "_child_command",
+                        lambda *args: started.append(real_command(*args)) or started[-1])
+    import tensorflow as tf
+
+    busy = threading.Event()
+    worker = threading.Thread(target=lambda: busy.wait(60), daemon=True)
+    worker.start()  # a live thread beside TensorFlow's own pools
+    assert tf.constant(1.0).numpy() == 1.0
+
+    message = _one_line_error(_model(tmp_path, "zeros", sparse=8 * MIB),
+                              expected=CorruptSavedModelError)
+    busy.set()
+    assert "Wire format" in message  # parsed (and refused) by the child
+    assert forks == [] and started and started[0][:3] == [sys.executable, "-m",
+                                                            "optimizer.bounded_parse"]
+
+
+def test_a_large_real_savedmodel_passes_the_child_and_parses_here(tmp_path, real_pb, monkeypatch):
+    monkeypatch.setattr(bounded_parse, "IN_PROCESS_BYTES", 16)  # send this small one through it
+    monkeypatch.setattr(bounded_parse, "_vetted", set())
+    started = []
+    real_command = bounded_parse._child_command
+    monkeypatch.setattr(bounded_parse, "_child_command",
+                        lambda *args: started.append(1) or real_command(*args))
+    assert read_saved_model_proto(_model(tmp_path, "real", real_pb)).meta_graphs
+    assert started == [1]

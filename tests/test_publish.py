@@ -7,8 +7,10 @@ and the gate promotes it on any machine), a real gate decision and its report. A
 config (min_speedup 100) on the same measurements makes the rejected case.
 """
 
+import dataclasses
 import json
 import re
+import shutil
 import socket
 import subprocess
 import threading
@@ -26,7 +28,7 @@ from components.config import config_from_mapping
 from components.publishing.logged_models import log_model
 from components.publishing.publication import PUBLISH_KEY_TAG, publication
 from components.publishing.race_tolerant_client import RaceTolerantClient
-from components.publishing.registry_protocol import register
+from components.publishing.registry_protocol import find_version, register
 from components.publishing.run_logging import log_run
 from components.steps import publish as publish_step
 from components.steps.publish import publish, step_name
@@ -116,6 +118,11 @@ class Pipeline:
 
     def champion_version(self):
         return self.client.get_registered_model(self.name).aliases.get("champion")
+
+
+def publish_records(ws: Workspace, dag_run_id: str) -> list:
+    """The workspace's records of finished publishes of ``dag_run_id``, on any server."""
+    return sorted(ws.root.glob(f"{step_name({'dag_run_id': dag_run_id})}-*/result.json"))
 
 
 def artifact_paths(client, run_id, path=None) -> set[str]:
@@ -270,7 +277,7 @@ def test_publishing_the_same_dag_run_again_creates_no_second_run_or_version(made
 
     assert again == first == from_scratch
     assert len(p.runs()) == 1 and [v.version for v in p.versions()] == ["1"]
-    assert elsewhere.finished(step_name({"dag_run_id": "run-1"})) is not None
+    assert publish_records(elsewhere, "run-1")
     experiment = p.client.get_experiment_by_name(p.config.mlflow.experiment).experiment_id
     assert len(p.client.search_logged_models([experiment])) == 1
 
@@ -386,7 +393,7 @@ def test_an_unreachable_server_fails_fast_with_one_line_and_records_nothing(made
     assert elapsed < 30
     message = str(caught.value)
     assert "\n" not in message and message.startswith(f"MLflow at {closed} is unreachable")
-    assert down.ws.finished(step_name({"dag_run_id": "during"})) is None
+    assert not publish_records(down.ws, "during")
     assert reachable.champion_version() == "1" and len(reachable.runs()) == 1
 
 
@@ -421,7 +428,7 @@ def test_a_server_that_accepts_connections_but_never_answers_fails_in_bounded_ti
 
     assert elapsed < HUNG_BOUND_SECONDS
     assert str(caught.value) == f"MLflow at {hung} is unreachable: no answer in time"
-    assert down.ws.finished(step_name({"dag_run_id": "during"})) is None
+    assert not publish_records(down.ws, "during")
     assert reachable.champion_version() == "1" and len(reachable.runs()) == 1
 
 
@@ -510,3 +517,92 @@ def test_a_version_deleted_between_reading_and_aliasing_is_passed_over(made, mlf
     assert out.version == "2" and out.alias_moved and p.champion_version() == "2"
     assert sorted(v.version for v in p.versions()) == ["1", "2"]
     assert {r.info.status for r in p.runs()} == {"FINISHED"}
+
+
+def test_an_alias_on_a_duplicate_version_moves_to_the_kept_version_before_it_is_deleted(
+        made, mlflow_server):
+    # Issue 15, 2a: a publish set the alias on another DAG run's duplicate version just before
+    # that run deleted it; MLflow drops a deleted version's aliases with it.
+    p = Pipeline(made, mlflow_server, "alias_on_duplicate")
+    first = p.publish({"dag_run_id": "a"})
+    kept = p.client.get_model_version(p.name, first.version)
+    duplicate = p.client.create_model_version(
+        p.name, source=kept.source, run_id=kept.run_id,
+        model_id=first.model_uri.removeprefix("models:/"), tags=dict(kept.tags))
+    p.client.set_registered_model_alias(p.name, "champion", duplicate.version)
+
+    # A rerun of DAG run "a" finds and deletes it; the alias must survive before its own
+    # alias move (which a newer version elsewhere would stop) even runs.
+    found = find_version(p.client, p.name, kept.tags[PUBLISH_KEY_TAG])
+
+    assert found.version == first.version == "1"
+    assert [v.version for v in p.versions()] == ["1"]
+    assert p.champion_version() == "1"
+
+
+def test_localhost_and_127_0_0_1_are_one_server_one_run_one_version(made, mlflow_server,
+                                                                      tmp_path):
+    # Issue 15, 2b: the publish is keyed by what the server reports, not by its URL.
+    assert "127.0.0.1" in mlflow_server
+    by_ip = Pipeline(made, mlflow_server, "two_urls")
+    by_name = Pipeline(made, mlflow_server.replace("127.0.0.1", "localhost"), "two_urls")
+    assert by_ip.ws.root == by_name.ws.root  # one workspace: the URL is not in the fingerprint
+
+    first = by_ip.publish()
+    # Another pod, without the shared workspace's record: MLflow's tags alone must tell.
+    elsewhere = by_name.publish(ws=Workspace(tmp_path / by_name.ws.key))
+    shared = by_name.publish()
+
+    assert len(by_ip.runs()) == 1 and [v.version for v in by_ip.versions()] == ["1"]
+    assert (elsewhere.run_id, elsewhere.version) == (shared.run_id, shared.version) == (
+        first.run_id, first.version)
+    assert shared.tracking_uri == by_name.config.mlflow.tracking_uri  # where it was asked
+    experiment = by_ip.client.get_experiment_by_name(by_ip.config.mlflow.experiment)
+    assert len(by_ip.client.search_logged_models([experiment.experiment_id])) == 1
+
+
+def test_another_server_sharing_the_workdir_gets_its_own_publish(made, mlflow_server, tmp_path,
+                                                                  monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    served = Pipeline(made, mlflow_server, "two_servers")
+    local = Pipeline(made, f"sqlite:///{tmp_path / 'other.db'}", "two_servers")
+    assert served.ws.root == local.ws.root
+
+    on_server = served.publish()
+    on_local = local.publish()
+
+    assert on_local.tracking_uri.startswith("sqlite:") and on_local.version == "1"
+    assert len(local.runs()) == 1 and on_local.run_id != on_server.run_id
+    assert len(publish_records(served.ws, "run-1")) == 2
+
+
+def test_a_candidate_tf_serving_cannot_load_is_refused_before_anything_is_logged(
+        made, mlflow_server, tmp_path):
+    # Issue 15, 2e: TF2 loads it; TF Serving's loader (tag 'serve', TF1 Session) does not.
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    from optimizer.servability import NotServableError
+
+    broken = tmp_path / "untagged"
+    shutil.copytree(made["candidates"][0].path, broken)
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((broken / "saved_model.pb").read_bytes())
+    del proto.meta_graphs[0].meta_info_def.tags[:]
+    proto.meta_graphs[0].meta_info_def.tags.append("train")
+    (broken / "saved_model.pb").write_bytes(proto.SerializeToString())
+    candidate = dataclasses.replace(made["candidates"][0], path=str(broken),
+                                    digest=model_digest(broken))
+    p = Pipeline(made, mlflow_server, "not_servable")
+
+    with pytest.raises(NotServableError, match="candidate 'optimized'.*tag 'serve'"):
+        publish(p.config, made["pulled"], [candidate], made["evaluation"], p.gate, p.ws,
+                {"dag_run_id": "run-1"})
+
+    assert p.runs() == [] and not p.client.search_registered_models(f"name = '{p.name}'")
+    assert not publish_records(p.ws, "run-1")
+    # The verdict is kept per content: a rerun (or a concurrent publish) does not load it again.
+    kept = [json.loads(f.read_text()) for f in (p.ws.root / "servable").glob("*.json")]
+    assert [(k["candidate"], "tag 'serve'" in k["error"]) for k in kept] == [("optimized", True)]
+    with pytest.raises(NotServableError, match="candidate 'optimized'"):
+        publish(p.config, made["pulled"], [candidate], made["evaluation"], p.gate, p.ws,
+                {"dag_run_id": "run-2"})

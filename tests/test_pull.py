@@ -9,7 +9,6 @@ lie); the comparison itself is tested on real downloads in test_s3_download.py.
 
 import io
 import json
-import shutil
 import tarfile
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 from s3_server import WrongChecksumClient, moto_endpoint_fixture, s3_fixture  # noqa: F401
 
 from components.config import config_from_mapping
+from components.steps import pull as pull_module
 from components.steps.pull import MARKER, pull
 from components.storage.archive import UnsafeArchiveError
 from components.storage.s3 import ChecksumMismatchError, UnsafeKeyError, make_client
@@ -247,15 +247,15 @@ def test_an_unsupported_scheme_is_a_one_line_error(tmp_path):
 
 def test_when_a_concurrent_pull_finishes_first_its_result_is_used(cnn, tmp_path, monkeypatch):
     config = _config(cnn, tmp_path / "work")
-    copytree, winner = shutil.copytree, []
+    copy, winner = pull_module.copy_model_tree, []
 
     def copy_while_another_pull_finishes(*args, **kwargs):
         if not winner:
             winner.append(None)
             winner[0] = pull(config)  # started later, renamed into place first
-        return copytree(*args, **kwargs)
+        return copy(*args, **kwargs)
 
-    monkeypatch.setattr(shutil, "copytree", copy_while_another_pull_finishes)
+    monkeypatch.setattr(pull_module, "copy_model_tree", copy_while_another_pull_finishes)
     loser = pull(config)
 
     assert loser == winner[0]

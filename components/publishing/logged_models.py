@@ -21,6 +21,7 @@ from components.artifacts import CandidateModel
 from components.publishing.claims import claim
 from components.publishing.publication import CANDIDATE_TAG, PUBLISH_KEY_TAG, Publication
 from components.publishing.run_record import model_metrics, model_tags
+from components.storage.model_tree import check_model_tree
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +40,21 @@ def find_logged_model(client, experiment: str, key: str, label: str):
 def _link_to_run(client, run, model_id: str) -> None:
     """List the model among the run's outputs (the run page shows them), once."""
     from mlflow.entities import LoggedModelOutput
+    from mlflow.exceptions import MlflowException
 
-    outputs = client.get_run(run.info.run_id).outputs
-    if model_id not in {o.model_id for o in (outputs.model_outputs if outputs else [])}:
+    def linked() -> bool:
+        outputs = client.get_run(run.info.run_id).outputs
+        return model_id in {o.model_id for o in (outputs.model_outputs if outputs else [])}
+
+    if linked():
+        return
+    try:
         client.log_outputs(run.info.run_id, [LoggedModelOutput(model_id, step=0)])
+    except MlflowException:
+        # Racing publishes of one key link the same model at once: the link is an insert, and
+        # the loser's fails on the unique constraint (retried too) with the row already there.
+        if not linked():
+            raise
 
 
 def log_model(client, pub: Publication, experiment: str, run, model: CandidateModel):
@@ -58,6 +70,7 @@ def log_model(client, pub: Publication, experiment: str, run, model: CandidateMo
             directory = write_mlflow_model(
                 model, pub.signature, Path(tmp) / model.label, logged_model=logged,
                 runtime_settings=pub.runtime_settings_for(model))
+            check_model_tree(directory, f"the MLflow Model of '{model.label}'")
             client.log_model_artifacts(logged.model_id, str(directory))
         stamp = run.info.start_time
         client.log_batch(run_id, metrics=[

@@ -29,6 +29,7 @@ from components.artifacts import (
     PulledModel,
 )
 from components.config import PipelineConfig
+from components.storage.model_tree import check_model_tree
 from components.workspace import Workspace
 from optimizer.errors import TfoptError
 from optimizer.signature import SignatureInfo
@@ -160,6 +161,8 @@ def publication(config: PipelineConfig, pulled: PulledModel,
         if not Path(model.artifact_dir).is_dir() or not Path(model.path).exists():
             raise PublishInputError(f"candidate '{model.label}' has no {model.format} model at "
                                     f"{model.path}")
+        # What is uploaded holds its files itself: a link would upload what it points at.
+        check_model_tree(model.artifact_dir, f"candidate '{model.label}' ({model.artifact_dir})")
     registered = models[0] if gate.promote or config.publish.register_rejected else None
     run_context = dict(run_context or {})
     dag_run_id = run_context.get("dag_run_id")

@@ -42,6 +42,14 @@ def find_version(client, name: str, key: str):
     for duplicate in mine[1:]:
         log.warning("publish: '%s' version %s duplicates version %s (same DAG run); deleting it",
                     name, duplicate.version, mine[0].version)
+        # MLflow drops the aliases of a deleted version: one a racing publish set on this
+        # duplicate goes to the version it duplicates (the same model, the same run) first.
+        # (Searches leave versions' aliases out: the registered model names them.)
+        aliases = client.get_registered_model(name).aliases
+        for alias in sorted(a for a, v in aliases.items() if str(v) == str(duplicate.version)):
+            log.info("publish: '%s@%s' moves from the duplicate %s to version %s", name, alias,
+                     duplicate.version, mine[0].version)
+            client.set_registered_model_alias(name, alias, mine[0].version)
         try:
             client.delete_model_version(name, duplicate.version)
         except MlflowException as exc:

@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from components.artifacts import CandidateModel
+from components.config import FINGERPRINT_EXCLUDES
 from components.publishing.publication import (
     CANDIDATE_TAG,
     PUBLISH_KEY_TAG,
@@ -42,8 +43,8 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 def run_params(pub: Publication) -> dict[str, str]:
     # The same parts of the config as its fingerprint: params cannot change once logged, and a
-    # rerun with another workdir or execution mode is still the same publish.
-    config = pub.config.model_dump(mode="json", exclude={"schedule", "execution", "workdir"})
+    # rerun with another workdir, execution mode or URL of the same server is the same publish.
+    config = pub.config.model_dump(mode="json", exclude=FINGERPRINT_EXCLUDES)
     return {**_flatten(config), "recipe": pub.model.recipe or "(none: frozen only)",
             "candidate": pub.model.label, "candidate_kind": pub.model.kind}
 

@@ -2,6 +2,8 @@
 
 What a reviewer finds in the experiment ``mlflow.experiment``, for each pipeline run:
 
+- nothing at all when a SavedModel to be logged does not load and run the way TF Serving loads
+  it (the TF1 loader in a Session, tag ``serve``: :mod:`optimizer.servability`), exit 7;
 - a run whose params are the config (dotted keys; the parts that change the result) and the
   recipe applied; whose metrics are every model's latency, throughput, size, memory, accuracy
   and the gate's speedup, interval and accuracy drop per candidate
@@ -31,7 +33,10 @@ What a reviewer finds in the experiment ``mlflow.experiment``, for each pipeline
   rejected model is a logged model of the run only, and a reviewer who overrules the gate
   registers ``models:/<model_id>`` by hand.
 
-Idempotent, keyed by the workspace key (source digest, config fingerprint) and the DAG run id:
+Idempotent, keyed by the workspace key (source digest, config fingerprint, which leaves out the
+URL MLflow is reached at) and the DAG run id, on the server that publish asks (the workspace's
+record of a finished publish is found by the server's experiment id and creation time, so
+``localhost`` and ``127.0.0.1`` are one server and two servers sharing a workdir are two):
 the run, its logged models and the version carry that key in the tag ``tfopt.publish_key``, and
 each stage looks for its result before acting. A rerun of the same DAG run makes no second run,
 logged model or version, and one killed midway is completed: a run without its ``tfopt.logged``
@@ -45,8 +50,10 @@ alias from moving back to an older version); racing writes of the same row are r
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -65,7 +72,7 @@ from components.publishing.logged_models import log_model
 from components.publishing.publication import publication
 from components.publishing.race_tolerant_client import RaceTolerantClient
 from components.publishing.registry_protocol import move_alias, register
-from components.publishing.run_logging import log_run
+from components.publishing.run_logging import experiment_id, log_run
 from components.tracking import mlflow_client
 from components.workspace import Workspace
 
@@ -80,13 +87,58 @@ def step_name(run_context: dict[str, Any] | None) -> str:
     return f"publish/{slug}-{hashlib.sha256(str(dag_run_id).encode()).hexdigest()[:8]}"
 
 
+def checked_servable(ws: Workspace, model: CandidateModel, signature: str) -> None:
+    """:func:`optimizer.servability.check_servable` once per model content in a workspace: the
+    verdict is kept in ``servable/``, and publishes of the same candidate at once wait for the
+    first one's (a check imports TensorFlow: hundreds of MB per process)."""
+    import fcntl
+    import json
+
+    from optimizer.servability import NotServableError, check_servable
+
+    directory = ws.root / "servable"
+    directory.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(f"{model.digest}\0{signature}".encode()).hexdigest()[:24]
+    verdict = directory / f"{name}.json"
+    with open(directory / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if verdict.is_file():
+            error = json.loads(verdict.read_text()).get("error")
+            if error:
+                raise NotServableError(error)
+            return
+        try:
+            check_servable(model.path, signature, label=f"candidate '{model.label}'")
+            error = None
+        except NotServableError as exc:
+            error = str(exc)
+        partial = verdict.with_name(f".{verdict.name}.partial-{os.getpid()}")
+        partial.write_text(json.dumps({"candidate": model.label, "digest": model.digest,
+                                       "error": error}) + "\n")
+        os.replace(partial, verdict)
+    if error:
+        raise NotServableError(error)
+
+
+def server_identity(client, experiment: str) -> str:
+    """The MLflow server as it reports itself, not the URL it is reached at: the experiment's
+    id and creation time (another server's experiment of the same name has another), and the
+    registered model's name. ``localhost`` and ``127.0.0.1`` give the same identity."""
+    found = client.get_experiment(experiment)
+    return f"{found.experiment_id}:{found.creation_time}"
+
+
 def publish(config: PipelineConfig, pulled: PulledModel,
             candidates: Candidates | Sequence[CandidateModel | dict],
             evaluation: EvaluationOutput, gate: GateOutput, ws: Workspace,
             run_context: dict[str, Any] | None = None) -> PublishOutput:
+    settings = config.mlflow
+
     def run(_step_dir: Path) -> PublishOutput:
         pub = publication(config, pulled, candidates, evaluation, gate, ws, run_context)
-        settings = config.mlflow
+        for model in pub.models:  # before anything reaches MLflow
+            if model.format == "savedmodel":
+                checked_servable(ws, model, config.signature)
         with mlflow_client(settings.tracking_uri) as plain_client:
             client = RaceTolerantClient(plain_client)
             experiment, mlflow_run = log_run(client, pub)
@@ -111,4 +163,13 @@ def publish(config: PipelineConfig, pulled: PulledModel,
                              model_uri=f"models:/{logged[pub.model.label].model_id}",
                              logged_models={label: m.model_id for label, m in logged.items()})
 
-    return ws.reuse_or_run(step_name(run_context), PublishOutput, run)
+    # The workspace is shared by every URL of a server (the config's fingerprint leaves the URL
+    # out), and by other servers too: a finished publish is this server's only if the server
+    # says so.
+    with mlflow_client(settings.tracking_uri) as client:
+        experiment = experiment_id(client, settings.experiment, settings.tracking_uri)
+        identity = server_identity(client, experiment)
+    step = Workspace.keyed(step_name(run_context), identity, settings.experiment,
+                           settings.registered_model)
+    done = ws.reuse_or_run(step, PublishOutput, run)
+    return dataclasses.replace(done, tracking_uri=settings.tracking_uri)

@@ -13,7 +13,10 @@ for a local path, the digest of its content. The directory is built beside its f
 checked to be a SavedModel (parsed within limits and scanned for ops that touch files, the
 network or Python: :mod:`optimizer.op_scan`), given its marker (``pulled.json``) last, and
 renamed into place: a pull killed midway leaves no marker, and the next pull starts over. A
-local directory is checked before anything is copied; a refused download leaves nothing.
+local directory is checked before anything is copied, first that nothing in it leads out of it
+(no symbolic link, hard link or special file: :mod:`components.storage.model_tree`; with
+``security.allow_internal_links``, links to its own files are copied as files); a refused
+download leaves nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from components.artifacts import PulledModel
 from components.config import PipelineConfig
 from components.storage.archive import extract_archive, is_archive
 from components.storage.digest import file_checksums
-from optimizer.atomic import atomic_directory
+from components.storage.model_tree import check_model_tree, copy_model_tree
+from optimizer.atomic import PARTIAL_MARK, atomic_directory, clean_stale_partials, hold_lock
 from optimizer.benchmark.environment import model_digest
 from optimizer.errors import (
     CorruptSavedModelError,
@@ -60,6 +64,8 @@ def pull(config: PipelineConfig, *, s3_client=None, session=None) -> PulledModel
     """
     source = config.source
     sources = Path(config.workdir).absolute() / SOURCES_DIR
+    # What killed pulls left behind; a pull running now holds its own (optimizer.atomic).
+    clean_stale_partials(sources)
     if source.startswith("models:/"):
         return _pull_registry(config, sources)
     if source.startswith("s3://"):
@@ -69,7 +75,7 @@ def pull(config: PipelineConfig, *, s3_client=None, session=None) -> PulledModel
     if "://" in source:
         raise TfoptError(f"unsupported source '{source}': use a local path, s3://bucket/prefix, "
                          f"s3://bucket/key.tar.gz or models:/name@alias")
-    return _pull_local(source, sources)
+    return _pull_local(source, sources, config.security.allow_internal_links)
 
 
 def find_savedmodel_root(directory: Path, uri: str) -> Path:
@@ -166,34 +172,19 @@ def _reused(target: Path, uri: str) -> PulledModel | None:
     return done
 
 
-class _CopyFailed(Exception):
-    """Not an OSError, so that shutil.copytree stops at it instead of noting it and going on."""
-
-
-def _copy_tree(src: Path, dst: Path) -> None:
-    """shutil.copytree, stopping at the first file that fails (on a full disk, all would)."""
-    def copy(source, target):
-        try:
-            return shutil.copy2(source, target)
-        except OSError as exc:
-            raise _CopyFailed(exc) from None
-
-    try:
-        shutil.copytree(src, dst, copy_function=copy)
-    except _CopyFailed as failed:
-        raise failed.args[0] from None
-
-
-def _pull_local(source: str, sources: Path) -> PulledModel:
+def _pull_local(source: str, sources: Path, allow_internal_links: bool) -> PulledModel:
     path = Path(source).expanduser()
     if not path.exists():
         raise SourceNotFoundError(f"no such source: {path}")
     if path.is_dir():
+        # No link out of the model, before a byte of it is read (model_tree's docstring).
+        check_model_tree(path, source, allow_links_inside=allow_internal_links)
         root = find_savedmodel_root(path, source)  # before spending time hashing and copying
         digest = model_digest(root)
         target = sources / f"dir-{_short(digest)}"
         return _reused(target, source) or _store(
-            target, source, lambda model_dir: _copy_tree(root, model_dir),
+            target, source, lambda model_dir: copy_model_tree(
+                root, model_dir, source, allow_links_inside=allow_internal_links),
             expected_digest=digest)
     if is_archive(path.name):
         target = sources / f"tar-{file_checksums(path).sha256_hex[:_KEY_HEX]}"
@@ -240,7 +231,8 @@ def _pull_registry(config: PipelineConfig, sources: Path) -> PulledModel:
     # The registry says which version an alias names only by downloading it, so the download
     # lands in scratch space and is then filed under its content.
     sources.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".registry-", dir=sources))
+    scratch = Path(tempfile.mkdtemp(prefix=f".registry{PARTIAL_MARK}", dir=sources))
+    lock = hold_lock(scratch)
     try:
         version = download_registered_model(config.source, scratch / MODEL_DIR,
                                             config.mlflow.tracking_uri)
@@ -253,6 +245,8 @@ def _pull_registry(config: PipelineConfig, sources: Path) -> PulledModel:
             expected_digest=digest, version=str(version))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
 
 
 def _saved_model_in(version_dir: Path, uri: str) -> Path:
