@@ -75,7 +75,7 @@ diff / top-1 agreement with stock over 8 generated inputs:
 
 Runs by hand that failed: LSTM on LiteRT (the default converter: "Lowering tensor list ops is
 failed. Please consider using Select TF ops"); string on OpenVINO (``convert_model`` cannot
-convert the lookup table ops); BERT on ONNX Runtime (tf2onnx writes an ``Erfc`` node, from Keras'
+convert ``HashTableV2``, ``LookupTableFindV2``); BERT on ONNX Runtime (tf2onnx writes an ``Erfc`` node, from Keras'
 exact GELU, that ONNX Runtime refuses to load: INVALID_GRAPH; tfopt's own ONNX candidates are
 skipped with "tf2onnx has no ONNX conversion for Erfc"). OpenVINO by hand computes in bf16 on this
 CPU (its default): LSTM 9.5e-05, BERT 3.4e-02 from stock.
@@ -483,7 +483,10 @@ def measure_family(family: Family, args, cpus: int, say) -> dict:
             if label == "openvino":  # its messages open with C++ source locations
                 from optimizer.runtime.openvino import condense_openvino_error
 
-                failed[label] = f"{type(exc).__name__}: {condense_openvino_error(str(exc))}"
+                named = [line.strip() for line in str(exc).splitlines()
+                         if "Conversion is failed for:" in line]
+                failed[label] = (f"{type(exc).__name__}: "
+                                 f"{named[0] if named else condense_openvino_error(str(exc))}")
             say(f"{label} by hand failed: {failed[label]}")
             if args.verbose:
                 traceback.print_exc()
