@@ -54,8 +54,8 @@ times; results go to ``WORKDIR/families.json`` (merged family by family) and ``-
 prints them.
 
 Results, 2026-11-24, 2 CPUs shared with a test suite and other jobs (load average 8.7-11.6
-while timing, 4.0 for efficientnetb0, so absolute times are several times an idle machine's; ratios are within one
-process and one group). Commands: ``benchmarks/families.py --workdir work/families --seconds 30
+while timing, 4.0 for efficientnetb0, so absolute times are several times an idle machine's;
+ratios are within one process and one group). Commands: ``benchmarks/families.py --workdir work/families --seconds 30
 --rounds 12`` (all families in order; stopped during resnet50 for time: the optimize run with
 all targets took 14-16 min per image model at that load), and for the LSTM, after the harness fix
 below, ``benchmarks/families.py --families lstm --workdir work/families_lstm --seconds 30
@@ -78,8 +78,8 @@ efficientnetb0's optimize run with all targets took 16 min at load 9-24 (its XLA
 
 Runs by hand that failed: LSTM on LiteRT (the default converter: "Lowering tensor list ops is
 failed. Please consider using Select TF ops"); string on OpenVINO (``convert_model`` cannot
-convert ``HashTableV2``, ``LookupTableFindV2``); BERT on ONNX Runtime (tf2onnx writes an ``Erfc`` node, from Keras'
-exact GELU, that ONNX Runtime refuses to load: INVALID_GRAPH; tfopt's own ONNX candidates are
+convert ``HashTableV2``, ``LookupTableFindV2``); BERT on ONNX Runtime (tf2onnx writes an
+``Erfc`` node, from Keras' exact GELU, that ONNX Runtime refuses to load: INVALID_GRAPH; tfopt's own ONNX candidates are
 skipped with "tf2onnx has no ONNX conversion for Erfc"). OpenVINO by hand computes in bf16 on this
 CPU (its default): LSTM 9.5e-05, BERT 3.4e-02 from stock.
 
