@@ -16,6 +16,7 @@ KERAS_APPLICATIONS = {
     "ResNet50": ("ResNet50", (224, 224, 3)),
     "MobileNetV2": ("MobileNetV2", (224, 224, 3)),
     "InceptionV3": ("InceptionV3", (299, 299, 3)),
+    "EfficientNetB0": ("EfficientNetB0", (224, 224, 3)),
 }
 
 
