@@ -12,6 +12,28 @@ from optimizer.benchmark.environment import model_digest
 LITERT_FILE = "model.tflite"
 
 
+def one_thread_mlflow_model(source, candidate: CandidateModel, tmp_path_factory) -> Path:
+    """``candidate``'s MLflow Model, written as publish writes it, tuned to one thread."""
+    import json
+
+    from components.mlflow_models import write_mlflow_model
+    from optimizer.runtime import read_signature
+
+    settings = tmp_path_factory.mktemp("tuned") / "runtime_settings.json"
+    settings.write_text(json.dumps({"num_threads": 1, "intra_op_threads": None,
+                                    "inter_op_threads": None}))
+    destination = tmp_path_factory.mktemp("mlflow_model") / candidate.label
+    write_mlflow_model(candidate, read_signature(source), destination, runtime_settings=settings)
+    return destination
+
+
+def image_batch(n: int, seed: int = 0) -> dict:
+    """A batch for the keras_cnn test model."""
+    import numpy as np
+
+    return {"image": np.random.default_rng(seed).standard_normal((n, 16, 16, 3), "float32")}
+
+
 def savedmodel_candidate(path, label: str = "optimized") -> CandidateModel:
     return CandidateModel(label=label, path=str(path), kind="optimized",
                           digest=model_digest(path), recipe="fold_constants")

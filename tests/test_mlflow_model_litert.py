@@ -4,7 +4,6 @@ Built on local disk (no tracking server). The loader runs without tfopt and with
 as where the model is served: checked in a Python that cannot import either.
 """
 
-import json
 import subprocess
 import sys
 import textwrap
@@ -14,30 +13,27 @@ from importlib.metadata import version
 import mlflow
 import numpy as np
 import pytest
-from mlflow_model_testing import litert_candidate, mlmodel, requirement_names
+from mlflow_model_testing import (
+    image_batch,
+    litert_candidate,
+    mlmodel,
+    one_thread_mlflow_model,
+    requirement_names,
+)
 
-from components.mlflow_models import write_mlflow_model
 from components.mlflow_models.mlmodel import recorded_format
 from components.mlflow_models.tfopt_litert_loader import _load_pyfunc
 from optimizer.benchmark.environment import model_digest
 from optimizer.errors import TfoptError
-from optimizer.runtime import load_runner, read_signature
+from optimizer.runtime import load_runner
 
 
 @pytest.fixture(scope="module")
 def built(model_dir, tmp_path_factory):
     source = model_dir("keras_cnn")
     candidate = litert_candidate(source, tmp_path_factory.mktemp("candidate") / "litert_fp32")
-    settings = tmp_path_factory.mktemp("tuned") / "runtime_settings.json"
-    settings.write_text(json.dumps({"num_threads": 1, "intra_op_threads": None,
-                                    "inter_op_threads": None}))
-    destination = tmp_path_factory.mktemp("mlflow_model") / candidate.label
-    write_mlflow_model(candidate, read_signature(source), destination, runtime_settings=settings)
-    return source, candidate, destination
+    return source, candidate, one_thread_mlflow_model(source, candidate, tmp_path_factory)
 
-
-def _batch(n: int, seed: int = 0) -> dict[str, np.ndarray]:
-    return {"image": np.random.default_rng(seed).standard_normal((n, 16, 16, 3), "float32")}
 
 
 def test_the_model_is_pyfunc_with_the_loader_the_file_and_its_tuned_threads(built):
@@ -70,13 +66,13 @@ def test_pyfunc_predicts_what_the_litert_interpreter_computes(built):
     loaded = mlflow.pyfunc.load_model(str(model))
     runner = load_runner(candidate.path, format="tflite", num_threads=1)
 
-    for batch in (loaded.input_example, _batch(5)):
+    for batch in (loaded.input_example, image_batch(5)):
         predicted = loaded.predict(batch)
         assert set(predicted) == {"output_0"}
         np.testing.assert_array_equal(predicted["output_0"], runner(batch)["output_0"])
     # one input: a bare array is that input
-    np.testing.assert_array_equal(loaded.predict(_batch(2)["image"])["output_0"],
-                                  runner(_batch(2))["output_0"])
+    np.testing.assert_array_equal(loaded.predict(image_batch(2)["image"])["output_0"],
+                                  runner(image_batch(2))["output_0"])
 
 
 def test_threads_come_from_tuning_and_a_caller_may_override_them(built):
@@ -86,7 +82,7 @@ def test_threads_come_from_tuning_and_a_caller_may_override_them(built):
     assert _load_pyfunc(str(model / "litert"), {"num_threads": 3}).num_threads == 3
     overridden = mlflow.pyfunc.load_model(str(model), model_config={"num_threads": 2})
     assert overridden.model_config["num_threads"] == 2
-    assert overridden.predict(_batch(1))["output_0"].shape == (1, 5)
+    assert overridden.predict(image_batch(1))["output_0"].shape == (1, 5)
 
 
 def test_concurrent_predictions_each_get_their_own_outputs(built):
@@ -95,7 +91,7 @@ def test_concurrent_predictions_each_get_their_own_outputs(built):
     _, candidate, model = built
     loaded = mlflow.pyfunc.load_model(str(model))
     runner = load_runner(candidate.path, format="tflite", num_threads=1)
-    batches = [_batch(1 + i % 3, seed=i) for i in range(24)]
+    batches = [image_batch(1 + i % 3, seed=i) for i in range(24)]
 
     with ThreadPoolExecutor(max_workers=6) as pool:
         results = list(pool.map(loaded.predict, batches))
@@ -106,7 +102,7 @@ def test_concurrent_predictions_each_get_their_own_outputs(built):
 
 def test_the_model_loads_and_predicts_without_tensorflow_and_without_tfopt(built, tmp_path):
     _, candidate, model = built
-    expected = load_runner(candidate.path, format="tflite", num_threads=1)(_batch(3))
+    expected = load_runner(candidate.path, format="tflite", num_threads=1)(image_batch(3))
     np.save(tmp_path / "expected.npy", expected["output_0"])
     script = textwrap.dedent(f"""
         import sys

@@ -1,20 +1,24 @@
 """An ONNX candidate as an MLflow Model: MLflow's own onnx flavor, with the session options the
 benchmark ran it with. Built on local disk; loaded with mlflow.pyfunc and mlflow.onnx."""
 
-import json
 from importlib.metadata import version
 
 import mlflow
 import mlflow.onnx
 import numpy as np
 import pytest
-from mlflow_model_testing import converted_candidate, mlmodel, requirement_names
+from mlflow_model_testing import (
+    converted_candidate,
+    image_batch,
+    mlmodel,
+    one_thread_mlflow_model,
+    requirement_names,
+)
 
-from components.mlflow_models import write_mlflow_model
 from components.mlflow_models.mlmodel import recorded_format
 from optimizer.benchmark.environment import model_digest
 from optimizer.errors import TfoptError
-from optimizer.runtime import load_runner, read_signature
+from optimizer.runtime import load_runner
 
 
 @pytest.fixture(scope="module")
@@ -22,16 +26,8 @@ def built(model_dir, tmp_path_factory):
     source = model_dir("keras_cnn")
     candidate = converted_candidate(source, tmp_path_factory.mktemp("candidate") / "onnx_fp32",
                                     "onnx")
-    settings = tmp_path_factory.mktemp("tuned") / "runtime_settings.json"
-    settings.write_text(json.dumps({"num_threads": 1, "intra_op_threads": None,
-                                    "inter_op_threads": None}))
-    destination = tmp_path_factory.mktemp("mlflow_model") / candidate.label
-    write_mlflow_model(candidate, read_signature(source), destination, runtime_settings=settings)
-    return source, candidate, destination
+    return source, candidate, one_thread_mlflow_model(source, candidate, tmp_path_factory)
 
-
-def _batch(n: int, seed: int = 0) -> dict[str, np.ndarray]:
-    return {"image": np.random.default_rng(seed).standard_normal((n, 16, 16, 3), "float32")}
 
 
 def test_the_model_is_mlflows_onnx_flavor_with_the_benchmarks_session_options(built):
@@ -65,7 +61,7 @@ def test_pyfunc_predicts_what_the_benchmarks_runner_computes(built):
     runner = load_runner(candidate.path, format="onnx", num_threads=1)
     stock = load_runner(source)
 
-    for batch in (loaded.input_example, _batch(5)):
+    for batch in (loaded.input_example, image_batch(5)):
         predicted = loaded.predict(batch)
         assert set(predicted) == {"output_0"}
         np.testing.assert_allclose(predicted["output_0"], runner(batch)["output_0"],

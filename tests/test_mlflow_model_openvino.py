@@ -1,7 +1,6 @@
 """An OpenVINO candidate as an MLflow Model: pyfunc through the loader shipped with the model,
 compiled with the precision it was measured with. Built on local disk (no tracking server)."""
 
-import json
 import subprocess
 import sys
 import textwrap
@@ -10,14 +9,19 @@ from importlib.metadata import version
 import mlflow
 import numpy as np
 import pytest
-from mlflow_model_testing import converted_candidate, mlmodel, requirement_names
+from mlflow_model_testing import (
+    converted_candidate,
+    image_batch,
+    mlmodel,
+    one_thread_mlflow_model,
+    requirement_names,
+)
 
-from components.mlflow_models import write_mlflow_model
 from components.mlflow_models.mlmodel import recorded_format
 from components.mlflow_models.tfopt_openvino_loader import _load_pyfunc
 from optimizer.benchmark.environment import model_digest
 from optimizer.errors import TfoptError
-from optimizer.runtime import load_runner, read_signature
+from optimizer.runtime import load_runner
 
 
 @pytest.fixture(scope="module")
@@ -25,16 +29,8 @@ def built(model_dir, tmp_path_factory):
     source = model_dir("keras_cnn")
     candidate = converted_candidate(
         source, tmp_path_factory.mktemp("candidate") / "openvino_fp32", "openvino")
-    settings = tmp_path_factory.mktemp("tuned") / "runtime_settings.json"
-    settings.write_text(json.dumps({"num_threads": 1, "intra_op_threads": None,
-                                    "inter_op_threads": None}))
-    destination = tmp_path_factory.mktemp("mlflow_model") / candidate.label
-    write_mlflow_model(candidate, read_signature(source), destination, runtime_settings=settings)
-    return source, candidate, destination
+    return source, candidate, one_thread_mlflow_model(source, candidate, tmp_path_factory)
 
-
-def _batch(n: int, seed: int = 0) -> dict[str, np.ndarray]:
-    return {"image": np.random.default_rng(seed).standard_normal((n, 16, 16, 3), "float32")}
 
 
 def test_the_model_is_pyfunc_with_the_loader_the_ir_its_precision_and_threads(built):
@@ -67,15 +63,15 @@ def test_pyfunc_predicts_what_the_benchmarks_runner_computes(built):
     runner = load_runner(candidate.path, format="openvino", num_threads=1)
     stock = load_runner(source)
 
-    for batch in (loaded.input_example, _batch(5)):
+    for batch in (loaded.input_example, image_batch(5)):
         predicted = loaded.predict(batch)
         assert set(predicted) == {"output_0"}
         np.testing.assert_allclose(predicted["output_0"], runner(batch)["output_0"],
                                    rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(predicted["output_0"], stock(batch)["output_0"],
                                    rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(loaded.predict(_batch(2)["image"])["output_0"],
-                               runner(_batch(2))["output_0"], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(loaded.predict(image_batch(2)["image"])["output_0"],
+                               runner(image_batch(2))["output_0"], rtol=1e-6, atol=1e-6)
 
 
 def test_threads_come_from_tuning_and_a_caller_may_override_them(built):
@@ -83,12 +79,12 @@ def test_threads_come_from_tuning_and_a_caller_may_override_them(built):
 
     assert _load_pyfunc(str(model / "openvino"), {"num_threads": 2}).num_threads == 2
     overridden = mlflow.pyfunc.load_model(str(model), model_config={"num_threads": 2})
-    assert overridden.predict(_batch(1))["output_0"].shape == (1, 5)
+    assert overridden.predict(image_batch(1))["output_0"].shape == (1, 5)
 
 
 def test_the_model_loads_and_predicts_without_tensorflow_and_without_tfopt(built, tmp_path):
     _, candidate, model = built
-    expected = load_runner(candidate.path, format="openvino", num_threads=1)(_batch(3))
+    expected = load_runner(candidate.path, format="openvino", num_threads=1)(image_batch(3))
     np.save(tmp_path / "expected.npy", expected["output_0"])
     script = textwrap.dedent(f"""
         import sys

@@ -11,13 +11,12 @@ is bf16, :mod:`optimizer.runtime.openvino`) and the thread count tuning chose.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from components.artifacts import CandidateModel
+from components.mlflow_models.shipped_loader import add_pyfunc_with_shipped_loader
 
 ARTIFACT_DIR = "openvino"
-CODE_DIR = "code"
 LOADER = Path(__file__).with_name("tfopt_openvino_loader.py")
 RUNTIME_DISTRIBUTIONS = (("openvino",),)
 
@@ -26,18 +25,11 @@ def add_flavor(mlflow_model, candidate: CandidateModel, dest: Path, signature_na
                runtime_settings: dict, env_files: dict[str, str]) -> str:
     """Copy the IR, its weights, its sidecar and the loader into ``dest`` and describe them in
     ``mlflow_model``; returns the IR's path inside ``dest``."""
-    from mlflow import pyfunc
-
     from optimizer.sidecar import runtime_options
 
-    shutil.copytree(candidate.artifact_dir, dest / ARTIFACT_DIR)
-    (dest / CODE_DIR).mkdir()
-    shutil.copy2(LOADER, dest / CODE_DIR / LOADER.name)
-    model_file = Path(candidate.path).name
-    config = {"model_file": model_file,
+    config = {"model_file": Path(candidate.path).name,
               "compile_options": runtime_options(candidate.path, "openvino")}
     if runtime_settings.get("num_threads"):
         config["num_threads"] = int(runtime_settings["num_threads"])
-    pyfunc.add_to_model(mlflow_model, loader_module=LOADER.stem, data=ARTIFACT_DIR,
-                        code=CODE_DIR, model_config=config, **env_files)
-    return f"{ARTIFACT_DIR}/{model_file}"
+    return add_pyfunc_with_shipped_loader(mlflow_model, candidate, dest, ARTIFACT_DIR, LOADER,
+                                          config, env_files)

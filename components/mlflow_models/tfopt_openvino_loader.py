@@ -55,6 +55,8 @@ class OpenVINOModel:
         self._lock = threading.Lock()
 
     def _feeds(self, data) -> dict[str, np.ndarray]:
+        # The LiteRT loader's, repeated: each loader ships alone inside its model, importing
+        # nothing but numpy and its runtime.
         if not isinstance(data, dict):
             if len(self._inputs) != 1:
                 raise ValueError(f"this model takes named inputs {sorted(self._inputs)}; "
