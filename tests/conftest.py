@@ -21,3 +21,11 @@ def model_dir(tmp_path_factory):
         return built[name]
 
     return build
+
+
+def pytest_collection_modifyitems(config, items):
+    # Files holding a slow test are collected first: under xdist's loadfile they then start at
+    # once on the two workers and the short files fill in around them, instead of one worker
+    # running a long file alone at the end.
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)

@@ -63,6 +63,7 @@ def _by_dag_run(items, tags_of):
     return grouped
 
 
+@pytest.mark.slow
 def test_every_concurrent_publish_succeeds(raced):
     failed = [(run_id, code, err[-1500:]) for run_id, code, _, err in raced["outcomes"]
               if code != 0]

@@ -125,6 +125,7 @@ def test_a_dag_run_pulls_from_s3_and_promotes_in_the_registry(stack):
     assert metrics["baseline.top1"] > 0.9
 
 
+@pytest.mark.slow
 def test_running_the_same_dag_run_again_creates_no_duplicate_version(stack):
     for step in STEPS:
         _airflow(stack, "tasks", "test", "model_optimization", step, stack.first_run_id)
