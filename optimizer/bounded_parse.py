@@ -218,10 +218,10 @@ def _held_messages_exceed(message, most: int) -> bool:
 
 def _parse_in_child(path: Path, message_type, text: bool, label: str, max_bytes: int,
                     allowance: int, size: int) -> None:
-    package_root = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ)
+    from optimizer.worker_process import child_environment
+
+    env = child_environment()
     env.pop("PYTHONFAULTHANDLER", None)  # a crash is reported here, in one line
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     child = subprocess.Popen(
         _child_command(path, message_type.DESCRIPTOR.full_name, text, max_bytes, allowance),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
