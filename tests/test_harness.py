@@ -51,7 +51,6 @@ def test_result_holds_latency_quality_size_memory_and_environment(models, tmp_pa
     # block of consecutive calls per round.
     assert result.settings.block_size == config.block_size == 10
     assert len(base.samples[1]) == len(cand.samples[1]) == 10 * result.ratios["frozen"][1].rounds
-    assert base.peak_rss_growth_bytes > 0  # the first model loaded grows the process
     assert cand.quality.value == base.quality.value  # freezing keeps the outputs
     assert cand.fidelity.top1_agreement == 1.0 and cand.fidelity.inputs == "eval data"
     assert cand.fidelity.max_abs_diff < 1e-5
