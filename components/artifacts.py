@@ -32,6 +32,7 @@ class PulledModel(Record):
     path: str
     digest: str
     version: str | None = None  # registry version when pulled from models:/
+    size_bytes: int | None = None  # on disk: what the later pods' memory is sized from
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,9 @@ class BenchmarkOutput(Record):
     baseline_runtime: str = "tensorflow"
     candidate_paths: dict[str, str] = field(default_factory=dict)  # label -> model path
     candidate_tags: list[dict[str, str | None]] = field(default_factory=list)  # .tag()
+    # The candidates measured (CandidateModel.to_dict()), carried on so that publish, at the
+    # end, reads them from the gate's record instead of reaching back to freeze and optimize.
+    candidates: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,7 @@ class EvaluationOutput(Record):
     metric: str
     scores: dict[str, float | None] = field(default_factory=dict)
     candidate_tags: list[dict[str, str | None]] = field(default_factory=list)  # benchmark's
+    candidates: list[dict[str, Any]] = field(default_factory=list)  # benchmark's
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,10 @@ class GateOutput(Record):
     # The serving signature every candidate keeps (SignatureInfo.to_dict()): publish describes
     # the MLflow Models with it without loading TensorFlow.
     signature: dict[str, Any] | None = None
+    # What publish logs as MLflow Models, by label: the chosen candidate and the others that
+    # passed, fastest first; on a reject, the fastest candidate (the one the report explains).
+    publishable: list[str] = field(default_factory=list)
+    evaluation: dict[str, Any] = field(default_factory=dict)  # the EvaluationOutput judged
 
 
 @dataclass(frozen=True)

@@ -142,6 +142,25 @@ class ResourcesConfig(_Section):
         None, gt=0, description="memory budget in GiB where no cgroup limit applies (a pod's "
                                 "limit wins when it is tighter); default: the machine's "
                                 "available memory")
+    pod_memory_gb: dict[str, float] = Field(
+        default_factory=dict,
+        description="GiB of memory (request = limit) for a step's pod in Kubernetes and "
+                    "Kubeflow modes, e.g. {benchmark: 12}, instead of the estimate from the "
+                    "model's size (components/steps/table.py)")
+
+    @field_validator("pod_memory_gb")
+    @classmethod
+    def _sized_steps(cls, value: dict[str, float]) -> dict[str, float]:
+        from components.steps.table import BY_NAME
+
+        sized = [name for name, step in BY_NAME.items() if step.memory]
+        for name, gib in value.items():
+            if name not in sized:
+                raise ValueError(f"no step '{name}' is sized from the model; steps: "
+                                 f"{', '.join(sized)}")
+            if not gib > 0:
+                raise ValueError(f"{name}: memory must be positive")
+        return value
 
 
 class ScheduleConfig(_Section):

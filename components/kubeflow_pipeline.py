@@ -1,10 +1,11 @@
 """The pipeline as a Kubeflow Pipelines (v2) definition, compiled to YAML by ``make kfp``.
 
-The same seven steps as the Airflow DAG, each a container task on the project image running
-``tfopt step NAME --config ... --inputs ... --output ...`` through the image's thread-sizing
-entrypoint. Each step writes its small JSON output to a KFP output parameter; the steps after it
-get that text as a string input and splice it into their ``--inputs`` JSON, keyed by step name.
-The wiring (which step reads which outputs) is ``components.step_runner.NEEDS``.
+The steps of ``components/steps/table.py``, as in the Airflow DAG, each a container task on the
+project image running ``tfopt step NAME --config ... --inputs ... --output ...`` through the
+image's thread-sizing entrypoint. Each step writes its small JSON output to a KFP output
+parameter; the steps after it get that text as a string input (named after the step) and splice
+it into their ``--inputs`` JSON, keyed by step name, in the order the table lists the step's
+``needs``.
 
 On the cluster every task mounts
 
@@ -17,13 +18,19 @@ On the cluster every task mounts
 The benchmark task gets a CPU request and limit (the container's CPU quota, from which the
 entrypoint sizes the thread pools) and a node selector for dedicated CPU benchmark nodes.
 
+Memory: the pull task gets ``--memory-request``/``--memory-limit`` (the model is not pulled
+yet). The pull writes, besides its output, the memory each later step's pod needs for the model
+it pulled (``tfopt step pull --pod-memory STEP=FILE``: the table's measured costs, or the
+config's ``resources.pod_memory_gb``) to output parameters ``memory_STEP``, and each later task
+takes its memory request and limit from that channel: each run's pods fit its own model.
+
 KFP caching is off: a rerun with the same parameters must look at the source again (the model
 behind an S3 prefix or a registry alias changes); the work directory, keyed by the source's
 digest, already makes finished steps cheap to repeat.
 
-This module imports only kfp and the standard library and runs in its own environment
-(``.venv-kfp``): Kubeflow's SDK pins a ``kubernetes`` client the Airflow provider can't share.
-Nothing in the main environment imports it.
+This module imports only kfp, the standard library and the step table (itself standard library
+only), and runs in its own environment (``.venv-kfp``): Kubeflow's SDK pins a ``kubernetes``
+client the Airflow provider can't share. Nothing in the main environment imports it.
 
     python -P components/kubeflow_pipeline.py --image registry.example.com/tfopt:0.1.0 \\
         --output work/kfp/model_optimization_pipeline.yaml
@@ -32,12 +39,17 @@ Nothing in the main environment imports it.
 # No `from __future__ import annotations`: KFP reads the component functions' annotations as
 # types, and strings would read as artifact type names.
 import argparse
+import inspect
 import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kfp import compiler, dsl, kubernetes
+
+# Run as a script in .venv-kfp, where the project is not installed: the table is read from here.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from components.steps.table import STEPS, Step
 
 PIPELINE_NAME = "tfopt-model-optimization"
 ENTRYPOINT = ["python", "-m", "components.container_entrypoint", "tfopt"]
@@ -86,52 +98,52 @@ def inputs_json(upstream: dict) -> dsl.ConcatPlaceholder | str:
 
 
 def step_container(image: str, step: str, conf, result, upstream: dict,
-                   run_id=None) -> dsl.ContainerSpec:
+                   run_id=None, pod_memory: dict | None = None) -> dsl.ContainerSpec:
     args = ["step", step, "--config", CONFIG_FILE, "--set", f"workdir={WORKDIR}",
             "--conf", conf, "--inputs", inputs_json(upstream), "--output", result]
     if run_id is not None:
         args += ["--run-id", run_id]
+    for sized, path in (pod_memory or {}).items():
+        args += ["--pod-memory", dsl.ConcatPlaceholder([f"{sized}=", path])]
     return dsl.ContainerSpec(image=image, command=list(ENTRYPOINT), args=args)
+
+
+SIZED = tuple(step.name for step in STEPS if step.memory)  # whose memory the pull writes
+
+
+def memory_output(step: str) -> str:
+    return f"memory_{step}"
+
+
+def step_component(image: str, step: Step):
+    """The container component of ``step``: a string input per step it needs (named after
+    it), its JSON ``result``, and for pull, an output parameter per sized step's memory."""
+    outputs = [memory_output(s) for s in SIZED] if step.name == "pull" else []
+    parameters = [inspect.Parameter("conf", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                    annotation=dict)]
+    parameters += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                     annotation=str)
+                   for name in step.needs + (("run_id",) if step.run_id else ())]
+    parameters += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                     annotation=dsl.OutputPath(str))
+                   for name in ("result", *outputs)]
+
+    def component(*args):
+        given = dict(zip([p.name for p in parameters], args))
+        return step_container(image, step.name, given["conf"], given["result"],
+                              {n: given[n] for n in step.needs}, run_id=given.get("run_id"),
+                              pod_memory={s: given[memory_output(s)] for s in SIZED
+                                          if memory_output(s) in given})
+
+    component.__name__ = component.__qualname__ = step.name
+    component.__doc__ = step.what
+    component.__signature__ = inspect.Signature(parameters)
+    return dsl.container_component(component)
 
 
 def build_pipeline(options: ClusterOptions):
     """The pipeline function for ``options``; the image is baked into each component."""
-    image = options.image
-
-    @dsl.container_component
-    def pull(conf: dict, result: dsl.OutputPath(str)):
-        return step_container(image, "pull", conf, result, {})
-
-    @dsl.container_component
-    def freeze(conf: dict, pulled: str, result: dsl.OutputPath(str)):
-        return step_container(image, "freeze", conf, result, {"pull": pulled})
-
-    @dsl.container_component
-    def optimize(conf: dict, pulled: str, result: dsl.OutputPath(str)):
-        return step_container(image, "optimize", conf, result, {"pull": pulled})
-
-    @dsl.container_component
-    def benchmark(conf: dict, pulled: str, frozen: str, optimized: str,
-                  result: dsl.OutputPath(str)):
-        return step_container(image, "benchmark", conf, result,
-                              {"pull": pulled, "freeze": frozen, "optimize": optimized})
-
-    @dsl.container_component
-    def evaluate(conf: dict, pulled: str, benchmarked: str, result: dsl.OutputPath(str)):
-        return step_container(image, "evaluate", conf, result,
-                              {"pull": pulled, "benchmark": benchmarked})
-
-    @dsl.container_component
-    def gate(conf: dict, pulled: str, evaluation: str, result: dsl.OutputPath(str)):
-        return step_container(image, "gate", conf, result,
-                              {"pull": pulled, "evaluate": evaluation})
-
-    @dsl.container_component
-    def publish(conf: dict, pulled: str, frozen: str, optimized: str, evaluation: str,
-                verdict: str, run_id: str, result: dsl.OutputPath(str)):
-        return step_container(image, "publish", conf, result,
-                              {"pull": pulled, "freeze": frozen, "optimize": optimized,
-                               "evaluate": evaluation, "gate": verdict}, run_id=run_id)
+    components = {step.name: step_component(options.image, step) for step in STEPS}
 
     @dsl.pipeline(name=PIPELINE_NAME,
                   description="Freeze and optimize a trained TensorFlow SavedModel, benchmark "
@@ -142,17 +154,18 @@ def build_pipeline(options: ClusterOptions):
                            credentials_secret: str = CREDENTIALS_SECRET):
         """conf: the trigger's conf, as in the Airflow DAG: {"source": "s3://...",
         "overrides": {"gate.min_speedup": 1.1}}."""
-        pulled = pull(conf=conf)
-        frozen = freeze(conf=conf, pulled=pulled.output)
-        optimized = optimize(conf=conf, pulled=pulled.output)
-        benchmarked = benchmark(conf=conf, pulled=pulled.output, frozen=frozen.output,
-                                optimized=optimized.output)
-        evaluation = evaluate(conf=conf, pulled=pulled.output, benchmarked=benchmarked.output)
-        verdict = gate(conf=conf, pulled=pulled.output, evaluation=evaluation.output)
-        published = publish(conf=conf, pulled=pulled.output, frozen=frozen.output,
-                            optimized=optimized.output, evaluation=evaluation.output,
-                            verdict=verdict.output, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
-        for task in (pulled, frozen, optimized, benchmarked, evaluation, verdict, published):
+        tasks = {}
+        for step in STEPS:
+            upstream = {name: tasks[name].outputs["result"] for name in step.needs}
+            if step.run_id:
+                upstream["run_id"] = dsl.PIPELINE_JOB_ID_PLACEHOLDER
+            tasks[step.name] = task = components[step.name](conf=conf, **upstream)
+            if step.memory:
+                memory = tasks["pull"].outputs[memory_output(step.name)]
+                task.set_memory_request(memory).set_memory_limit(memory)
+            else:
+                task.set_memory_request(options.memory_request)
+                task.set_memory_limit(options.memory_limit)
             task.set_caching_options(False)
             task.set_retry(num_retries=RETRIES, backoff_duration=RETRY_BACKOFF)
             kubernetes.use_config_map_as_volume(task, config_map_name=config_map,
@@ -162,11 +175,10 @@ def build_pipeline(options: ClusterOptions):
                                          secret_key_to_env={k: k for k in CREDENTIAL_ENV},
                                          optional=True)
             kubernetes.set_security_context(task, run_as_non_root=True)
-        benchmarked.set_cpu_request(options.cpu_request).set_cpu_limit(options.cpu_limit)
-        benchmarked.set_memory_request(options.memory_request)
-        benchmarked.set_memory_limit(options.memory_limit)
+        benchmark = tasks["benchmark"]
+        benchmark.set_cpu_request(options.cpu_request).set_cpu_limit(options.cpu_limit)
         for key, value in options.node_selector.items():
-            kubernetes.add_node_selector(benchmarked, label_key=key, label_value=value)
+            kubernetes.add_node_selector(benchmark, label_key=key, label_value=value)
 
     return model_optimization
 
@@ -191,8 +203,9 @@ def main(argv: list[str] | None = None) -> int:
                         default=Path("work/kfp/model_optimization_pipeline.yaml"))
     parser.add_argument("--cpu-request", default=DEFAULT_CPU, help="benchmark task")
     parser.add_argument("--cpu-limit", default=DEFAULT_CPU, help="benchmark task")
-    parser.add_argument("--memory-request", default=DEFAULT_MEMORY_REQUEST, help="benchmark task")
-    parser.add_argument("--memory-limit", default=DEFAULT_MEMORY_LIMIT, help="benchmark task")
+    parser.add_argument("--memory-request", default=DEFAULT_MEMORY_REQUEST,
+                        help="pull task (the later ones are sized from the model it pulls)")
+    parser.add_argument("--memory-limit", default=DEFAULT_MEMORY_LIMIT, help="pull task")
     parser.add_argument("--node-selector", type=_key_value, action="append", metavar="KEY=VALUE",
                         help="benchmark node label (repeatable; default "
                              + ", ".join(f"{k}={v}" for k, v in DEFAULT_NODE_SELECTOR.items())

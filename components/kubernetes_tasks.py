@@ -3,14 +3,21 @@
 This is how the pipeline scales past one machine. Pods share the work directory through a
 ReadWriteMany volume mounted at the config's ``workdir``, so the paths in the steps' outputs
 stay valid from pod to pod; only those small JSON outputs travel, through XCom. The benchmark
-pod gets the CPU request/limit and the node selector for CPU benchmark nodes, so baseline and
-candidates are timed on one dedicated node.
+pod gets the node selector for CPU benchmark nodes, so baseline and candidates are timed on one
+dedicated node.
+
+Memory: the pull pod takes ``execution.kubernetes.memory_request``/``memory_limit`` (the
+model's size is not known before it is pulled). Every later pod's memory (request = limit) is
+what the pull's output says for it (``pod_memory``: :func:`components.step_runner.pod_memory`,
+from the model's size on disk and the table's measured costs, or ``resources.pod_memory_gb``):
+the operator templates ``container_resources``, so each run's pods fit its own model.
 """
 
 from __future__ import annotations
 
 from components.config import PipelineConfig
-from components.step_runner import NEEDS
+from components.step_runner import POD_MEMORY_KEY
+from components.steps.table import BY_NAME, STEPS
 
 XCOM_RETURN = "/airflow/xcom/return.json"
 WORK_VOLUME = "tfopt-work"
@@ -19,7 +26,7 @@ CONFIG_VOLUME = "tfopt-config"
 
 def step_arguments(name: str, config_file: str) -> list[str]:
     """``tfopt step`` arguments; upstream outputs and the trigger's conf come by templating."""
-    needs = NEEDS[name]
+    needs = BY_NAME[name].needs
     pairs = ", ".join(f'"{n}": {{{{ ti.xcom_pull(task_ids="{n}") | tojson }}}}' for n in needs)
     return ["step", name, "--config", config_file,
             "--inputs", "{" + pairs + "}",
@@ -28,14 +35,12 @@ def step_arguments(name: str, config_file: str) -> list[str]:
 
 
 def step_operators(config: PipelineConfig, config_file_on_host: str):
-    """Declare the seven pod tasks, wired as in the in-process DAG; returns them by name."""
+    """Declare a pod task per step of the table, wired as in the in-process DAG; returns them
+    by name."""
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
     from kubernetes.client import models as k8s
 
     kube = config.execution.kubernetes
-    resources = k8s.V1ResourceRequirements(
-        requests={"cpu": kube.cpu_request, "memory": kube.memory_request},
-        limits={"cpu": kube.cpu_limit, "memory": kube.memory_limit})
     volumes = [
         k8s.V1Volume(name=WORK_VOLUME, persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
             claim_name=WORK_VOLUME)),
@@ -48,8 +53,15 @@ def step_operators(config: PipelineConfig, config_file_on_host: str):
                           read_only=True),
     ]
     operators = {}
-    for name in NEEDS:
+    for step in STEPS:
+        name = step.name
         is_benchmark = name == "benchmark"
+        memory = (kube.memory_request, kube.memory_limit) if not step.memory \
+            else (pod_memory_template(name),) * 2
+        # One object per operator: rendering the template fills it in place.
+        resources = k8s.V1ResourceRequirements(
+            requests={"cpu": kube.cpu_request, "memory": memory[0]},
+            limits={"cpu": kube.cpu_limit, "memory": memory[1]})
         operators[name] = KubernetesPodOperator(
             task_id=name,
             name=f"tfopt-{name}",
@@ -67,7 +79,12 @@ def step_operators(config: PipelineConfig, config_file_on_host: str):
             on_finish_action="delete_pod",
             labels={"app": "tfopt", "step": name},
         )
-    for name, needs in NEEDS.items():
-        for upstream in needs:
-            operators[upstream] >> operators[name]
+    for step in STEPS:
+        for upstream in step.needs:
+            operators[upstream] >> operators[step.name]
     return operators
+
+
+def pod_memory_template(name: str) -> str:
+    """The memory the pull's output gives step ``name``'s pod, rendered when it starts."""
+    return f'{{{{ ti.xcom_pull(task_ids="pull")["{POD_MEMORY_KEY}"]["{name}"] }}}}'

@@ -1,6 +1,7 @@
 """What the Airflow DAG needs at run time, kept out of the DAG file so parsing stays light.
 
-The DAG file only declares; its tasks call :func:`run_dag_step`, which loads the config (the
+The DAG file only declares: :func:`in_process_tasks` makes a task per step of
+:mod:`components.steps.table`, each calling :func:`run_dag_step`, which loads the config (the
 DAG's YAML plus the run's ``dag_run.conf``), takes credentials from an Airflow connection when
 one is named, and runs the step through :func:`components.step_runner.run_step`.
 """
@@ -100,6 +101,25 @@ def export_aws_connection(conn_id: str | None) -> None:
         os.environ["AWS_SESSION_TOKEN"] = extra["aws_session_token"]
     if extra.get("region_name"):
         os.environ.setdefault("AWS_DEFAULT_REGION", extra["region_name"])
+
+
+def in_process_tasks() -> dict[str, Any]:
+    """Declare one TaskFlow task per step of the table, each fed the outputs (XComs) of the
+    steps it needs, inside the DAG being defined; returns their outputs by step name."""
+    from airflow.sdk import task
+
+    from components.steps.table import STEPS
+
+    outputs: dict[str, Any] = {}
+    for step in STEPS:
+        run = task(task_id=step.name)(in_process_step)
+        outputs[step.name] = run(step.name, {n: outputs[n] for n in step.needs})
+    return outputs
+
+
+def in_process_step(name: str, inputs: dict[str, Any], **context) -> dict[str, Any]:
+    """What each in-process task runs: Airflow resolves ``inputs`` (the upstream XComs)."""
+    return run_dag_step(name, inputs, context)
 
 
 def run_dag_step(name: str, inputs: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:

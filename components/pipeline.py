@@ -1,8 +1,10 @@
-"""The whole pipeline in one process: what ``tfopt run`` and the in-process DAG tasks do.
+"""The whole pipeline in one process: what ``tfopt run`` does.
 
-source -> pull -> freeze + optimize (candidates) -> benchmark (vs the champion, else the input)
--> evaluate -> gate -> publish. Every step is idempotent, so rerunning after a failure resumes
-where it stopped.
+The steps of :mod:`components.steps.table`, in its order, each run by
+:func:`components.step_runner.run_step` on the outputs before it, as every orchestrator runs
+them: source -> pull -> freeze + optimize (candidates) -> benchmark (vs the champion, else the
+input) -> evaluate -> gate (report, tuning) -> publish. Every step is idempotent, so rerunning
+after a failure resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -19,16 +21,15 @@ from components.artifacts import (
     GateOutput,
     PublishOutput,
     PulledModel,
-    candidate_models,
 )
 from components.config import PipelineConfig
-from components.workspace import Workspace
+from components.step_runner import COSTS_KEY, run_step, workspace_for
+from components.steps.table import NAMES, STEP_COSTS_CONTEXT
 
 log = logging.getLogger(__name__)
 
-STEPS = ("pull", "freeze", "optimize", "benchmark", "evaluate", "gate", "publish")
-# The key of run_context under which publish gets the steps' costs, logged as metrics.
-STEP_COSTS_CONTEXT = "step_costs"
+STEPS = NAMES
+__all__ = ["STEPS", "STEP_COSTS_CONTEXT", "PipelineOutcome", "run_pipeline", "workspace_for"]
 
 
 def _gib(n: int | None) -> str:
@@ -55,63 +56,32 @@ class PipelineOutcome:
                 "workspace": self.workspace, "costs": self.costs}
 
 
-def workspace_for(config: PipelineConfig, pulled: PulledModel) -> Workspace:
-    return Workspace.for_run(config.workdir, pulled.digest, config.fingerprint())
-
-
 def run_pipeline(config: PipelineConfig, run_context: dict[str, Any] | None = None,
                  publish_results: bool = True) -> PipelineOutcome:
+    """Every step; without ``publish_results``, no registry is asked: the candidates are
+    judged against the input and nothing is published."""
+    from optimizer.free_memory import return_freed_memory
     from optimizer.op_scan import using_policy
 
+    steps = NAMES if publish_results else NAMES[:NAMES.index("publish")]
+    started = time.perf_counter()
+    outputs: dict[str, dict] = {}
     # Every model read in this run (the pull's scan first) applies the config's security.
     with using_policy(config.security.scan_policy()):
-        return _run_pipeline(config, run_context, publish_results)
-
-
-def _run_pipeline(config: PipelineConfig, run_context: dict[str, Any] | None,
-                  publish_results: bool) -> PipelineOutcome:
-    from components.steps.benchmark import benchmark
-    from components.steps.evaluate import evaluate
-    from components.steps.freeze import freeze
-    from components.steps.gate import gate
-    from components.steps.optimize import optimize
-    from components.steps.pull import pull
-    from optimizer.free_memory import return_freed_memory
-    from optimizer.process_tree import TreeMeter
-
-    run_context = dict(run_context or {})
-    started = time.perf_counter()
-    costs: dict[str, dict] = {}
-
-    def step(n: int, name: str, run):
-        log.info("[%d/%d] %s (%.0fs)", n, len(STEPS), name, time.perf_counter() - started)
-        with TreeMeter() as meter:
-            output = run()
-        costs[name] = meter.cost.to_dict()
-        return_freed_memory()  # what the step held and freed, before the next one adds its own
-        log.info("%s: %.1fs, peak memory %s", name, meter.cost.wall_seconds,
-                 _gib(meter.cost.peak_rss_bytes))
-        return output
-
-    pulled = step(1, "pull", lambda: pull(config))
-    ws = workspace_for(config, pulled)
-    frozen = step(2, "freeze", lambda: freeze(config, pulled, ws))
-    optimized = step(3, "optimize", lambda: optimize(config, pulled, ws))
-    candidates = candidate_models(frozen, optimized)
-    champion = None
-    if publish_results:
-        from components.steps.benchmark import baseline_for_run
-
-        champion = baseline_for_run(config, ws, run_context)
-    bench = step(4, "benchmark", lambda: benchmark(config, pulled, candidates, champion, ws))
-    evaluation = step(5, "evaluate", lambda: evaluate(config, bench, ws))
-    verdict = step(6, "gate", lambda: gate(config, evaluation, ws, dict(costs)))
-    published = None
-    if publish_results:
-        from components.steps.publish import publish
-
-        context = {**run_context, STEP_COSTS_CONTEXT: dict(costs)}
-        published = step(7, "publish", lambda: publish(config, pulled, candidates, evaluation,
-                                                       verdict, ws, context))
-    return PipelineOutcome(pulled, candidates, bench, evaluation, verdict, published,
-                           str(ws.root), costs)
+        for n, name in enumerate(steps, 1):
+            log.info("[%d/%d] %s (%.0fs)", n, len(NAMES), name, time.perf_counter() - started)
+            outputs[name] = run_step(name, config, outputs, run_context,
+                                     offline=not publish_results)
+            return_freed_memory()  # what the step held and freed, before the next one adds its own
+            cost = outputs[name][COSTS_KEY][name]
+            log.info("%s: %.1fs, peak memory %s", name, cost["wall_seconds"],
+                     _gib(cost.get("peak_rss_bytes")))
+    evaluation = EvaluationOutput.from_dict(outputs["evaluate"])
+    return PipelineOutcome(
+        pulled=PulledModel.from_dict(outputs["pull"]),
+        candidates=[CandidateModel.from_dict(c) for c in evaluation.candidates],
+        benchmark=BenchmarkOutput.from_dict(outputs["benchmark"]), evaluation=evaluation,
+        gate=GateOutput.from_dict(outputs["gate"]),
+        publish=PublishOutput.from_dict(outputs["publish"]) if "publish" in outputs else None,
+        workspace=str(workspace_for(config, PulledModel.from_dict(outputs["pull"])).root),
+        costs=outputs[steps[-1]][COSTS_KEY])

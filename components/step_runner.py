@@ -1,49 +1,43 @@
 """Run one pipeline step from the small JSON outputs of the steps before it.
 
 This is the seam every orchestrator uses: ``tfopt step NAME`` (a containerized task), the
-in-process Airflow tasks and the Kubeflow components all call :func:`run_step` with the config
-and ``{step name: that step's output}``, and get the step's own output back as a dict.
+in-process Airflow tasks, the Kubeflow components and ``tfopt run`` all call :func:`run_step`
+with the config and ``{step name: that step's output}``, and get the step's own output back as
+a dict. What a step is, what it reads and what it returns is :mod:`components.steps.table`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from components.artifacts import (
-    BenchmarkOutput,
-    CandidateModel,
-    EvaluationOutput,
-    GateOutput,
-    PulledModel,
-    candidate_models,
-)
+from components.artifacts import PulledModel
 from components.config import PipelineConfig
-from components.pipeline import STEP_COSTS_CONTEXT, STEPS, workspace_for
+from components.steps.table import BY_NAME, NAMES, Step, StepCall
 from optimizer.errors import TfoptError
 
 COSTS_KEY = "costs"
+# Under this key the pull's output carries each later step's pod memory for the model pulled
+# ({step: "6144Mi"}): the KubernetesPodOperator tasks template it, Kubeflow reads it as files.
+POD_MEMORY_KEY = "pod_memory"
 
 # Which earlier outputs each step reads.
-NEEDS: dict[str, tuple[str, ...]] = {
-    "pull": (),
-    "freeze": ("pull",),
-    "optimize": ("pull",),
-    "benchmark": ("pull", "freeze", "optimize"),
-    "evaluate": ("pull", "benchmark"),
-    "gate": ("pull", "evaluate"),
-    "publish": ("pull", "freeze", "optimize", "evaluate", "gate"),
-}
+NEEDS: dict[str, tuple[str, ...]] = {name: BY_NAME[name].needs for name in NAMES}
 
 
 class StepInputError(TfoptError):
     """A step was called without the outputs of the steps it needs."""
 
 
-def _require(name: str, inputs: dict[str, Any]) -> None:
-    missing = [n for n in NEEDS[name] if not inputs.get(n)]
+def step_named(name: str) -> Step:
+    if name not in BY_NAME:
+        raise StepInputError(f"unknown step '{name}'; steps: {', '.join(NAMES)}")
+    return BY_NAME[name]
+
+
+def _require(step: Step, inputs: dict[str, Any]) -> None:
+    missing = [n for n in step.needs if not inputs.get(n)]
     if missing:
-        raise StepInputError(f"step '{name}' needs the outputs of: {', '.join(missing)} "
+        raise StepInputError(f"step '{step.name}' needs the outputs of: {', '.join(missing)} "
                              f"(pass them with --inputs)")
 
 
@@ -56,83 +50,53 @@ def inherited_costs(inputs: dict[str, Any] | None) -> dict[str, dict]:
     return costs
 
 
+def pod_memory(config: PipelineConfig, model_bytes: int) -> dict[str, str]:
+    """``{step: memory}`` of every step sized from the model (not pull): the table's estimate
+    for ``model_bytes`` on disk, or ``resources.pod_memory_gb`` where it names the step."""
+    overrides = config.resources.pod_memory_gb
+    sized = {}
+    for step in BY_NAME.values():
+        estimate = step.pod_memory(model_bytes)
+        if estimate is not None:
+            sized[step.name] = (f"{round(overrides[step.name] * 1024)}Mi"
+                                if step.name in overrides else estimate)
+    return sized
+
+
 def run_step(name: str, config: PipelineConfig, inputs: dict[str, Any] | None = None,
-             run_context: dict[str, Any] | None = None) -> dict[str, Any]:
+             run_context: dict[str, Any] | None = None, *, offline: bool = False
+             ) -> dict[str, Any]:
     """The step's output, plus under ``costs`` its own wall time and peak tree memory and
-    those of every step before it (so publish, reading only some outputs, has them all)."""
+    those of every step before it (so publish, reading only some outputs, has them all).
+    ``offline``: no registry, so no champion to judge against (``tfopt run`` without publish).
+    """
     from optimizer.op_scan import using_policy
     from optimizer.process_tree import TreeMeter
 
+    step = step_named(name)
+    inputs = inputs or {}
+    _require(step, inputs)
     costs = inherited_costs(inputs)
-    if name == "publish":
-        run_context = {**(run_context or {}), STEP_COSTS_CONTEXT: costs}
     # Every model this step reads applies the config's security (see optimizer.op_scan).
     with using_policy(config.security.scan_policy()), TreeMeter() as meter:
-        output = _run_step(name, config, inputs, run_context)
-    return {**output, COSTS_KEY: {**costs, name: meter.cost.to_dict()}}
+        output = _run(step, config, inputs, run_context or {}, costs, offline)
+    result = {**output.to_dict(), COSTS_KEY: {**costs, name: meter.cost.to_dict()}}
+    if name == "pull" and output.size_bytes is not None:
+        result[POD_MEMORY_KEY] = pod_memory(config, output.size_bytes)
+    return result
 
 
-def _run_step(name: str, config: PipelineConfig, inputs: dict[str, Any] | None,
-              run_context: dict[str, Any] | None) -> dict[str, Any]:
-    if name not in STEPS:
-        raise StepInputError(f"unknown step '{name}'; steps: {', '.join(STEPS)}")
-    inputs = inputs or {}
-    _require(name, inputs)
-    if name == "pull":
-        from components.steps.pull import pull
+def workspace_for(config: PipelineConfig, pulled: PulledModel):
+    """Where a run of ``config`` on the pulled model keeps its steps' results."""
+    from components.workspace import Workspace
 
-        return pull(config).to_dict()
-    pulled = PulledModel.from_dict(inputs["pull"])
-    ws = workspace_for(config, pulled)
-    handlers: dict[str, Callable[[], Any]] = {
-        "freeze": lambda: _freeze(config, pulled, ws),
-        "optimize": lambda: _optimize(config, pulled, ws),
-        "benchmark": lambda: _benchmark(config, pulled, inputs, ws, run_context or {}),
-        "evaluate": lambda: _evaluate(config, inputs, ws),
-        "gate": lambda: _gate(config, inputs, ws, inherited_costs(inputs)),
-        "publish": lambda: _publish(config, pulled, inputs, ws, run_context or {}),
-    }
-    return handlers[name]().to_dict()
+    return Workspace.for_run(config.workdir, pulled.digest, config.fingerprint())
 
 
-def _freeze(config, pulled, ws):
-    from components.steps.freeze import freeze
-
-    return freeze(config, pulled, ws)
-
-
-def _optimize(config, pulled, ws):
-    from components.steps.optimize import optimize
-
-    return optimize(config, pulled, ws)
-
-
-def _candidates(inputs) -> list[CandidateModel]:
-    return candidate_models(*(CandidateModel.from_dict(inputs[n]) for n in ("freeze", "optimize")))
-
-
-def _benchmark(config, pulled, inputs, ws, run_context):
-    from components.steps.benchmark import baseline_for_run, benchmark
-
-    champion = baseline_for_run(config, ws, run_context)
-    return benchmark(config, pulled, _candidates(inputs), champion, ws)
-
-
-def _evaluate(config, inputs, ws):
-    from components.steps.evaluate import evaluate
-
-    return evaluate(config, BenchmarkOutput.from_dict(inputs["benchmark"]), ws)
-
-
-def _gate(config, inputs, ws, step_costs):
-    from components.steps.gate import gate
-
-    return gate(config, EvaluationOutput.from_dict(inputs["evaluate"]), ws, step_costs)
-
-
-def _publish(config, pulled, inputs, ws, run_context):
-    from components.steps.publish import publish
-
-    return publish(config, pulled, _candidates(inputs),
-                   EvaluationOutput.from_dict(inputs["evaluate"]),
-                   GateOutput.from_dict(inputs["gate"]), ws, run_context)
+def _run(step: Step, config: PipelineConfig, inputs: dict[str, Any],
+         run_context: dict[str, Any], costs: dict[str, dict], offline: bool):
+    records = {n: BY_NAME[n].output.from_dict(inputs[n]) for n in step.needs}
+    workspace = workspace_for(config, records["pull"]) if "pull" in records else None
+    call = StepCall(config=config, inputs=records, workspace=workspace,
+                    run_context=run_context, step_costs=costs, offline=offline)
+    return step.load()(call)

@@ -5,8 +5,9 @@ that a training job posts, whose extra names the model (``{"source": "s3://..."}
 ``evaluation_data`` and ``overrides``); or a manual/API trigger whose ``dag_run.conf`` may set
 ``source`` and dotted ``overrides`` (conf wins over the event, the event over the YAML).
 
-Steps: pull -> freeze, optimize -> benchmark (baseline and candidates in one task, on one node)
--> evaluate -> gate -> publish (MLflow run, registered version, alias moved only on a pass).
+Steps (components/steps/table.py): pull -> freeze, optimize (and its candidates) -> benchmark
+(baseline and candidates in one task, on one node) -> evaluate -> gate (report, tuning) ->
+publish (MLflow run, registered version, alias moved only on a pass).
 Each task is idempotent, so retries reuse finished work. Tasks run in-process, or, with
 ``execution.mode: kubernetes``, as ``tfopt step`` pods in the project image.
 """
@@ -16,10 +17,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import Asset, Param, dag, task
+from airflow.sdk import Asset, Param, dag
 
 from components.config import PipelineConfig
-from components.orchestration import PARAMS_SCHEMA, config_path, dag_config
+from components.orchestration import PARAMS_SCHEMA, config_path, dag_config, in_process_tasks
 
 CONFIG: PipelineConfig = dag_config()
 
@@ -55,64 +56,13 @@ def _schedule(config: PipelineConfig):
             for name, schema in PARAMS_SCHEMA.items()},
 )
 def model_optimization():
+    # One task per step of components/steps/table.py, wired by what each step reads.
     if CONFIG.execution.mode == "kubernetes":
         from components.kubernetes_tasks import step_operators
 
         step_operators(CONFIG, str(config_path()))
-        return
-
-    @task
-    def pull(**context) -> dict:
-        from components.orchestration import run_dag_step
-
-        return run_dag_step("pull", {}, context)
-
-    @task
-    def freeze(pulled: dict, **context) -> dict:
-        from components.orchestration import run_dag_step
-
-        return run_dag_step("freeze", {"pull": pulled}, context)
-
-    @task
-    def optimize(pulled: dict, **context) -> dict:
-        from components.orchestration import run_dag_step
-
-        return run_dag_step("optimize", {"pull": pulled}, context)
-
-    @task
-    def benchmark(pulled: dict, frozen: dict, optimized: dict, **context) -> dict:
-        from components.orchestration import run_dag_step
-
-        return run_dag_step("benchmark", {"pull": pulled, "freeze": frozen,
-                                          "optimize": optimized}, context)
-
-    @task
-    def evaluate(pulled: dict, measured: dict, **context) -> dict:
-        from components.orchestration import run_dag_step
-
-        return run_dag_step("evaluate", {"pull": pulled, "benchmark": measured}, context)
-
-    @task
-    def gate(pulled: dict, evaluated: dict, **context) -> dict:
-        from components.orchestration import run_dag_step
-
-        return run_dag_step("gate", {"pull": pulled, "evaluate": evaluated}, context)
-
-    @task
-    def publish(pulled: dict, frozen: dict, optimized: dict, evaluated: dict, verdict: dict,
-                **context) -> dict:
-        from components.orchestration import run_dag_step
-
-        return run_dag_step("publish", {"pull": pulled, "freeze": frozen,
-                                        "optimize": optimized, "evaluate": evaluated,
-                                        "gate": verdict}, context)
-
-    pulled = pull()
-    frozen, optimized = freeze(pulled), optimize(pulled)
-    measured = benchmark(pulled, frozen, optimized)
-    evaluated = evaluate(pulled, measured)
-    verdict = gate(pulled, evaluated)
-    publish(pulled, frozen, optimized, evaluated, verdict)
+    else:
+        in_process_tasks()
 
 
 model_optimization()

@@ -44,6 +44,21 @@ if dag is not None:
                                     "limits": c.resources.limits},
                       "node_selector": pod.spec.node_selector,
                       "volumes": [v.name for v in pod.spec.volumes or []]}
+    if len(sys.argv) > 3:
+        # Each pod's memory as its operator renders it, for each given pull output (XCom).
+        import copy
+        out["memory"] = {}
+        for label, pulled in json.loads(sys.argv[3]).items():
+            class PulledXCom:
+                def xcom_pull(self, task_ids):
+                    assert task_ids == "pull", task_ids
+                    return pulled
+            out["memory"][label] = {}
+            for t in dag.tasks:
+                resources = t.render_template(copy.deepcopy(t.container_resources),
+                                              {"ti": PulledXCom()}, dag.get_template_env())
+                out["memory"][label][t.task_id] = {"request": resources.requests["memory"],
+                                                   "limit": resources.limits["memory"]}
 print("RESULT " + json.dumps(out))
 """
 
@@ -60,9 +75,14 @@ def airflow_env(home: Path, config: Path | None = None) -> dict[str, str]:
     return env
 
 
-def parse_dags(home: Path, config: Path | None = None, render_task: str | None = None) -> dict:
+def parse_dags(home: Path, config: Path | None = None, render_task: str | None = None,
+               pull_outputs: dict[str, dict] | None = None) -> dict:
+    """The DAG as Airflow parses it; with ``render_task``, that task's pod; with
+    ``pull_outputs`` ({label: a pull's output}) too, every pod's memory as rendered for each."""
     args = [sys.executable, "-c", _PARSE_SCRIPT, str(DAGS)] + ([render_task] if render_task
                                                                 else [])
+    if pull_outputs is not None:
+        args.append(json.dumps(pull_outputs))
     done = subprocess.run(args, check=False, capture_output=True, text=True, timeout=300, cwd=REPO,
                           env=airflow_env(home, config))
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]

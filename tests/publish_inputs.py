@@ -1,7 +1,8 @@
 """What ``tfopt step publish`` reads, made once per test session from real models and timings.
 
 Tests that run publish as a process (to kill it, or to race twenty of them) need the outputs of
-the steps before it: pull, freeze, optimize, evaluate and gate. They are made here the way
+the steps it reads: pull, and gate (whose record carries the evaluation and the candidates
+measured). They are made here the way
 tests/test_publish.py makes them: model_zoo's keras_cnn, frozen and optimized, benchmarked
 against a copy of the frozen graph that does extra output-neutral work, so the gate promotes on
 any machine. A test module declares ``pytest_plugins = ["publish_inputs"]`` and takes the
@@ -79,7 +80,8 @@ def judge(root: Path, baseline: Path, candidates: list, gate_config=None, **benc
         BenchmarkConfig(**settings))
     tags = [c.tag() for c in candidates]
     evaluation = EvaluationOutput(result_path=str(result.save(root / "evaluation.json")),
-                                  has_labels=False, metric="top1", candidate_tags=tags)
+                                  has_labels=False, metric="top1", candidate_tags=tags,
+                                  candidates=[c.to_dict() for c in candidates])
     decision = evaluate_gate(result, gate_config or GateConfig(min_speedup=1.05))
     verdict_path = root / "verdict.json"
     verdict_path.write_text(json.dumps(decision.to_dict(), indent=2))
@@ -92,7 +94,8 @@ def judge(root: Path, baseline: Path, candidates: list, gate_config=None, **benc
                       if decision.chosen else None,
                       summary=shown.summary(), verdict_path=str(verdict_path),
                       report_dir=str(report.directory),
-                      signature=read_signature(baseline).to_dict())
+                      signature=read_signature(baseline).to_dict(),
+                      evaluation=evaluation.to_dict())
     return evaluation, gate
 
 

@@ -3,12 +3,11 @@
 import pytest
 from airflow_testing import parse_dags
 
-STEPS = ["pull", "freeze", "optimize", "benchmark", "evaluate", "gate", "publish"]
-UPSTREAM = {
-    "pull": [], "freeze": ["pull"], "optimize": ["pull"],
-    "benchmark": ["freeze", "optimize", "pull"], "evaluate": ["benchmark", "pull"],
-    "gate": ["evaluate", "pull"], "publish": ["evaluate", "freeze", "gate", "optimize", "pull"],
-}
+from components.step_runner import POD_MEMORY_KEY, pod_memory
+from components.steps.table import BY_NAME, NAMES
+
+# The wiring is the step table's: each task waits for exactly the steps it reads.
+UPSTREAM = {step.name: sorted(step.needs) for step in BY_NAME.values()}
 
 
 @pytest.fixture(scope="module")
@@ -26,11 +25,11 @@ def test_parsing_the_dag_file_is_fast_and_imports_no_tensorflow(parsed):
     assert parsed["file_seconds"]["model_optimization.py"] < 2.0
 
 
-def test_tasks_follow_the_pipeline(parsed):
+def test_tasks_are_the_step_tables_steps_wired_by_what_each_reads(parsed):
     tasks = parsed["tasks"]
-    assert sorted(tasks) == sorted(STEPS)
-    for name, upstream in UPSTREAM.items():
-        assert sorted(tasks[name]["upstream"]) == sorted(upstream), name
+    assert sorted(tasks) == sorted(NAMES)
+    assert {name: task["upstream"] for name, task in tasks.items()} == UPSTREAM
+    assert tasks["publish"]["upstream"] == ["gate", "pull"]
 
 
 def test_tasks_retry_with_backoff(parsed):
@@ -66,10 +65,11 @@ def test_containerized_mode_renders_pod_specs_without_a_cluster(tmp_path):
         "    cpu_limit: '4'\n"
         "    node_selector: {workload: cpu-benchmark}\n"
         "schedule: {cron: null, asset: null}\n")
-    parsed = parse_dags(tmp_path / "airflow", config, render_task="benchmark")
+    parsed = parse_dags(tmp_path / "airflow", config, render_task="benchmark",
+                        pull_outputs=PULLED)
     assert parsed["import_errors"] == {}
     assert {t["type"] for t in parsed["tasks"].values()} == {"KubernetesPodOperator"}
-    assert parsed["tasks"]["publish"]["upstream"] == sorted(UPSTREAM["publish"])
+    assert {name: task["upstream"] for name, task in parsed["tasks"].items()} == UPSTREAM
     pod = parsed["pod"]
     assert pod["image"] == "registry.example.com/tfopt:1.2.3"
     assert pod["command"] == ["tfopt"]
@@ -78,3 +78,23 @@ def test_containerized_mode_renders_pod_specs_without_a_cluster(tmp_path):
     assert pod["node_selector"] == {"workload": "cpu-benchmark"}
     assert "tfopt-work" in pod["volumes"]
     assert parsed["timetable"] == "NullTimetable"
+    # Pods are sized from the model pulled: pull's output names each later pod's memory.
+    memory = parsed["memory"]
+    for label, pulled in PULLED.items():
+        assert memory[label]["pull"] == {"request": "4Gi", "limit": "8Gi"}, label
+        for step, size in pulled[POD_MEMORY_KEY].items():
+            assert memory[label][step] == {"request": size, "limit": size}, (label, step)
+    small, large = (int(memory[label]["benchmark"]["limit"].removesuffix("Mi"))
+                    for label in ("48 MiB", "191 MiB"))
+    assert 2.5 < large / small < 3.5  # 2.7 vs 7.5 GiB measured, plus the same headroom
+
+
+def _pulled(size_bytes: int) -> dict:
+    from components.config import config_from_mapping
+
+    config = config_from_mapping({"source": "s3://models/digits"})
+    return {"uri": "s3://models/digits", "path": "/app/work/model", "digest": "sha256:0",
+            "size_bytes": size_bytes, POD_MEMORY_KEY: pod_memory(config, size_bytes)}
+
+
+PULLED = {"48 MiB": _pulled(48 * 2**20), "191 MiB": _pulled(191 * 2**20)}

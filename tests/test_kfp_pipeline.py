@@ -1,6 +1,6 @@
-"""`make kfp`: the Kubeflow v2 pipeline, compiled in its own environment, runs the seven steps as
-`tfopt step` containers on the image, wired like the other orchestrators, with the benchmark
-task's CPU quota and node selector."""
+"""`make kfp`: the Kubeflow v2 pipeline, compiled in its own environment, runs the step table's
+steps as `tfopt step` containers on the image, wired like the other orchestrators, with the
+benchmark task's CPU quota and node selector, and each later pod's memory from the pull."""
 
 import ast
 import json
@@ -59,7 +59,7 @@ def argument(args: list, flag: str):
     return args[args.index(flag) + 1]
 
 
-def test_the_pipeline_runs_exactly_the_seven_steps(compiled):
+def test_the_pipeline_runs_exactly_the_step_tables_steps(compiled):
     spec, _ = compiled
     assert sorted(tasks(spec)) == sorted(STEPS)
     assert spec["pipelineInfo"]["name"] == "tfopt-model-optimization"
@@ -116,18 +116,40 @@ def test_the_tfopt_cli_accepts_every_tasks_arguments(compiled):
     assert "--run-id" in publish_args
 
 
-def test_the_benchmark_task_gets_the_cpu_quota_memory_and_benchmark_nodes(compiled):
+def test_the_benchmark_task_gets_the_cpu_quota_and_benchmark_nodes(compiled):
     spec, executors = compiled
     kube = KubernetesConfig()
     resources = container(spec, "benchmark")["resources"]
     assert resources["resourceCpuRequest"] == kube.cpu_request
     assert resources["resourceCpuLimit"] == kube.cpu_limit
-    assert resources["resourceMemoryRequest"] == kube.memory_request
-    assert resources["resourceMemoryLimit"] == kube.memory_limit
     assert executors["exec-benchmark"]["nodeSelector"]["labels"] == kube.node_selector
     for step in set(STEPS) - {"benchmark"}:
         assert "nodeSelector" not in executors[f"exec-{step}"], step
-        assert "resources" not in container(spec, step), step
+        assert "resourceCpuLimit" not in container(spec, step)["resources"], step
+
+
+def test_each_later_pod_takes_the_memory_the_pull_writes_for_the_model_it_pulled(compiled):
+    spec, _ = compiled
+    kube = KubernetesConfig()
+    pull = container(spec, "pull")
+    assert pull["resources"]["resourceMemoryRequest"] == kube.memory_request
+    assert pull["resources"]["resourceMemoryLimit"] == kube.memory_limit
+    written = {}  # step -> the output parameter pull writes its memory to
+    args = pull["args"]
+    for position, arg in enumerate(args):
+        if arg == "--pod-memory":
+            step, file = json.loads(args[position + 1])["Concat"]
+            written[step.removesuffix("=")] = re.search(r"parameters\['(\w+)'\]", file)[1]
+    assert sorted(written) == sorted(set(STEPS) - {"pull"})
+    for step, output in written.items():
+        task = tasks(spec)[step]
+        channel = f"pipelinechannel--pull-{output}"
+        assert task["inputs"]["parameters"][channel]["taskOutputParameter"] == {
+            "producerTask": "pull", "outputParameterKey": output}, step
+        resources = container(spec, step)["resources"]
+        placeholder = f"{{{{$.inputs.parameters['{channel}']}}}}"
+        assert resources["resourceMemoryRequest"] == placeholder, step
+        assert resources["resourceMemoryLimit"] == placeholder, step
 
 
 def test_every_task_mounts_the_config_and_shared_workdir_and_takes_optional_credentials(
@@ -164,16 +186,25 @@ def test_the_image_is_chosen_when_compiling(compiled, tmp_path):
     assert {container(spec, s)["image"] for s in STEPS} == {"registry.example.com/ml/tfopt:1.2.3"}
 
 
-def test_the_pipeline_module_imports_only_kfp_and_the_standard_library():
-    tree = ast.parse(MODULE.read_text())
+def _imports(path: Path) -> set[str]:
+    """The modules outside the standard library that loading ``path`` imports."""
     imported = set()
-    for node in ast.walk(tree):
+    for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
+            imported |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            imported.add((node.module or "").split(".")[0])
-    third_party = {name for name in imported if name not in sys.stdlib_module_names}
-    assert third_party == {"kfp"}
+            imported.add(node.module or "")
+    return {name for name in imported if name.split(".")[0] not in sys.stdlib_module_names}
+
+
+def test_the_pipeline_module_imports_only_kfp_the_standard_library_and_the_step_table():
+    assert {name.split(".")[0] for name in _imports(MODULE)} == {"kfp", "components"}
+    assert {name for name in _imports(MODULE) if name.startswith("components")} == {
+        "components.steps.table"}
+    # ... which the Kubeflow environment can import: the standard library and the records.
+    table = REPO / "components" / "steps" / "table.py"
+    assert _imports(table) == {"components", "components.artifacts"}
+    assert _imports(REPO / "components" / "artifacts.py") == set()
 
 
 def test_nothing_in_the_main_environment_imports_the_pipeline_module():

@@ -112,26 +112,36 @@ def _candidate_list(candidates: Candidates | Sequence[CandidateModel | dict]
     return [CandidateModel.from_dict(c) for c in candidates]
 
 
+def publishable_labels(decision: dict[str, Any]) -> list[str]:
+    """What a run logs as MLflow Models, by label: the chosen candidate and the others that
+    passed, fastest first; when none passed, the fastest candidate, as the gate's report
+    shows it. The gate step records it (``GateOutput.publishable``)."""
+    verdicts = decision.get("verdicts", [])
+    chosen = decision.get("chosen")
+    if chosen is not None:
+        passed = [v["candidate"] for v in sorted(verdicts, key=lambda v: -(v.get("speedup") or 0))
+                  if v.get("promote") and v["candidate"] != chosen]
+        return [chosen, *passed]
+    ranked = sorted(verdicts, key=lambda v: v.get("speedup") or 0.0, reverse=True)
+    return [v["candidate"] for v in ranked[:1]]
+
+
 def models_to_log(candidates: list[CandidateModel], gate: GateOutput,
                   decision: dict[str, Any]) -> list[CandidateModel]:
-    """The chosen candidate and the others that passed; when none passed, the fastest
-    candidate, as the gate's report shows it."""
+    """The candidates the gate named publishable (a gate record written before it named
+    them: ranked here as the gate ranks them)."""
     if not candidates:
         raise PublishInputError("publish got no candidate models")
     by_label = {c.label: c for c in candidates}
-    verdicts = decision.get("verdicts", [])
+    if gate.chosen is not None and gate.chosen not in by_label:
+        raise PublishInputError(f"the gate chose '{gate.chosen}', which is not among the "
+                                f"candidates ({', '.join(by_label)})")
+    labels = gate.publishable or publishable_labels({**decision, "chosen": gate.chosen})
     if gate.chosen is not None:
-        if gate.chosen not in by_label:
-            raise PublishInputError(f"the gate chose '{gate.chosen}', which is not among the "
-                                    f"candidates ({', '.join(by_label)})")
-        passed = [v["candidate"] for v in sorted(verdicts, key=lambda v: -(v.get("speedup") or 0))
-                  if v.get("promote") and v.get("candidate") in by_label
-                  and v["candidate"] != gate.chosen]
-        return [by_label[gate.chosen], *(by_label[label] for label in passed)]
-    ranked = sorted(verdicts, key=lambda v: v.get("speedup") or 0.0, reverse=True)
-    for verdict in ranked:
-        if verdict.get("candidate") in by_label:
-            return [by_label[verdict["candidate"]]]
+        return [by_label[label] for label in labels if label in by_label]
+    for label in labels:
+        if label in by_label:
+            return [by_label[label]]
     return [candidates[-1]]
 
 

@@ -20,6 +20,7 @@ from components.artifacts import (
     ChampionModel,
     PulledModel,
     Record,
+    candidate_models,
 )
 from components.config import PipelineConfig
 from components.workspace import Workspace
@@ -54,6 +55,15 @@ def baseline_for_run(config: PipelineConfig, ws: Workspace,
         choice = ws.reuse_or_run(Workspace.keyed("baseline", str(run_id)), BaselineChoice,
                                  lambda _: lookup())
     return ChampionModel.from_dict(choice.champion) if choice.champion else None
+
+
+def from_inputs(call) -> BenchmarkOutput:
+    """The table's entry (components.steps.table): the candidates freeze and optimize made,
+    timed against the baseline, its named part (:func:`baseline_for_run`)."""
+    champion = None if call.offline else baseline_for_run(call.config, call.workspace,
+                                                          call.run_context)
+    candidates = candidate_models(call.output("freeze"), call.output("optimize"))
+    return benchmark(call.config, call.pulled, candidates, champion, call.workspace)
 
 
 def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[CandidateModel],
@@ -101,7 +111,8 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
             baseline_role=baseline.role, baseline_path=str(baseline.path),
             baseline_format=result.baseline.format, baseline_runtime=result.baseline.runtime,
             candidate_paths={c.label: c.path for c in candidates},
-            candidate_tags=[c.tag() for c in candidates])
+            candidate_tags=[c.tag() for c in candidates],
+            candidates=[c.to_dict() for c in candidates])
 
     baseline_identity = champion.digest if champion is not None else pulled.digest
     return ws.reuse_or_run(Workspace.keyed("benchmark", baseline_identity), BenchmarkOutput, run)

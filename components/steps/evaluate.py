@@ -31,6 +31,11 @@ def local_data_file(location: str, config: PipelineConfig, step_dir: Path) -> Pa
     return Path(location)
 
 
+def from_inputs(call) -> EvaluationOutput:
+    """The table's entry (components.steps.table)."""
+    return evaluate(call.config, call.output("benchmark"), call.workspace)
+
+
 def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
              ) -> EvaluationOutput:
     def run(step_dir: Path) -> EvaluationOutput:
@@ -46,7 +51,8 @@ def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
             path = result.save(step_dir / "evaluation.json")
             return EvaluationOutput(result_path=str(path), has_labels=False,
                                     metric=config.evaluation.metric, scores={},
-                                    candidate_tags=benchmark.candidate_tags)
+                                    candidate_tags=benchmark.candidate_tags,
+                                    candidates=benchmark.candidates)
 
         metric = get_metric(config.evaluation.metric)
         runners = {m.label: load_runner(m.path, config.signature, format=m.format,
@@ -76,7 +82,8 @@ def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
             reference=updated[result.reference.label] if result.reference else None)
         path = result.save(step_dir / "evaluation.json")
         return EvaluationOutput(result_path=str(path), has_labels=True, metric=metric.name,
-                                scores=scores, candidate_tags=benchmark.candidate_tags)
+                                scores=scores, candidate_tags=benchmark.candidate_tags,
+                                candidates=benchmark.candidates)
 
     return ws.reuse_or_run(Workspace.keyed("evaluate", benchmark.result_path),
                            EvaluationOutput, run)

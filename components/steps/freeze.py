@@ -13,6 +13,11 @@ log = logging.getLogger(__name__)
 LABEL = "frozen"
 
 
+def from_inputs(call) -> CandidateModel:
+    """The table's entry (components.steps.table)."""
+    return freeze(call.config, call.pulled, call.workspace)
+
+
 def freeze(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> CandidateModel:
     from components.memory_check import require_model_fits
 

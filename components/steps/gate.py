@@ -1,4 +1,10 @@
-"""gate: the verdict on every candidate, and the before/after report a reviewer reads."""
+"""gate: the verdict on every candidate, and the before/after report a reviewer reads.
+
+Three named parts, in order: the verdict (:func:`optimizer.gate.evaluate_gate`), the
+:func:`report` on the fastest candidate (the chosen one, else the fastest rejected), and
+:func:`tune` of the chosen model's runtime settings. Its record names what publish logs
+(``publishable``) and carries the evaluation it judged, so publish reads only this record.
+"""
 
 from __future__ import annotations
 
@@ -13,55 +19,72 @@ from components.workspace import Workspace
 log = logging.getLogger(__name__)
 
 
+def from_inputs(call) -> GateOutput:
+    """The table's entry (components.steps.table); the costs of the steps before go in the
+    report."""
+    return gate(call.config, call.output("evaluate"), call.workspace, dict(call.step_costs))
+
+
 def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace,
          step_costs: dict | None = None) -> GateOutput:
     """``step_costs`` (step -> wall time and peak memory) of the steps before go in the report."""
     def run(step_dir: Path) -> GateOutput:
+        from components.publishing.publication import publishable_labels
         from optimizer.benchmark.result import load_result
-        from optimizer.candidates import Candidate
         from optimizer.gate import evaluate_gate
-        from optimizer.inputs import make_inputs
-        from optimizer.report.profile import profile_baseline_and_candidate
-        from optimizer.report.write import write_report
         from optimizer.runtime import read_signature
-        from optimizer.selection import candidate_rows
 
         result = load_result(evaluation.result_path)
         decision = evaluate_gate(result, config.gate)
         verdict_path = step_dir / "verdict.json"
         verdict_path.write_text(json.dumps(decision.to_dict(), indent=2) + "\n")
-        # The report explains the best candidate even when it is rejected, for the reviewer.
-        shown = decision.chosen or max(
-            decision.verdicts, key=lambda v: v.speedup or 0.0).candidate
-        profiles = []
+        publishable = publishable_labels(decision.to_dict())
         # Every model measured keeps the source's signature; the baseline's is read here.
         signature = read_signature(result.baseline.path, config.signature,
                                    format=result.baseline.format)
-        try:
-            feeds = make_inputs(signature, batch_size=min(result.settings.batch_sizes))
-            profiles = profile_baseline_and_candidate(result, shown, feeds)
-        except Exception as exc:  # noqa: BLE001 - the profile is an aid, never a blocker
-            log.warning("gate: op profile skipped: %s", exc)
-        rows = candidate_rows(result, decision,
-                              [Candidate(**tag) for tag in evaluation.candidate_tags])
-        report = write_report(result, step_dir / "report", decision, profiles,
-                              candidate_rows=rows, step_costs=step_costs)
+        # The report explains the best candidate even when it is rejected, for the reviewer.
+        report_dir = report(config, evaluation, result, decision, publishable[0], signature,
+                            step_dir, step_costs)
         summary = (f"promote {decision.chosen}" if decision.promote
                    else "reject: " + "; ".join(
                        f"{v.candidate}: {v.summary()}" for v in decision.verdicts))
         log.info("gate: %s", summary)
         chosen_path = result.candidate(decision.chosen).path if decision.chosen else None
-        tuned = _tune(config, chosen_path, step_dir) if chosen_path else None
+        tuned = tune(config, chosen_path, step_dir) if chosen_path else None
         return GateOutput(promote=decision.promote, chosen=decision.chosen,
                           chosen_path=chosen_path, summary=summary,
-                          verdict_path=str(verdict_path), report_dir=str(report.directory),
+                          verdict_path=str(verdict_path), report_dir=str(report_dir),
                           runtime_settings_path=str(tuned) if tuned else None,
-                          signature=signature.to_dict())
+                          signature=signature.to_dict(), publishable=publishable,
+                          evaluation=evaluation.to_dict())
 
     return ws.reuse_or_run(Workspace.keyed("gate", evaluation.result_path), GateOutput, run)
 
 
-def _tune(config: PipelineConfig, model_path: str, step_dir: Path) -> Path | None:
+def report(config: PipelineConfig, evaluation: EvaluationOutput, result, decision, shown: str,
+           signature, step_dir: Path, step_costs: dict | None) -> Path:
+    """The before/after report under ``step_dir/report``, with the op profile of the baseline
+    and ``shown``; returns its directory."""
+    from optimizer.candidates import Candidate
+    from optimizer.inputs import make_inputs
+    from optimizer.report.profile import profile_baseline_and_candidate
+    from optimizer.report.write import write_report
+    from optimizer.selection import candidate_rows
+
+    profiles = []
+    try:
+        feeds = make_inputs(signature, batch_size=min(result.settings.batch_sizes))
+        profiles = profile_baseline_and_candidate(result, shown, feeds)
+    except Exception as exc:  # noqa: BLE001 - the profile is an aid, never a blocker
+        log.warning("gate: op profile skipped: %s", exc)
+    rows = candidate_rows(result, decision,
+                          [Candidate(**tag) for tag in evaluation.candidate_tags])
+    written = write_report(result, step_dir / "report", decision, profiles,
+                           candidate_rows=rows, step_costs=step_costs)
+    return written.directory
+
+
+def tune(config: PipelineConfig, model_path: str, step_dir: Path) -> Path | None:
     """The chosen model's thread settings and batch size, as ``runtime_settings.json``.
 
     Tuning informs how to serve the model; it never changes the verdict, so a failure is

@@ -34,6 +34,12 @@ def search_settings_of(config: PipelineConfig):
                           time_budget=section.time_budget_seconds, cost=section.cost)
 
 
+def from_inputs(call) -> CandidateModel:
+    """The table's entry (components.steps.table). Its named part ``candidates`` is
+    :func:`derive`."""
+    return optimize(call.config, call.pulled, call.workspace)
+
+
 def optimize(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> CandidateModel:
     from components.memory_check import require_model_fits
 

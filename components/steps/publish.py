@@ -128,6 +128,21 @@ def server_identity(client, experiment: str) -> str:
     return f"{found.experiment_id}:{found.creation_time}"
 
 
+def from_inputs(call) -> PublishOutput:
+    """The table's entry (components.steps.table): everything publish needs comes from the
+    gate's record (the evaluation it judged, and in it the candidates measured)."""
+    from components.publishing.publication import PublishInputError
+    from components.steps.table import STEP_COSTS_CONTEXT
+
+    gate = call.output("gate")
+    evaluation = EvaluationOutput.from_dict(gate.evaluation) if gate.evaluation else None
+    if evaluation is None or not evaluation.candidates:
+        raise PublishInputError("the gate's record carries no evaluated candidates (a gate "
+                                "record from an older tfopt: rerun the gate step)")
+    return publish(call.config, call.pulled, evaluation.candidates, evaluation, gate,
+                   call.workspace, {**call.run_context, STEP_COSTS_CONTEXT: call.step_costs})
+
+
 def publish(config: PipelineConfig, pulled: PulledModel,
             candidates: Candidates | Sequence[CandidateModel | dict],
             evaluation: EvaluationOutput, gate: GateOutput, ws: Workspace,

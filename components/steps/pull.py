@@ -38,6 +38,7 @@ from components.storage.digest import file_checksums
 from components.storage.model_tree import check_model_tree, copy_model_tree
 from optimizer.atomic import PARTIAL_MARK, atomic_directory, clean_stale_partials, hold_lock
 from optimizer.benchmark.environment import model_digest
+from optimizer.benchmark.footprint import disk_bytes
 from optimizer.errors import (
     CorruptSavedModelError,
     DangerousOpError,
@@ -78,6 +79,11 @@ def pull(config: PipelineConfig, *, s3_client=None, session=None) -> PulledModel
     return _pull_local(source, sources, config.security.allow_internal_links)
 
 
+def from_inputs(call) -> PulledModel:
+    """The table's entry (components.steps.table): pull needs no earlier output."""
+    return pull(call.config)
+
+
 def find_savedmodel_root(directory: Path, uri: str) -> Path:
     """``directory`` if it is a SavedModel, else its single top-level directory if that is one."""
     def holds_saved_model(path: Path) -> bool:
@@ -113,7 +119,7 @@ def _reuse(target: Path, uri: str) -> PulledModel | None:
         done = json.loads(marker.read_text())
         path = target / done["model"]
         pulled = PulledModel(uri=uri, path=str(path), digest=done["digest"],
-                             version=done.get("version"))
+                             version=done.get("version"), size_bytes=disk_bytes(path))
     except (OSError, ValueError, KeyError, TypeError):
         log.warning("ignoring the unreadable %s; pulling again", marker)
         return None
@@ -160,7 +166,8 @@ def _store(target: Path, uri: str, fill: Callable[[Path], object], *,
                                           str(target), str(exc))) from None
         log.info("pull: a concurrent pull of %s finished first; using it", uri)
         return done
-    pulled = PulledModel(uri=uri, path=str(target / relative), digest=digest, version=version)
+    pulled = PulledModel(uri=uri, path=str(target / relative), digest=digest, version=version,
+                         size_bytes=disk_bytes(target / relative))
     log.info("pull: %s -> %s (%s)", uri, pulled.path, digest)
     return pulled
 
