@@ -146,12 +146,12 @@ class ResourcesConfig(_Section):
         default_factory=dict,
         description="GiB of memory (request = limit) for a step's pod in Kubernetes and "
                     "Kubeflow modes, e.g. {benchmark: 12}, instead of the estimate from the "
-                    "model's size (components/steps/table.py)")
+                    "model's size (components/step_table.py)")
 
     @field_validator("pod_memory_gb")
     @classmethod
     def _sized_steps(cls, value: dict[str, float]) -> dict[str, float]:
-        from components.steps.table import BY_NAME
+        from components.step_table import BY_NAME
 
         sized = [name for name, step in BY_NAME.items() if step.memory]
         for name, gib in value.items():

@@ -1,6 +1,6 @@
 """The pipeline as a Kubeflow Pipelines (v2) definition, compiled to YAML by ``make kfp``.
 
-The steps of ``components/steps/table.py``, as in the Airflow DAG, each a container task on the
+The steps of ``components/step_table.py``, as in the Airflow DAG, each a container task on the
 project image running ``tfopt step NAME --config ... --inputs ... --output ...`` through the
 image's thread-sizing entrypoint. Each step writes its small JSON output to a KFP output
 parameter; the steps after it get that text as a string input (named after the step) and splice
@@ -49,7 +49,7 @@ from kfp import compiler, dsl, kubernetes
 
 # Run as a script in .venv-kfp, where the project is not installed: the table is read from here.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from components.steps.table import STEPS, Step
+from components.step_table import STEPS, Step
 
 PIPELINE_NAME = "tfopt-model-optimization"
 ENTRYPOINT = ["python", "-m", "components.container_entrypoint", "tfopt"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from components.config import PipelineConfig
 from components.step_runner import POD_MEMORY_KEY
-from components.steps.table import BY_NAME, STEPS
+from components.step_table import BY_NAME, STEPS
 
 XCOM_RETURN = "/airflow/xcom/return.json"
 WORK_VOLUME = "tfopt-work"

@@ -1,7 +1,7 @@
 """What the Airflow DAG needs at run time, kept out of the DAG file so parsing stays light.
 
 The DAG file only declares: :func:`in_process_tasks` makes a task per step of
-:mod:`components.steps.table`, each calling :func:`run_dag_step`, which loads the config (the
+:mod:`components.step_table`, each calling :func:`run_dag_step`, which loads the config (the
 DAG's YAML plus the run's ``dag_run.conf``), takes credentials from an Airflow connection when
 one is named, and runs the step through :func:`components.step_runner.run_step`.
 """
@@ -108,7 +108,7 @@ def in_process_tasks() -> dict[str, Any]:
     steps it needs, inside the DAG being defined; returns their outputs by step name."""
     from airflow.sdk import task
 
-    from components.steps.table import STEPS
+    from components.step_table import STEPS
 
     outputs: dict[str, Any] = {}
     for step in STEPS:

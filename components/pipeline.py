@@ -1,6 +1,6 @@
 """The whole pipeline in one process: what ``tfopt run`` does.
 
-The steps of :mod:`components.steps.table`, in its order, each run by
+The steps of :mod:`components.step_table`, in its order, each run by
 :func:`components.step_runner.run_step` on the outputs before it, as every orchestrator runs
 them: source -> pull -> freeze + optimize (candidates) -> benchmark (vs the champion, else the
 input) -> evaluate -> gate (report, tuning) -> publish. Every step is idempotent, so rerunning
@@ -24,7 +24,7 @@ from components.artifacts import (
 )
 from components.config import PipelineConfig
 from components.step_runner import COSTS_KEY, run_step, workspace_for
-from components.steps.table import NAMES, STEP_COSTS_CONTEXT
+from components.step_table import NAMES, STEP_COSTS_CONTEXT
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 This is the seam every orchestrator uses: ``tfopt step NAME`` (a containerized task), the
 in-process Airflow tasks, the Kubeflow components and ``tfopt run`` all call :func:`run_step`
 with the config and ``{step name: that step's output}``, and get the step's own output back as
-a dict. What a step is, what it reads and what it returns is :mod:`components.steps.table`.
+a dict. What a step is, what it reads and what it returns is :mod:`components.step_table`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from components.artifacts import PulledModel
 from components.config import PipelineConfig
-from components.steps.table import BY_NAME, NAMES, Step, StepCall
+from components.step_table import BY_NAME, NAMES, Step, StepCall
 from optimizer.errors import TfoptError
 
 COSTS_KEY = "costs"

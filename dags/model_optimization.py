@@ -5,7 +5,7 @@ that a training job posts, whose extra names the model (``{"source": "s3://..."}
 ``evaluation_data`` and ``overrides``); or a manual/API trigger whose ``dag_run.conf`` may set
 ``source`` and dotted ``overrides`` (conf wins over the event, the event over the YAML).
 
-Steps (components/steps/table.py): pull -> freeze, optimize (and its candidates) -> benchmark
+Steps (components/step_table.py): pull -> freeze, optimize (and its candidates) -> benchmark
 (baseline and candidates in one task, on one node) -> evaluate -> gate (report, tuning) ->
 publish (MLflow run, registered version, alias moved only on a pass).
 Each task is idempotent, so retries reuse finished work. Tasks run in-process, or, with
@@ -56,7 +56,7 @@ def _schedule(config: PipelineConfig):
             for name, schema in PARAMS_SCHEMA.items()},
 )
 def model_optimization():
-    # One task per step of components/steps/table.py, wired by what each step reads.
+    # One task per step of components/step_table.py, wired by what each step reads.
     if CONFIG.execution.mode == "kubernetes":
         from components.kubernetes_tasks import step_operators
 

@@ -4,7 +4,7 @@ import pytest
 from airflow_testing import parse_dags
 
 from components.step_runner import POD_MEMORY_KEY, pod_memory
-from components.steps.table import BY_NAME, NAMES
+from components.step_table import BY_NAME, NAMES
 
 # The wiring is the step table's: each task waits for exactly the steps it reads.
 UPSTREAM = {step.name: sorted(step.needs) for step in BY_NAME.values()}

@@ -200,9 +200,9 @@ def _imports(path: Path) -> set[str]:
 def test_the_pipeline_module_imports_only_kfp_the_standard_library_and_the_step_table():
     assert {name.split(".")[0] for name in _imports(MODULE)} == {"kfp", "components"}
     assert {name for name in _imports(MODULE) if name.startswith("components")} == {
-        "components.steps.table"}
+        "components.step_table"}
     # ... which the Kubeflow environment can import: the standard library and the records.
-    table = REPO / "components" / "steps" / "table.py"
+    table = REPO / "components" / "step_table.py"
     assert _imports(table) == {"components", "components.artifacts"}
     assert _imports(REPO / "components" / "artifacts.py") == set()
 

@@ -1,4 +1,4 @@
-"""The step table (components/steps/table.py) is the one place the pipeline is declared: every
+"""The step table (components/step_table.py) is the one place the pipeline is declared: every
 runner reads it, each step reads only outputs of steps before it, and the pods it sizes grow
 with the model. (The Airflow DAG's parsed task graph and the compiled Kubeflow spec are held to
 the same table by tests/test_dag.py and tests/test_kfp_pipeline.py.)"""
@@ -14,7 +14,7 @@ from components.config import ConfigError, config_from_mapping
 from components.kubernetes_tasks import step_arguments
 from components.pipeline import STEPS
 from components.step_runner import NEEDS, POD_MEMORY_KEY, StepInputError, pod_memory, run_step
-from components.steps.table import (
+from components.step_table import (
     BENCHMARK_AND_EVALUATE,
     BY_NAME,
     GIB,

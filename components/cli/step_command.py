@@ -9,7 +9,7 @@ from components.cli.run_command import add_config_arguments, load_config_from_ar
 
 
 def add_parser(sub) -> None:
-    from components.steps.table import NAMES
+    from components.step_table import NAMES
 
     p = sub.add_parser("step", help="run one pipeline step (containerized tasks call this)",
                        description="Run one step with the JSON outputs of the steps it needs. "

@@ -58,7 +58,7 @@ def baseline_for_run(config: PipelineConfig, ws: Workspace,
 
 
 def from_inputs(call) -> BenchmarkOutput:
-    """The table's entry (components.steps.table): the candidates freeze and optimize made,
+    """The table's entry (components.step_table): the candidates freeze and optimize made,
     timed against the baseline, its named part (:func:`baseline_for_run`)."""
     champion = None if call.offline else baseline_for_run(call.config, call.workspace,
                                                           call.run_context)

@@ -32,7 +32,7 @@ def local_data_file(location: str, config: PipelineConfig, step_dir: Path) -> Pa
 
 
 def from_inputs(call) -> EvaluationOutput:
-    """The table's entry (components.steps.table)."""
+    """The table's entry (components.step_table)."""
     return evaluate(call.config, call.output("benchmark"), call.workspace)
 
 

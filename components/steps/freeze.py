@@ -14,7 +14,7 @@ LABEL = "frozen"
 
 
 def from_inputs(call) -> CandidateModel:
-    """The table's entry (components.steps.table)."""
+    """The table's entry (components.step_table)."""
     return freeze(call.config, call.pulled, call.workspace)
 
 

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 
 def from_inputs(call) -> GateOutput:
-    """The table's entry (components.steps.table); the costs of the steps before go in the
+    """The table's entry (components.step_table); the costs of the steps before go in the
     report."""
     return gate(call.config, call.output("evaluate"), call.workspace, dict(call.step_costs))
 

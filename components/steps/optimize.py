@@ -35,7 +35,7 @@ def search_settings_of(config: PipelineConfig):
 
 
 def from_inputs(call) -> CandidateModel:
-    """The table's entry (components.steps.table). Its named part ``candidates`` is
+    """The table's entry (components.step_table). Its named part ``candidates`` is
     :func:`derive`."""
     return optimize(call.config, call.pulled, call.workspace)
 

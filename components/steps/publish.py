@@ -129,10 +129,10 @@ def server_identity(client, experiment: str) -> str:
 
 
 def from_inputs(call) -> PublishOutput:
-    """The table's entry (components.steps.table): everything publish needs comes from the
+    """The table's entry (components.step_table): everything publish needs comes from the
     gate's record (the evaluation it judged, and in it the candidates measured)."""
     from components.publishing.publication import PublishInputError
-    from components.steps.table import STEP_COSTS_CONTEXT
+    from components.step_table import STEP_COSTS_CONTEXT
 
     gate = call.output("gate")
     evaluation = EvaluationOutput.from_dict(gate.evaluation) if gate.evaluation else None

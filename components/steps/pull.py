@@ -80,7 +80,7 @@ def pull(config: PipelineConfig, *, s3_client=None, session=None) -> PulledModel
 
 
 def from_inputs(call) -> PulledModel:
-    """The table's entry (components.steps.table): pull needs no earlier output."""
+    """The table's entry (components.step_table): pull needs no earlier output."""
     return pull(call.config)
 
 
