@@ -57,7 +57,8 @@ def test_result_holds_latency_quality_size_memory_and_environment(models, tmp_pa
     assert result.settings.inputs.startswith("rows of") and "eval.npz" in result.settings.inputs
     assert result.environment.runtime.cpus.available >= 1
     assert any("loading stock" in m for m in messages)
-    assert any("batch 4: timing 2 models" in m for m in messages)
+    assert any("batch 4: timing 3 models" in m for m in messages)  # the twin too
+    assert result.twin.role == "twin" and result.twin.digest == base.digest
     assert result.wall_seconds >= 2 * 0.2
 
     assert load_result(result.save(tmp_path / "RESULT.json")) == result

@@ -150,3 +150,26 @@ def p50_ratio_interval(
     return RatioInterval(ratio=float(np.median(b) / np.median(a)), low=float(low),
                          high=float(high), confidence=confidence, rounds=int(n), block=block,
                          resamples=int(resamples))
+
+
+def twin_discrepancy(twin: RatioInterval | None) -> float:
+    """How far apart two loads of one model measured (``twin``: the baseline's second load
+    against the first, timed like a candidate), as a factor of at least 1: the end of the
+    twin's interval farthest from 1. ``None`` (no twin measured) is 1.
+
+    A ratio interval covers round-to-round noise only. Two loads of one model in one process
+    differ by more than that (placement in memory, a thread pool of their own: up to 9% for a
+    ~10 us LiteRT model, while its interval was 0.1% wide), and under heavy contention the
+    round figures turn bimodal and the median's interval is unreliable. The twin sees both, on
+    the machine and at the moment the candidates were timed.
+    """
+    if twin is None:
+        return 1.0
+    low = twin.low if twin.low > 0 else math.inf
+    return max(1.0, twin.high, 1.0 / low)
+
+
+def promotion_bound(min_speedup: float, twin: RatioInterval | None = None) -> float:
+    """The ratio a candidate's interval must lie wholly below to be promoted: faster than the
+    baseline by ``min_speedup`` and by the twin's discrepancy on top (:func:`twin_discrepancy`)."""
+    return 1.0 / (min_speedup * twin_discrepancy(twin))
