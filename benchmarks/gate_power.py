@@ -124,8 +124,8 @@ def _busy_loops(count: int = 2) -> list[subprocess.Popen]:
 def _repeat(name: str, baseline: Path, candidate: Path, repeats: int, runtime,
             busy: bool = False) -> dict:
     from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-    from optimizer.gate import evaluate_gate
     from optimizer.benchmark.stats import twin_discrepancy
+    from optimizer.gate import evaluate_gate
 
     runs = []
     for i in range(repeats):

@@ -238,7 +238,7 @@ def _latency_check(interval: RatioInterval, batch: int, config: GateConfig,
                   f"below the required {config.min_speedup:g}x")
         return Check("latency", False, speedup, config.min_speedup, measured_text,
                      threshold_text, reason)
-    twin_text = (f" beyond the {discrepancy:.3f}x the baseline's twin (a second load of it) "
+    twin_text = (f", beyond the {discrepancy:.3f}x the baseline's twin (a second load of it) "
                  f"measured apart from it" if twin is not None else "")
     if interval.high >= bound:
         reason = (f"latency improvement not shown to be real: {speedup:.3f}x at batch {batch} "
@@ -248,8 +248,8 @@ def _latency_check(interval: RatioInterval, batch: int, config: GateConfig,
                      threshold_text, reason)
     return Check("latency", True, speedup, config.min_speedup, measured_text, threshold_text,
                  f"{speedup:.2f}x faster at batch {batch} (p50), at least "
-                 f"{config.min_speedup:g}x{twin_text} with {_pct(interval.confidence)} "
-                 f"confidence")
+                 f"{config.min_speedup:g}x with {_pct(interval.confidence)} confidence"
+                 f"{twin_text}")
 
 
 def _no_regression_check(interval: RatioInterval, batch: int, config: GateConfig) -> Check:
