@@ -13,10 +13,10 @@ Checks, in order:
 
 ``latency``
     At the gate's batch size (``latency_batch_size``, default the smallest measured), the
-    candidate/baseline p50 ratio ``r`` (below 1 = faster) must show a speedup of at least
-    ``min_speedup`` *with confidence*: the upper bound of the two-sided ``confidence`` interval
-    of ``r`` must be below ``1 / min_speedup``, and the point estimate ``1 / r`` at least
-    ``min_speedup``. (The interval is recomputed here from the raw paired samples, by the same
+    candidate/baseline ratio ``r`` (the median of per-round ratios; below 1 = faster) must
+    show a speedup of at least ``min_speedup`` *with confidence*: the upper bound of the
+    two-sided ``confidence`` interval of ``r`` must be below ``1 / min_speedup``, and the point
+    estimate ``1 / r`` at least ``min_speedup``. (The interval is recomputed here from the raw paired samples, by the same
     block bootstrap as the benchmark, at this config's ``confidence``.) Requiring the interval's
     bound to clear ``1 / min_speedup``, not merely 1, is deliberate: "at least 5 % faster, and
     we are 97.5 % sure it is at least 5 %", not "looks 5 % faster and is probably not slower".
