@@ -70,7 +70,7 @@ class BenchmarkSection(_Section):
                                  "always block_size")
     max_seconds: float | None = Field(None, ge=0, description="timing goes on past the "
                                       "minimums while a candidate's interval straddles the "
-                                      "gate's bound, up to this (per batch size); default 12 "
+                                      "gate's bound, up to this (per batch size); default 4 "
                                       "x min_seconds; 0: stop at the minimums")
     twin: bool = Field(True, description="time a second load of the baseline like a candidate; "
                                          "the gate demands the margin beyond their discrepancy")

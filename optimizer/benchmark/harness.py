@@ -81,7 +81,7 @@ from optimizer.signature import SignatureInfo, contract_difference
 
 log = logging.getLogger(__name__)
 
-MAX_SECONDS_PER_MIN_SECOND = 12
+MAX_SECONDS_PER_MIN_SECOND = 4
 FIDELITY_ROWS = 256  # eval rows compared against the baseline (in batches of EVAL_BATCH)
 EVAL_BATCH = 64
 
