@@ -13,6 +13,24 @@ Kubernetes mode's pods share one ReadWriteMany volume. Fast benchmark settings (
 each run reused; the registered versions per model (the same-source runs must report one);
 every path and digest named by a step record or benchmark result, checked against the files
 (tests/concurrent_pipeline.py); ``.partial`` leftovers. Exit 1 when a check fails.
+
+Measured 2026-11-24 on the shared 2-CPU machine (``--distinct 8 --same 4``, the defaults):
+
+- before the workspace's step lock (``components/workspace.py``), load average 8 -> 15: all
+  12 runs finished (exit 3: the gate rejected the tiny convnet's candidates; each registered
+  its challenger), 547 s wall; one version per registered model, the 4 same-source runs
+  reported that one; 153 paths and digests in the records checked, none missing or changed;
+  no ``.partial`` left. But the 4 same-source runs **reused nothing**: each ran every step
+  into the one shared step directory at once, the later outputs replacing the earlier ones
+  by rename under the runs reading them (byte-identical here, so no digest changed; a step
+  whose output is not deterministic would leave records naming content that is gone);
+- with it, load average 10 -> 26: the same, 480 s wall, and of the 4 same-source runs one ran
+  each step and the other 3 waited and reused it (freeze, optimize, baseline, benchmark,
+  evaluate, gate, publish: 3 reuses each).
+
+Too slow for CI: one run of the tiny convnet takes ~30 s of CPU (TensorFlow's import, freeze,
+optimize, benchmark, publish with the MLflow model), so even 2 + 2 runs are a minute or more
+of the suite's 2 cores; the race the step lock fixes is tested in tests/test_workspace.py.
 """
 
 from __future__ import annotations
