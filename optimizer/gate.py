@@ -25,8 +25,9 @@ Checks, in order:
     interval allows with probability well under 2.5 %, and the 5 % margin also absorbs small
     systematic effects the bootstrap cannot see (memory placement, load order). When the
     benchmark timed a *twin* (the baseline loaded a second time and timed like a candidate,
-    the default), the bound is tightened by the twin's discrepancy ``D`` (the end of the twin's
-    interval farthest from 1): the upper bound must be below ``1 / (min_speedup * D)``. Two
+    the default), the bound is tightened by the twin's discrepancy ``D`` (the twin's ratio to
+    the baseline, or its inverse, whichever is above 1): the upper bound must be below
+    ``1 / (min_speedup * D)``. Two
     loads of one model were measured up to 9 % apart, and under contention an A/A interval
     lay wholly below 0.952; the twin measures both effects in the run itself
     (:func:`optimizer.benchmark.stats.twin_discrepancy`). At least

@@ -164,19 +164,20 @@ def p50_ratio_interval(
 
 def twin_discrepancy(twin: RatioInterval | None) -> float:
     """How far apart two loads of one model measured (``twin``: the baseline's second load
-    against the first, timed like a candidate), as a factor of at least 1: the end of the
-    twin's interval farthest from 1. ``None`` (no twin measured) is 1.
+    against the first, timed like a candidate), as a factor of at least 1: its ratio or the
+    inverse, whichever is larger. ``None`` (no twin measured) is 1.
 
     A ratio interval covers round-to-round noise only. Two loads of one model in one process
     differ by more than that (placement in memory, a thread pool of their own: up to 9% for a
-    ~10 us LiteRT model, while its interval was 0.1% wide), and under heavy contention the
-    round figures turn bimodal and the median's interval is unreliable. The twin sees both, on
-    the machine and at the moment the candidates were timed.
+    ~10 us LiteRT model, while its interval was 0.1% wide), and under heavy contention by more
+    again. The twin sees that, on the machine and at the moment the candidates were timed. Its
+    point estimate, not the end of its interval: the candidate's own interval already covers
+    the noise of its rounds, and counting the twin's noise on top cost ResNet50's 1.2x win 1
+    promotion in 13 at a load average of 25 (``benchmarks/gate_power.py``).
     """
-    if twin is None:
+    if twin is None or twin.ratio <= 0:
         return 1.0
-    low = twin.low if twin.low > 0 else math.inf
-    return max(1.0, twin.high, 1.0 / low)
+    return max(twin.ratio, 1.0 / twin.ratio)
 
 
 def promotion_bound(min_speedup: float, twin: RatioInterval | None = None) -> float:
