@@ -124,6 +124,7 @@ def _busy_loops(count: int = 2) -> list[subprocess.Popen]:
 def _repeat(name: str, baseline: Path, candidate: Path, repeats: int, runtime,
             busy: bool = False) -> dict:
     from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+    from optimizer.benchmark.stats import twin_discrepancy
     from optimizer.gate import evaluate_gate
 
     runs = []
@@ -143,13 +144,17 @@ def _repeat(name: str, baseline: Path, candidate: Path, repeats: int, runtime,
         interval = decision.intervals["candidate"][decision.latency_batch_size]
         verdict = decision.verdicts[0]
         failed = [c.name for c in verdict.checks if not c.passed]
+        twin = decision.twin.get(decision.latency_batch_size)
         runs.append({"promote": decision.promote, "latency_passed": "latency" not in failed,
-                     "ratio": interval.ratio,
+                     "twin_discrepancy": twin_discrepancy(twin),
+                     "twin_ratio": twin.ratio if twin else None,
+                     "block_size": result.settings.block_size, "ratio": interval.ratio,
                      "low": interval.low, "high": interval.high, "width": interval.width,
                      "rounds": interval.rounds, "seconds": seconds, "failed": failed,
                      "load": os.getloadavg()[0]})
         print(f"  {name} {i + 1}/{repeats}: {'PROMOTE' if decision.promote else 'reject '} "
               f"ratio {interval.ratio:.4f} [{interval.low:.4f}, {interval.high:.4f}] "
+              f"twin {twin_discrepancy(twin):.3f} block {result.settings.block_size} "
               f"rounds {interval.rounds} {seconds:.0f}s load {os.getloadavg()[0]:.1f}"
               f"{' failed: ' + ','.join(failed) if failed else ''}", flush=True)
     ratios, widths = [r["ratio"] for r in runs], [r["width"] for r in runs]
@@ -159,6 +164,7 @@ def _repeat(name: str, baseline: Path, candidate: Path, repeats: int, runtime,
             "ratio_min": min(ratios), "ratio_max": max(ratios),
             "width_median": statistics.median(widths), "width_max": max(widths),
             "rounds_median": statistics.median(r["rounds"] for r in runs),
+            "twin_discrepancy_median": statistics.median(r["twin_discrepancy"] for r in runs),
             "seconds_median": statistics.median(r["seconds"] for r in runs),
             "failed_checks": dict(Counter(n for r in runs for n in r["failed"])),
             "runs": runs}

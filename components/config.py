@@ -65,6 +65,15 @@ class BenchmarkSection(_Section):
     block_size: int = Field(10, ge=1, description="consecutive timed calls per model per round, "
                                                   "after one untimed call (1: one call, none "
                                                   "untimed)")
+    block_seconds: float = Field(0.05, ge=0, description="blocks shrink to as few calls as "
+                                 "last this long (a slow call needs no block to be warm); 0: "
+                                 "always block_size")
+    max_seconds: float | None = Field(None, ge=0, description="timing goes on past the "
+                                      "minimums while a candidate's interval straddles the "
+                                      "gate's bound, up to this (per batch size); default 4 "
+                                      "x min_seconds; 0: stop at the minimums")
+    twin: bool = Field(True, description="time a second load of the baseline like a candidate; "
+                                         "the gate demands the margin beyond their discrepancy")
     threads: int | None = Field(None, ge=1, description="default: CPUs really available")
     confidence: float = Field(0.95, gt=0.5, lt=1,
                               description="level of the speedup's bootstrap interval")

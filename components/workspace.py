@@ -5,15 +5,25 @@ config lands in the same directory, so a retried Airflow task, or the same DAG r
 twice, reuses each finished step instead of redoing it. A step is finished when its
 ``result.json`` exists; that file is written last, by rename, so a step killed midway leaves no
 result and simply runs again.
+
+Runs on one source at once (the same DAG run triggered twice, or retried while the first try
+still runs, over one shared volume) would otherwise both run a step into the same directory:
+the second's output replaces the first's while the first's later steps read it (a rename
+away then a rename in, so for a moment there is nothing there), and the record the first
+wrote names a digest the files no longer have. So a step runs under an exclusive lock on its
+directory (``flock`` on ``.step.lock``): the second run waits, then finds the result and
+reuses it. A lock dies with its process, so a killed step's lock frees itself.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +34,7 @@ log = logging.getLogger(__name__)
 R = TypeVar("R", bound=Record)
 
 RESULT_FILE = "result.json"
+STEP_LOCK = ".step.lock"
 
 
 def run_key(source_digest: str, config_fingerprint: str) -> str:
@@ -84,11 +95,39 @@ class Workspace:
             raise DestinationError(f"cannot write {target}: {exc.strerror or exc}") from None
 
     def reuse_or_run(self, step: str, kind: type[R], run: Callable[[Path], R]) -> R:
-        """The recorded result of ``step`` if it finished before, else ``run(step_dir)``."""
+        """The recorded result of ``step`` if it finished before, else ``run(step_dir)``,
+        under the step's lock (another process running it is waited for, then reused)."""
         done = self.finished(step)
-        if done is not None:
-            log.info("%s: reusing the finished result in %s", step, self.root / step)
-            return kind.from_dict(done)
-        result = run(self.step_dir(step))
-        self.record(step, result)
-        return result
+        if done is None:
+            with self._step_lock(step):
+                done = self.finished(step)
+                if done is None:
+                    result = run(self.step_dir(step))
+                    self.record(step, result)
+                    return result
+        log.info("%s: reusing the finished result in %s", step, self.root / step)
+        return kind.from_dict(done)
+
+    @contextlib.contextmanager
+    def _step_lock(self, step: str) -> Iterator[None]:
+        """An exclusive ``flock`` on the step directory's ``.step.lock``, waited for; where the
+        filesystem cannot lock, none (the step runs unguarded, as before)."""
+        path = self.step_dir(step) / STEP_LOCK
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            log.warning("%s: no lock (%s); running it unguarded", step, exc.strerror or exc)
+            yield
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info("%s: another run is running it; waiting for its result", step)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as exc:  # a filesystem without locks
+                log.warning("%s: no lock (%s); running it unguarded", step,
+                            exc.strerror or exc)
+            yield
+        finally:
+            os.close(fd)

@@ -13,17 +13,24 @@ Checks, in order:
 
 ``latency``
     At the gate's batch size (``latency_batch_size``, default the smallest measured), the
-    candidate/baseline p50 ratio ``r`` (below 1 = faster) must show a speedup of at least
-    ``min_speedup`` *with confidence*: the upper bound of the two-sided ``confidence`` interval
-    of ``r`` must be below ``1 / min_speedup``, and the point estimate ``1 / r`` at least
-    ``min_speedup``. (The interval is recomputed here from the raw paired samples, by the same
+    candidate/baseline ratio ``r`` (the median of per-round ratios; below 1 = faster) must
+    show a speedup of at least ``min_speedup`` *with confidence*: the upper bound of the
+    two-sided ``confidence`` interval of ``r`` must be below ``1 / min_speedup``, and the point
+    estimate ``1 / r`` at least ``min_speedup``. (The interval is recomputed here from the raw paired samples, by the same
     block bootstrap as the benchmark, at this config's ``confidence``.) Requiring the interval's
     bound to clear ``1 / min_speedup``, not merely 1, is deliberate: "at least 5 % faster, and
     we are 97.5 % sure it is at least 5 %", not "looks 5 % faster and is probably not slower".
     A model benchmarked against an identical copy has a true ratio of 1; promoting it needs the
     interval to sit wholly below 0.952, a miss of the truth by more than 5 %, which a correct
     interval allows with probability well under 2.5 %, and the 5 % margin also absorbs small
-    systematic effects the bootstrap cannot see (memory placement, load order). At least
+    systematic effects the bootstrap cannot see (memory placement, load order). When the
+    benchmark timed a *twin* (the baseline loaded a second time and timed like a candidate,
+    the default), the bound is tightened by the twin's discrepancy ``D`` (the twin's ratio to
+    the baseline, or its inverse, whichever is above 1): the upper bound must be below
+    ``1 / (min_speedup * D)``. Two
+    loads of one model were measured up to 9 % apart, and under contention an A/A interval
+    lay wholly below 0.952; the twin measures both effects in the run itself
+    (:func:`optimizer.benchmark.stats.twin_discrepancy`). At least
     ``min_rounds`` timed rounds are required (a round is one block of ``block_size``
     consecutive calls of every model; :mod:`optimizer.benchmark.interleaved`).
 ``latency_batch_<n>``
@@ -58,12 +65,18 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from optimizer.benchmark.result import BenchmarkResult, ModelMeasurement
-from optimizer.benchmark.stats import RatioInterval, p50_ratio_interval, round_figures
+from optimizer.benchmark.stats import (
+    RatioInterval,
+    p50_ratio_interval,
+    promotion_bound,
+    round_figures,
+    twin_discrepancy,
+)
 from optimizer.errors import GateConfigError
 
 EXIT_PROMOTE = 0
@@ -170,6 +183,7 @@ class GateDecision:
     config: GateConfig
     latency_batch_size: int
     intervals: dict[str, dict[int, RatioInterval]]  # as recomputed at config.confidence
+    twin: dict[int, RatioInterval] = field(default_factory=dict)  # the baseline's twin's
 
     @property
     def promote(self) -> bool:
@@ -188,7 +202,8 @@ class GateDecision:
                 "config": self.config.model_dump(),
                 "verdicts": [v.to_dict() for v in self.verdicts],
                 "intervals": {label: {str(b): r.to_dict() for b, r in by_batch.items()}
-                              for label, by_batch in self.intervals.items()}}
+                              for label, by_batch in self.intervals.items()},
+                "twin": {str(b): r.to_dict() for b, r in self.twin.items()}}
 
 
 def _pct(confidence: float) -> str:
@@ -201,11 +216,15 @@ def _speedup_ci(interval: RatioInterval) -> str:
     return f"{_pct(interval.confidence)} CI {low:.3f}x-{high:.3f}x"
 
 
-def _latency_check(interval: RatioInterval, batch: int, config: GateConfig) -> Check:
-    bound = 1 / config.min_speedup
+def _latency_check(interval: RatioInterval, batch: int, config: GateConfig,
+                   twin: RatioInterval | None = None) -> Check:
+    bound = promotion_bound(config.min_speedup, twin)
+    discrepancy = twin_discrepancy(twin)
     speedup = interval.speedup
     measured_text = f"{speedup:.3f}x ({_speedup_ci(interval)})"
     threshold_text = f">= {config.min_speedup:g}x"
+    if twin is not None:
+        threshold_text += f" x twin {discrepancy:.3f}"
     if interval.rounds < config.min_rounds:
         return Check("latency", False, speedup, config.min_speedup, measured_text,
                      threshold_text, f"only {interval.rounds} timed rounds at batch {batch}; "
@@ -220,14 +239,18 @@ def _latency_check(interval: RatioInterval, batch: int, config: GateConfig) -> C
                   f"below the required {config.min_speedup:g}x")
         return Check("latency", False, speedup, config.min_speedup, measured_text,
                      threshold_text, reason)
+    twin_text = (f", beyond the {discrepancy:.3f}x the baseline's twin (a second load of it) "
+                 f"measured apart from it" if twin is not None else "")
     if interval.high >= bound:
         reason = (f"latency improvement not shown to be real: {speedup:.3f}x at batch {batch} "
-                  f"but the {_speedup_ci(interval)} reaches below {config.min_speedup:g}x")
+                  f"but the {_speedup_ci(interval)} reaches below {config.min_speedup:g}x"
+                  f"{twin_text}")
         return Check("latency", False, speedup, config.min_speedup, measured_text,
                      threshold_text, reason)
     return Check("latency", True, speedup, config.min_speedup, measured_text, threshold_text,
                  f"{speedup:.2f}x faster at batch {batch} (p50), at least "
-                 f"{config.min_speedup:g}x with {_pct(interval.confidence)} confidence")
+                 f"{config.min_speedup:g}x with {_pct(interval.confidence)} confidence"
+                 f"{twin_text}")
 
 
 def _no_regression_check(interval: RatioInterval, batch: int, config: GateConfig) -> Check:
@@ -332,23 +355,32 @@ def _limit_checks(candidate: ModelMeasurement, config: GateConfig) -> list[Check
     return checks
 
 
+def _intervals(result: BenchmarkResult, model: ModelMeasurement,
+               confidence: float) -> dict[int, RatioInterval]:
+    base = result.paired_baseline_samples(model)
+    out = {}
+    for batch, seconds in model.samples.items():
+        if batch not in base or len(base[batch]) != len(seconds):
+            continue
+        stored = result.ratios.get(model.label, {}).get(batch)
+        out[batch] = p50_ratio_interval(
+            round_figures(base[batch], result.block_size(model)),
+            result.round_figures(model, batch), confidence,
+            resamples=stored.resamples if stored else result.settings.resamples,
+            block=stored.block if stored else None)
+    return out
+
+
 def recompute_intervals(result: BenchmarkResult,
                         confidence: float) -> dict[str, dict[int, RatioInterval]]:
     """The ratio intervals at ``confidence``, from the result's raw paired samples."""
-    out: dict[str, dict[int, RatioInterval]] = {}
-    for candidate in result.candidates:
-        base = result.paired_baseline_samples(candidate)
-        out[candidate.label] = {}
-        for batch, seconds in candidate.samples.items():
-            if batch not in base or len(base[batch]) != len(seconds):
-                continue
-            stored = result.ratios.get(candidate.label, {}).get(batch)
-            out[candidate.label][batch] = p50_ratio_interval(
-                round_figures(base[batch], result.settings.block_size),
-                result.round_figures(candidate, batch), confidence,
-                resamples=stored.resamples if stored else result.settings.resamples,
-                block=stored.block if stored else None)
-    return out
+    return {candidate.label: _intervals(result, candidate, confidence)
+            for candidate in result.candidates}
+
+
+def twin_intervals(result: BenchmarkResult, confidence: float) -> dict[int, RatioInterval]:
+    """The baseline's twin against the baseline, per batch size; empty when none was timed."""
+    return _intervals(result, result.twin, confidence) if result.twin is not None else {}
 
 
 def evaluate_gate(result: BenchmarkResult, config: GateConfig | None = None) -> GateDecision:
@@ -356,12 +388,13 @@ def evaluate_gate(result: BenchmarkResult, config: GateConfig | None = None) -> 
     batch_sizes = sorted(result.settings.batch_sizes)
     batch = config.latency_batch_size or batch_sizes[0]
     intervals = recompute_intervals(result, config.confidence)
+    twin = twin_intervals(result, config.confidence)
     verdicts = []
     for candidate in result.candidates:
         checks: list[Check] = []
         by_batch = intervals.get(candidate.label, {})
         if batch in by_batch:
-            checks.append(_latency_check(by_batch[batch], batch, config))
+            checks.append(_latency_check(by_batch[batch], batch, config, twin.get(batch)))
         else:
             checks.append(Check("latency", False, None, config.min_speedup, "not measured",
                                 f">= {config.min_speedup:g}x",
@@ -382,4 +415,4 @@ def evaluate_gate(result: BenchmarkResult, config: GateConfig | None = None) -> 
             checks=tuple(checks)))
     promoted = [v for v in verdicts if v.promote]
     chosen = max(promoted, key=lambda v: v.speedup or 0.0).candidate if promoted else None
-    return GateDecision(tuple(verdicts), chosen, config, batch, intervals)
+    return GateDecision(tuple(verdicts), chosen, config, batch, intervals, twin)

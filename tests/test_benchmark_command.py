@@ -32,7 +32,7 @@ def test_benchmark_writes_result_and_report(models, tmp_path):
                      "--json", out, "--report", report)
     assert proc.returncode == 0, proc.stderr
     assert "tfopt: loading stock (input)" in proc.stderr
-    assert "tfopt: batch 4: timing 2 models interleaved" in proc.stderr
+    assert "tfopt: batch 4: timing 3 models interleaved" in proc.stderr  # and the twin
     assert "Traceback" not in proc.stderr
     for phrase in ("p50 ms", "speedup [95% CI]", "peak RSS growth", "top1 ", "environment  ",
                    "gate         ", f"result       {out}", "report       "):

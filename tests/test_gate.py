@@ -369,3 +369,44 @@ def test_freezing_a_many_layer_model_is_a_real_win_and_promoted(workdir):
     assert decision.promote and decision.chosen == "deep_frozen", verdict.summary()
     latency = next(c for c in verdict.checks if c.name == "latency")
     assert "faster at batch 1 (p50), at least 1.05x with 95% confidence" in latency.reason
+
+
+def _with_twin(result, twin_samples):
+    import dataclasses
+
+    from benchmark_testing import measurement
+
+    from optimizer.benchmark.result import TWIN
+
+    return dataclasses.replace(result, twin=measurement("twin", TWIN, twin_samples))
+
+
+def test_a_candidate_must_beat_the_margin_beyond_what_the_baselines_twin_measured():
+    # 1.10x faster with a narrow interval: promoted at min_speedup 1.05 alone; but a second
+    # load of the baseline measured 6% apart from the first, so 1.10x is not 1.05x beyond it.
+    base = noisy_samples(0.001, 400, seed=1, noise=0.01)
+    result = synthetic_result({1: base}, {"fast": {"samples": {1: base / 1.10},
+                                                   "fidelity": top1_fidelity()}})
+    assert evaluate_gate(result).promote
+    twinned = _with_twin(result, {1: base / 1.06})
+    decision = evaluate_gate(twinned)
+    latency = decision.verdicts[0].checks[0]
+    assert not decision.promote and not latency.passed
+    assert "twin" in latency.reason and "1.06" in latency.reason
+    assert decision.twin[1].ratio == pytest.approx(1 / 1.06)
+    # a candidate clear of both is promoted, and the reason says what it beat
+    clear = _with_twin(synthetic_result({1: base}, {"fast": {
+        "samples": {1: base / 1.25}, "fidelity": top1_fidelity()}}), {1: base / 1.06})
+    assert evaluate_gate(clear).promote
+    assert "beyond the 1.06" in evaluate_gate(clear).verdicts[0].checks[0].reason
+
+
+def test_the_twin_survives_the_result_file(tmp_path):
+    from optimizer.benchmark.result import load_result
+
+    base = noisy_samples(0.001, 100, seed=2)
+    result = _with_twin(synthetic_result({1: base}, {"c": {"samples": {1: base / 2}}}),
+                        {1: base * 1.01})
+    loaded = load_result(result.save(tmp_path / "result.json"))
+    assert loaded.twin == result.twin
+    assert evaluate_gate(loaded).twin == evaluate_gate(result).twin

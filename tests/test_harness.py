@@ -57,7 +57,8 @@ def test_result_holds_latency_quality_size_memory_and_environment(models, tmp_pa
     assert result.settings.inputs.startswith("rows of") and "eval.npz" in result.settings.inputs
     assert result.environment.runtime.cpus.available >= 1
     assert any("loading stock" in m for m in messages)
-    assert any("batch 4: timing 2 models" in m for m in messages)
+    assert any("batch 4: timing 3 models" in m for m in messages)  # the twin too
+    assert result.twin.role == "twin" and result.twin.digest == base.digest
     assert result.wall_seconds >= 2 * 0.2
 
     assert load_result(result.save(tmp_path / "RESULT.json")) == result
@@ -99,3 +100,38 @@ def test_bad_arguments_are_refused_before_any_work(models):
     with pytest.raises(InvalidInputsError, match="block_size must be at least 1, got 0"):
         run_benchmark(Subject.baseline(models / "stock"), [Subject.candidate(models / "frozen")],
                       BenchmarkConfig(block_size=0))
+
+
+def test_a_candidate_whose_interval_straddles_the_bound_is_timed_on():
+    from benchmark_testing import noisy_samples
+
+    from optimizer.benchmark.harness import _settled
+
+    config = BenchmarkConfig(settle_speedup=1.05, max_seconds=10)
+    base = noisy_samples(0.001, 200, seed=0, noise=0.05)
+
+    def cand(speedup, seed=1, noise=0.05):  # the same load as the baseline, and its own noise
+        return list(base / speedup * noisy_samples(1.0, 200, seed=seed, noise=noise))
+
+    settled = _settled(config, 1, "base", ["cand"], None)
+    assert settled({"base": list(base), "cand": cand(1.30)})  # clearly faster
+    assert settled({"base": list(base), "cand": cand(0.99)})  # clearly not
+    assert not settled({"base": list(base), "cand": cand(1.05)})  # at the bound
+    # a twin that measured 1.24x apart moves the bound to 1.30x: 1.30x is not clear of it
+    twinned = _settled(config, 1, "base", ["cand"], "twin")
+    assert not twinned({"base": list(base), "cand": cand(1.30),
+                        "twin": cand(1.24, seed=2, noise=0.01)})
+    assert _settled(BenchmarkConfig(max_seconds=0), 1, "base", ["cand"], None) is None
+
+
+def test_blocks_shrink_to_one_call_when_a_call_lasts_block_seconds(models):
+    from optimizer.gate import evaluate_gate
+
+    config = BenchmarkConfig(batch_sizes=(1,), warmup=3, min_runs=20, min_seconds=0.2,
+                             block_seconds=1e-9, max_seconds=0)
+    result = run_benchmark(Subject.baseline(models / "stock"),
+                           [Subject.candidate(models / "frozen")], config)
+    assert result.settings.block_size == 1
+    assert all(m.block_size == 1 for m in (*result.models, result.twin))
+    assert result.ratios["frozen"][1].rounds == len(result.candidates[0].samples[1]) >= 20
+    assert evaluate_gate(result).intervals["frozen"][1] == result.ratios["frozen"][1]

@@ -83,3 +83,31 @@ def test_rounds_count_blocks_for_min_runs_and_max_runs():
 def test_a_block_size_below_one_is_refused():
     with pytest.raises(ValueError, match="block_size must be at least 1"):
         time_interleaved({"a": lambda: None}, block_size=0)
+
+
+def test_timing_goes_on_past_the_minimums_until_settled_asking_at_growing_round_counts():
+    asked = []
+
+    def settled(samples):
+        asked.append(len(samples["a"]))
+        return len(samples["a"]) >= 100
+
+    samples = time_interleaved({"a": lambda: None, "b": lambda: None}, warmup=0, min_runs=50,
+                               min_seconds=0, settled=settled, max_seconds=60)
+    assert asked[0] == 50 and asked[-1] == len(samples["a"].seconds) >= 100
+    # a quarter more rounds between two looks, so few looks: 50, 63, 79, 99, 124
+    assert asked == [50, 63, 79, 99, 124]
+
+
+def test_timing_that_never_settles_stops_at_max_seconds():
+    started = time.perf_counter()
+    samples = time_interleaved({"a": lambda: time.sleep(0.001)}, warmup=0, min_runs=5,
+                               min_seconds=0.1, settled=lambda samples: False, max_seconds=0.4)
+    elapsed = time.perf_counter() - started
+    assert 0.4 <= elapsed < 5 and len(samples["a"].seconds) > 5
+
+
+def test_without_settled_timing_stops_at_the_minimums():
+    samples = time_interleaved({"a": lambda: None}, warmup=0, min_runs=7, min_seconds=0,
+                               max_seconds=60)
+    assert len(samples["a"].seconds) == 7

@@ -14,7 +14,10 @@ from optimizer.gate import GateConfig
 from optimizer.litert.convert import convert_to_litert
 from optimizer.selection import select_candidate
 
-QUICK = BenchmarkConfig(batch_sizes=(1,), warmup=3, min_runs=40, min_seconds=0.5)
+# no twin of the baseline: these tests need the frozen digits model (~1.25x) chosen at
+# min_speedup 1.0, and under a heavy load two loads of a small model were measured up to 1.4x
+# apart (the twin's part of the gate is tested in tests/test_gate.py)
+QUICK = BenchmarkConfig(batch_sizes=(1,), warmup=3, min_runs=40, min_seconds=0.5, twin=False)
 
 
 @pytest.fixture(scope="module")

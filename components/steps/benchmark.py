@@ -89,6 +89,8 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
             batch_sizes=tuple(config.benchmark.batch_sizes), warmup=config.benchmark.warmup,
             min_runs=config.benchmark.min_runs, min_seconds=config.benchmark.min_seconds,
             block_size=config.benchmark.block_size, confidence=config.benchmark.confidence,
+            block_seconds=config.benchmark.block_seconds, max_seconds=config.benchmark.max_seconds,
+            twin=config.benchmark.twin, settle_speedup=config.gate.min_speedup,
             signature=config.signature)
         runtime = apply_runtime_settings(default_runtime_settings(config.benchmark.threads))
         log.info("benchmark: %s vs %s", baseline.label, ", ".join(c.label for c in candidates))

@@ -32,7 +32,9 @@ Thread settings must be applied before TF starts (:mod:`optimizer.benchmark.runt
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -49,6 +51,7 @@ from optimizer.benchmark.result import (
     CANDIDATE,
     CHAMPION,
     REFERENCE,
+    TWIN,
     UNOPTIMIZED_INPUT,
     BenchmarkResult,
     BenchmarkSettings,
@@ -61,7 +64,13 @@ from optimizer.benchmark.runtime import (
     apply_runtime_settings,
     default_runtime_settings,
 )
-from optimizer.benchmark.stats import LatencySummary, p50_ratio_interval
+from optimizer.benchmark.stats import (
+    LatencySummary,
+    RatioInterval,
+    p50_ratio_interval,
+    promotion_bound,
+    round_figures,
+)
 from optimizer.errors import InvalidInputsError
 from optimizer.evaluation import LabelledData, evaluate, get_metric, load_labelled_data
 from optimizer.inputs import OUT_OF_VOCABULARY_SHARE, make_inputs
@@ -72,6 +81,7 @@ from optimizer.signature import SignatureInfo, contract_difference
 
 log = logging.getLogger(__name__)
 
+MAX_SECONDS_PER_MIN_SECOND = 4
 FIDELITY_ROWS = 256  # eval rows compared against the baseline (in batches of EVAL_BATCH)
 EVAL_BATCH = 64
 
@@ -118,6 +128,15 @@ class BenchmarkConfig:
     min_seconds: float = 5.0
     max_runs: int = 20_000
     block_size: int = DEFAULT_BLOCK_SIZE
+    # blocks shrink to as few calls as last this long (at least 1): a block is there to time a
+    # model warm, and a call this slow wakes its model in a negligible share of its time
+    block_seconds: float = 0.05
+    # past the minimums, timing goes on while a candidate's interval straddles the promotion
+    # bound at settle_speedup (the gate's min_speedup), up to this many seconds per batch size
+    # (None: MAX_SECONDS_PER_MIN_SECOND x min_seconds, so a quick configuration stays quick)
+    max_seconds: float | None = None
+    settle_speedup: float | None = 1.05
+    twin: bool = True  # time a second load of the baseline like a candidate (stats.twin_discrepancy)
     confidence: float = 0.95
     resamples: int = 2000
     metric: str = "top1"
@@ -215,7 +234,6 @@ def _with_serving_threads(subject: Subject, baseline: Subject, signature: str, f
     (like for like with the model as deployed; tuning after the gate finds the winner's own),
     else a quick choice between 1 thread and all CPUs (:mod:`optimizer.benchmark.thread_choice`).
     """
-    import dataclasses
 
     from optimizer.benchmark.thread_choice import choose_threads
     from optimizer.runtime import detect_format, runtime_for
@@ -233,6 +251,59 @@ def _with_serving_threads(subject: Subject, baseline: Subject, signature: str, f
         say(f"{label}: {threads} thread(s) (1 thread takes {ratio:.2f}x the time of "
             f"{runtime.cpus.available})")
     return dataclasses.replace(subject, format=fmt, num_threads=threads)
+
+
+def _scaled_block_size(models: Sequence[_Loaded], config: BenchmarkConfig, feeds) -> int:
+    """``config.block_size``, or fewer calls when the slowest model's warm call lasts
+    ``block_seconds`` or more: a block pays for waking a model (tens of microseconds) and
+    buys nothing for a call of 100 ms, while every call of it is a round fewer in the same
+    time, and the interval narrows with rounds. Measured on the smallest batch, after two
+    calls to warm up, as the fastest of three more: one call that a neighbour preempts must not
+    make a 0.1 ms model look slow enough for blocks of one (measured under a load of 20: the
+    convnet's block came out 1, 2 or 8 instead of 10 in 3 of 20 runs)."""
+    if config.block_size == 1 or config.block_seconds <= 0:
+        return config.block_size
+    slowest = 0.0
+    for item in models:
+        tensors = item.runner.to_tensors(feeds(item.runner))
+        for _ in range(2):
+            item.runner.call(tensors)
+        fastest = math.inf
+        for _ in range(3):
+            started = time.perf_counter()
+            item.runner.call(tensors)
+            fastest = min(fastest, time.perf_counter() - started)
+        slowest = max(slowest, fastest)
+    return int(min(config.block_size, max(1, math.ceil(config.block_seconds / slowest))))
+
+
+def _max_seconds(config: BenchmarkConfig) -> float:
+    if config.max_seconds is None:
+        return MAX_SECONDS_PER_MIN_SECOND * config.min_seconds
+    return config.max_seconds
+
+
+def _settled(config: BenchmarkConfig, block_size: int, baseline: str, candidates: Sequence[str],
+             twin: str | None):
+    """``time_interleaved``'s question, once the minimums are reached: is every candidate's
+    interval clear of the promotion bound (wholly below it, or wholly above)? ``None`` (no
+    adaptive stopping) without ``settle_speedup`` or ``max_seconds``."""
+    if config.settle_speedup is None or _max_seconds(config) <= 0:
+        return None
+
+    def interval(samples, label) -> RatioInterval:
+        n = len(samples[label]) // block_size * block_size
+        return p50_ratio_interval(round_figures(samples[baseline][:n], block_size),
+                                  round_figures(samples[label][:n], block_size),
+                                  config.confidence, config.resamples, seed=config.seed)
+
+    def settled(samples) -> bool:
+        bound = promotion_bound(config.settle_speedup,
+                                interval(samples, twin) if twin else None)
+        return all(not r.low < bound <= r.high
+                   for r in (interval(samples, label) for label in candidates))
+
+    return settled
 
 
 def run_benchmark(
@@ -268,7 +339,9 @@ def run_benchmark(
     tf = import_tensorflow()
     tf.constant(0.0) + 1.0  # start TF's runtime now, so no model's RSS growth includes it
 
-    subjects = [baseline, *candidates, *([reference] if reference is not None else [])]
+    twin = [Subject(baseline.path, TWIN, "twin", baseline.format, baseline.num_threads)
+            ] if config.twin else []
+    subjects = [baseline, *candidates, *twin, *([reference] if reference is not None else [])]
     labels = _unique_labels(subjects)
     contract = read_signature(baseline.path, config.signature, format=baseline.format)
     if isinstance(eval_data, (str, os.PathLike)):
@@ -280,7 +353,9 @@ def run_benchmark(
                                vocabularies)
     loaded: list[_Loaded] = []
     for subject, label in zip(subjects, labels):
-        if subject.role != REFERENCE:
+        if subject.role == TWIN:  # as the baseline was loaded, threads and all
+            subject = dataclasses.replace(loaded[0].subject, role=TWIN, label=label)
+        elif subject.role != REFERENCE:
             subject = _with_serving_threads(subject, baseline, config.signature, first_feeds,
                                             runtime, say, label)
         say(f"loading {label} ({subject.role}) from {subject.path}")
@@ -298,6 +373,12 @@ def run_benchmark(
     checked = loaded[-1] if reference is not None else None
     timed_models = loaded[:-1] if reference is not None else loaded
     ref_item = checked or loaded[0]
+    twin_item = timed_models[-1] if config.twin else None
+    block_size = _scaled_block_size(timed_models, config, lambda r: _batch_feeds(
+        r.signature, min(config.batch_sizes), config.seed, inputs, eval_data, vocabularies))
+    if block_size < config.block_size:
+        say(f"blocks of {block_size} call(s), not {config.block_size}: a call takes "
+            f"{config.block_seconds:g}s or more, long enough to time it warm without a block")
 
     samples: dict[str, dict[int, tuple[float, ...]]] = {item.label: {} for item in loaded}
     rounds: dict[str, dict[int, np.ndarray]] = {item.label: {} for item in loaded}
@@ -307,14 +388,18 @@ def run_benchmark(
         tensors = {item.label: item.runner.to_tensors(feeds) for item in timed_models}
         calls = {item.label: (lambda r=item.runner, t=tensors[item.label]: r.call(t))
                  for item in timed_models}
-        each = (f"in blocks of {config.block_size} calls" if config.block_size > 1
+        each = (f"in blocks of {block_size} calls" if block_size > 1
                 else "one call each per round")
         say(f"batch {batch_size}: timing {len(calls)} models interleaved {each}, at least "
             f"{config.min_runs} rounds and {config.min_seconds:g}s")
         timed = time_interleaved(
             calls, warmup=config.warmup, min_runs=config.min_runs,
             min_seconds=config.min_seconds, max_runs=config.max_runs, rotate_order=True,
-            progress_every=config.progress_every, block_size=config.block_size,
+            progress_every=config.progress_every, block_size=block_size,
+            settled=_settled(config, block_size, loaded[0].label,
+                             [item.label for item in timed_models[1:] if item is not twin_item],
+                             twin_item.label if twin_item else None),
+            max_seconds=_max_seconds(config),
             progress=lambda done, elapsed, b=batch_size: say(
                 f"batch {b}: {done} rounds, {elapsed:.0f}s"))
         for label, measured in timed.items():
@@ -327,11 +412,13 @@ def run_benchmark(
             b: p50_ratio_interval(rounds[base_label][b], rounds[item.label][b],
                                   config.confidence, config.resamples, seed=config.seed)
             for b in config.batch_sizes}
-        for item in timed_models[1:]}
+        for item in timed_models[1:] if item is not twin_item}
 
     qualities: dict[str, Quality] = {}
     if eval_data is not None:
         for item in loaded:
+            if item is twin_item:  # the baseline's own accuracy, measured once is enough
+                continue
             say(f"evaluating {item.label}: {metric.name} on {len(eval_data)} examples")
             value = evaluate(item.runner, eval_data, metric.name, EVAL_BATCH)
             qualities[item.label] = Quality(metric.name, value, metric.higher_is_better,
@@ -362,7 +449,7 @@ def run_benchmark(
             peak_rss_growth_bytes=item.growth.peak_rss_growth_bytes,
             peak_rss_exact=item.growth.peak_exact,
             latency={b: LatencySummary.of(s, b) for b, s in samples[item.label].items()},
-            samples=samples[item.label],
+            samples=samples[item.label], block_size=block_size,
             quality=qualities.get(item.label),
             fidelity=fidelities.get(item.label))
         for item in loaded]
@@ -379,9 +466,11 @@ def run_benchmark(
         batch_sizes=tuple(config.batch_sizes), warmup=config.warmup, min_runs=config.min_runs,
         min_seconds=config.min_seconds, max_runs=config.max_runs, confidence=config.confidence,
         resamples=config.resamples, rotate_order=True, signature=config.signature,
-        inputs=inputs_source, block_size=config.block_size)
+        inputs=inputs_source, block_size=block_size)
+    candidates_end = len(timed_models) - (1 if twin_item else 0)
     return BenchmarkResult(
-        baseline=measurements[0], candidates=tuple(measurements[1:len(timed_models)]),
+        baseline=measurements[0], candidates=tuple(measurements[1:candidates_end]),
+        twin=measurements[candidates_end] if twin_item else None,
         reference=measurements[-1] if checked is not None else None, ratios=ratios,
         settings=settings, environment=capture_environment(runtime),
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -28,6 +28,10 @@ CANDIDATE = "candidate"
 # accuracy budgets and fidelity are anchored to it, so that small losses cannot pile up from one
 # promotion to the next.
 REFERENCE = "reference"
+# The baseline loaded a second time and timed like a candidate: an A/A control inside every
+# benchmark, whose discrepancy from the baseline a candidate must beat on top of the margin
+# (optimizer.benchmark.stats.twin_discrepancy).
+TWIN = "twin"
 BASELINE_ROLES = {CHAMPION: "the current production model (the registry's champion)",
                   UNOPTIMIZED_INPUT: "the unoptimized input model"}
 
@@ -86,6 +90,9 @@ class ModelMeasurement:
     # the baseline's samples from the process this candidate was timed in, when the benchmark
     # ran in groups (optimizer.benchmark.memory_groups); None: the result's baseline's
     baseline_samples: dict[int, tuple[float, ...]] | None = None
+    # timed calls per round in ``samples`` (and ``baseline_samples``); None: the result's
+    # settings.block_size (results written before blocks were scaled to the call time)
+    block_size: int | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -95,7 +102,7 @@ class ModelMeasurement:
             "first_call_seconds": self.first_call_seconds,
             "rss_growth_bytes": self.rss_growth_bytes,
             "peak_rss_growth_bytes": self.peak_rss_growth_bytes,
-            "peak_rss_exact": self.peak_rss_exact,
+            "peak_rss_exact": self.peak_rss_exact, "block_size": self.block_size,
             "latency": {str(b): s.to_dict() for b, s in self.latency.items()},
             "samples": {str(b): list(s) for b, s in self.samples.items()},
             "quality": self.quality.to_dict() if self.quality else None,
@@ -118,7 +125,7 @@ class ModelMeasurement:
             quality=Quality(**data["quality"]) if data.get("quality") else None,
             fidelity=Fidelity(**data["fidelity"]) if data.get("fidelity") else None,
             format=data.get("format", "savedmodel"), runtime=data.get("runtime", "tensorflow"),
-            num_threads=data.get("num_threads"),
+            num_threads=data.get("num_threads"), block_size=data.get("block_size"),
             baseline_samples=({int(b): tuple(float(v) for v in s)
                                for b, s in data["baseline_samples"].items()}
                               if data.get("baseline_samples") is not None else None),
@@ -163,6 +170,7 @@ class BenchmarkResult:
     format_version: int = FORMAT_VERSION
     notes: tuple[str, ...] = field(default=())
     reference: ModelMeasurement | None = None  # the input, when the baseline is the champion
+    twin: ModelMeasurement | None = None  # the baseline's second load, timed (TWIN)
 
     @property
     def models(self) -> tuple[ModelMeasurement, ...]:
@@ -183,7 +191,11 @@ class BenchmarkResult:
     def round_figures(self, model: ModelMeasurement, batch_size: int):
         """``model``'s figure per round at ``batch_size`` (the median of its block), paired by
         index with every other timed model's: what the ratio intervals resample."""
-        return round_figures(model.samples[batch_size], self.settings.block_size)
+        return round_figures(model.samples[batch_size], self.block_size(model))
+
+    def block_size(self, model: ModelMeasurement) -> int:
+        """Timed calls per round in ``model``'s samples."""
+        return model.block_size or self.settings.block_size
 
     def paired_baseline_samples(self, candidate: ModelMeasurement) -> dict:
         """The baseline's samples ``candidate`` was timed beside: its group's when the
@@ -208,6 +220,7 @@ class BenchmarkResult:
             "baseline": self.baseline.to_dict(),
             "candidates": [c.to_dict() for c in self.candidates],
             "reference": self.reference.to_dict() if self.reference else None,
+            "twin": self.twin.to_dict() if self.twin else None,
             "ratios": {label: {str(b): r.to_dict() for b, r in by_batch.items()}
                        for label, by_batch in self.ratios.items()},
             "notes": list(self.notes),
@@ -226,6 +239,7 @@ class BenchmarkResult:
             format_version=int(data["format_version"]), notes=tuple(data.get("notes", ())),
             reference=(ModelMeasurement.from_dict(data["reference"]) if data.get("reference")
                        else None),
+            twin=ModelMeasurement.from_dict(data["twin"]) if data.get("twin") else None,
         )
 
     def to_json(self) -> str:
