@@ -105,8 +105,11 @@ def test_workers_are_for_models_whose_builds_outweigh_a_tensorflow_import(model_
 
 def test_a_big_models_groups_aim_at_the_working_set_and_one_over_it_is_timed_alone():
     budget = MemoryBudget(100, "test")
-    assert plan_groups(4, [("a", 3), ("b", 3), ("big", 20), ("c", 2)], budget,
+    assert plan_groups(4, [("a", 3), ("big", 20), ("b", 3), ("c", 2)], budget,
                        target_bytes=10) == ([["a", "b"], ["big"], ["c"]], [])
+    # a candidate joins the first group it fits in, not only the last
+    assert plan_groups(4, [("a", 4), ("b", 3), ("c", 2)], budget,
+                       target_bytes=10) == ([["a", "c"], ["b"]], [])
     # a target above the budget is the budget
     assert plan_groups(4, [("a", 50), ("b", 50)], budget, target_bytes=1000) == (
         [["a"], ["b"]], [])

@@ -46,28 +46,32 @@ def plan_groups(fixed_bytes: int, candidates: Sequence[tuple[object, int]],
                 budget: MemoryBudget, target_bytes: int | None = None
                 ) -> tuple[list[list[object]], list[tuple[object, int]]]:
     """``(groups, unfit)``: candidates (``(subject, estimated bytes)``, in order) split into
-    consecutive groups whose estimates, plus ``fixed_bytes`` (the process, the baseline and
-    the reference, in every group), fit ``target_bytes`` (default: the budget; one group when
+    groups (each into the first with room) whose estimates, plus ``fixed_bytes`` (the
+    process, the baseline and the reference, in every group), fit ``target_bytes`` (default: the budget; one group when
     all fit); a candidate that fits the budget but not the target beside the baseline is timed
     in a group of its own; those that fit beside the baseline within the budget in no group
     are returned with their estimate."""
     target = min(target_bytes or budget.bytes, budget.bytes)
     groups: list[list[object]] = []
+    used: list[int | None] = []  # per group; None: a group of one over the target, closed
     unfit: list[tuple[object, int]] = []
-    used = None
     for subject, estimate in candidates:
         if fixed_bytes + estimate > budget.bytes:
             unfit.append((subject, fixed_bytes + estimate))
             continue
         if fixed_bytes + estimate > target:
             groups.append([subject])
-            used = None  # nothing joins a group already over the target
+            used.append(None)
             continue
-        if used is None or fixed_bytes + used + estimate > target:
+        # the first group with room: each group re-times the baseline, so fewer is faster
+        room = next((n for n, u in enumerate(used)
+                     if u is not None and fixed_bytes + u + estimate <= target), None)
+        if room is None:
             groups.append([])
-            used = 0
-        groups[-1].append(subject)
-        used += estimate
+            used.append(0)
+            room = len(groups) - 1
+        groups[room].append(subject)
+        used[room] += estimate
     return groups, unfit
 
 
