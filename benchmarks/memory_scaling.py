@@ -196,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
                                 str(runs / "by_hand.tflite")], cgroup, runs / "by_hand.log")
             load_call = measured([sys.executable, "-c", LOAD_AND_CALL, str(source)], cgroup,
                                  runs / "load_call.log")
+            # printed now: a big model's tfopt run takes long, and may not finish in the time
+            print(f"{name:<12} by hand: convert {by_hand['peak_bytes'] / GIB:5.2f} GiB, "
+                  f"{by_hand['wall_seconds']:5.0f} s; load+20 calls "
+                  f"{load_call['peak_bytes'] / GIB:5.2f} GiB", flush=True)
             dst = runs / "optimized"
             tfopt = measured([str(TFOPT), "-v", "optimize", str(source), str(dst),
                               "--targets", "savedmodel,litert", "--overwrite"], cgroup,

@@ -62,6 +62,7 @@ from optimizer.calibration import Calibration, synthetic
 from optimizer.errors import InvalidInputsError, TfoptError, first_line
 from optimizer.frozen import FrozenModel
 from optimizer.litert.unrolled_source import LiteRTSource
+from optimizer.memory_budget import MemoryBudget
 from optimizer.savedmodel import DEFAULT_SIGNATURE
 
 log = logging.getLogger(__name__)
@@ -208,6 +209,7 @@ def derive_candidates(
     calibration: Calibration | None = None,
     source_digest: str | None = None,
     in_workers: bool | None = None,
+    budget: MemoryBudget | None = None,
 ) -> tuple[list[Candidate], list[Skipped]]:
     """Build every candidate ``settings`` allows under ``workdir`` (one directory each).
 
@@ -223,7 +225,10 @@ def derive_candidates(
     its artifact is on disk, so the candidates stage costs one build at a time, not their
     sum. ``in_workers=False`` builds them in this process (what a worker itself does); the
     default, ``None``, uses workers for a model of :data:`WORKERS_FROM_BYTES` or more on disk
-    (:func:`builds_in_workers`).
+    (:func:`builds_in_workers`). In workers, a build estimated not to fit the memory
+    ``budget`` (default :func:`~optimizer.memory_budget.memory_budget`: the cgroup's limit,
+    else the machine's memory) beside what this process holds is skipped with the estimate,
+    rather than started and killed by the kernel.
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -239,10 +244,21 @@ def derive_candidates(
         return build_candidates(source, optimized, workdir, settings, labels,
                                 signature=signature, calibration=calibration,
                                 source_digest=source_digest)
+    from optimizer.benchmark.footprint import building_bytes
     from optimizer.candidate_worker import build_in_worker
+    from optimizer.memory_budget import GIB, memory_budget
+    from optimizer.process_tree import tree_rss_bytes
 
+    budget = budget or memory_budget()
     made, skipped = [], []
     for n, labels in enumerate(groups, 1):
+        needs = (tree_rss_bytes() or 0) + building_bytes(source)
+        if needs > budget.bytes:
+            reason = (f"building it in a worker needs an estimated {needs / GIB:.1f} GiB, more "
+                      f"than the memory budget of {budget.describe()}")
+            log.warning("candidates: %s skipped: %s", ", ".join(labels), reason)
+            skipped += [Skipped(label, reason) for label in labels]
+            continue
         log.info("candidates: [%d/%d] %s (worker process)", n, len(groups), ", ".join(labels))
         built, refused = build_in_worker(
             source, optimized if any(lb in SAVEDMODEL_VARIANTS for lb in labels) else None,
@@ -301,17 +317,20 @@ def build_candidates(
 def _savedmodel_maker(variant: str, optimized: FrozenModel, signature: str):
     def make(dst: Path) -> Candidate:
         from optimizer.export import write_saved_model
+        from optimizer.optimize_worker import full_model
+
+        model = full_model(optimized)  # an outline when it was optimized in a worker
 
         if variant == "bf16":
             from optimizer.bf16 import BF16_PROVENANCE, bf16_mixed_precision
 
-            write_saved_model(bf16_mixed_precision(optimized), dst, overwrite=True,
+            write_saved_model(bf16_mixed_precision(model), dst, overwrite=True,
                               metadata=BF16_PROVENANCE)
             runtime = "tensorflow"
         else:
             from optimizer.xla import write_xla_saved_model
 
-            write_xla_saved_model(optimized, dst, overwrite=True)
+            write_xla_saved_model(model, dst, overwrite=True)
             runtime = "tensorflow+xla"
         how = savedmodel_load_instructions(signature)
         if variant == "xla":

@@ -15,15 +15,17 @@ element for element (differences 0) or do not (infinite).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from optimizer.errors import EquivalenceError
+from optimizer.free_memory import return_freed_memory
 from optimizer.frozen import FrozenModel
 from optimizer.inputs import infer_int_ranges, make_inputs
-from optimizer.runtime import Model, load_runner
+from optimizer.runtime import Model, ModelRunner, load_runner
 from optimizer.savedmodel import DEFAULT_SIGNATURE
 from optimizer.signature import contract_difference
 from optimizer.vocabulary import infer_vocabularies
@@ -96,12 +98,15 @@ def compare(
     batch_size: int = 2,
     seed: int = 0,
     signature_name: str = DEFAULT_SIGNATURE,
+    load_candidate: Callable[[Model], ModelRunner] | None = None,
 ) -> EquivalenceReport:
-    """Run ``original`` and ``candidate`` on the same inputs and report how far they differ."""
-    a, b = load_runner(original, signature_name), load_runner(candidate, signature_name)
-    if contract_difference(a.signature, b.signature):  # a dimension may be unknown on one side
-        raise EquivalenceError(
-            f"signatures differ: {a.signature.describe()} vs {b.signature.describe()}")
+    """Run ``original`` and ``candidate`` on the same inputs and report how far they differ.
+
+    One model is loaded at a time: ``original`` runs every batch and is released before
+    ``candidate`` loads, so the check holds one copy of the weights (plus the outputs), not
+    two; a runner passed in is the caller's and stays open. ``load_candidate`` loads the
+    candidate instead of :func:`~optimizer.runtime.load_runner`."""
+    a = load_runner(original, signature_name)
     if inputs is None:
         frozen = next((m for m in (original, candidate) if isinstance(m, FrozenModel)), None)
         int_ranges = infer_int_ranges(frozen.graph_def, frozen.signature) if frozen else {}
@@ -114,12 +119,47 @@ def compare(
     else:
         feeds_list = list(inputs)
 
-    abs_by_key = {k: 0.0 for k in a.signature.output_keys}
+    expected = [a(feeds) for feeds in feeds_list]
+    signature = a.signature
+    if a is not original:
+        a.close()
+        del a
+        if _model_bytes(original) >= RELEASE_FROM_BYTES:
+            return_freed_memory()  # the original's weights, before the candidate's load
+    b = (load_candidate(candidate) if load_candidate is not None
+         else load_runner(candidate, signature_name))
+    try:
+        if contract_difference(signature, b.signature):  # a dimension may be unknown on one side
+            raise EquivalenceError(
+                f"signatures differ: {signature.describe()} vs {b.signature.describe()}")
+        outputs = [b(feeds) for feeds in feeds_list]
+    finally:
+        if b is not candidate:
+            b.close()
+    return _report(signature.output_keys, expected, outputs)
+
+
+# A garbage collection costs tens of milliseconds with TensorFlow loaded: worth it to release
+# a big model's weights (TF's function objects hold them in reference cycles), not a tiny one's.
+RELEASE_FROM_BYTES = 32 * 2**20
+
+
+def _model_bytes(model: Model) -> int:
+    if isinstance(model, FrozenModel):
+        return model.size_bytes
+    if isinstance(model, (str, os.PathLike)):
+        from optimizer.benchmark.footprint import disk_bytes
+
+        return disk_bytes(model)
+    return 0
+
+
+def _report(output_keys, expected: list[dict], outputs: list[dict]) -> EquivalenceReport:
+    abs_by_key = {k: 0.0 for k in output_keys}
     rel_by_key = dict(abs_by_key)
     top1_by_key: dict[str, list[int]] = {}
-    for feeds in feeds_list:
-        out_a, out_b = a(feeds), b(feeds)
-        for key in a.signature.output_keys:
+    for out_a, out_b in zip(expected, outputs):
+        for key in output_keys:
             x, y = out_a[key], out_b[key]
             if x.shape != y.shape:
                 raise EquivalenceError(f"output '{key}' has shape {y.shape}, expected {x.shape}")
@@ -135,12 +175,12 @@ def compare(
         OutputDiff(key=k, max_abs_diff=abs_by_key[k], max_rel_diff=rel_by_key[k],
                    top1_agreement=(top1_by_key[k][0] / top1_by_key[k][1])
                    if k in top1_by_key else None)
-        for k in a.signature.output_keys)
+        for k in output_keys)
     agreements = [o.top1_agreement for o in outputs if o.top1_agreement is not None]
     return EquivalenceReport(
         max_abs_diff=max((o.max_abs_diff for o in outputs), default=0.0),
         max_rel_diff=max((o.max_rel_diff for o in outputs), default=0.0),
         top1_agreement=min(agreements) if agreements else None,
         outputs=outputs,
-        batches=len(feeds_list),
+        batches=len(expected),
     )

@@ -291,12 +291,27 @@ def evaluate(
     """Compare the source SavedModel with the candidate on inputs made from the signature."""
     # Integer ids are drawn from the embedding sizes, and tokens from the lookup tables, found in
     # the original graph: a candidate's rewritten graph may no longer show them.
+    return check_equivalence(source, original, equivalence_inputs(original), candidate,
+                             tolerance, signature_name)
+
+
+def equivalence_inputs(original: FrozenModel) -> list[dict]:
+    """The batches :func:`evaluate` feeds both models, made from the frozen original."""
     int_ranges = infer_int_ranges(original.graph_def, original.signature)
     vocabularies = infer_vocabularies(original.graph_def, original.signature)
-    inputs = [make_inputs(original.signature, EQUIVALENCE_BATCH_SIZE, seed, int_ranges,
-                          vocabularies=vocabularies)
-              for seed in range(EQUIVALENCE_BATCHES)]
-    report = compare(str(source), candidate.model, inputs, signature_name=signature_name)
+    return [make_inputs(original.signature, EQUIVALENCE_BATCH_SIZE, seed, int_ranges,
+                        vocabularies=vocabularies)
+            for seed in range(EQUIVALENCE_BATCHES)]
+
+
+def check_equivalence(source: str | os.PathLike, original: FrozenModel, inputs: list[dict],
+                      candidate: Candidate, tolerance: Tolerance,
+                      signature_name: str = DEFAULT_SIGNATURE, load_candidate=None
+                      ) -> OptimizeResult:
+    """:func:`evaluate` on inputs already made (the original may be an outline by then);
+    ``load_candidate(frozen model)`` makes the candidate's runner (default: ``load_runner``)."""
+    report = compare(str(source), candidate.model, inputs, signature_name=signature_name,
+                     load_candidate=load_candidate)
     log.info("equivalence: %s", report.summary())
     return OptimizeResult(source=str(source), original=original, candidate=candidate,
                           report=report, tolerance=tolerance)
@@ -309,6 +324,8 @@ def optimize(
     tolerance: Tolerance | None = None,
     backend: str | None = None,
     search: SearchSettings | None = None,
+    *,
+    in_worker: bool | None = None,
 ) -> OptimizeResult:
     """Freeze ``source``, apply ``recipe`` (or run ``search``), and measure the candidate against
     ``source``.
@@ -317,23 +334,63 @@ def optimize(
     :class:`Tolerance` ``()`` and ``python``. With ``search`` the recipe is ignored (pass
     ``None``) and the search's candidate is checked the same way. Nothing is written; see
     :func:`write_optimized`.
-    """
-    from optimizer.freeze import freeze
 
+    A model of :data:`~optimizer.candidates.WORKERS_FROM_BYTES` or more on disk is optimized in
+    a worker process (``in_worker``, default by size; :mod:`optimizer.optimize_worker`): freezing
+    and transforming hold several copies of the weights, which TensorFlow does not give back
+    to the system while its process lives. The result is then the same, but its graphs are
+    outlines (no weights) and the optimized model is kept on disk until the result is gone.
+    """
     if search is not None:
         tolerance = tolerance or Tolerance()
-        original = freeze(source, signature_name)
-        candidate = _search(original, search, tolerance)
-        return evaluate(source, original, candidate, tolerance, signature_name)
-    if recipe is None:
-        raise TransformConfigError("give a recipe, or search settings")
-    if isinstance(recipe, str):
-        recipe = Recipe.from_string(recipe)
-    check_recipe(recipe, backend)
-    tolerance = tolerance or recipe.tolerance or Tolerance()
+    else:
+        if recipe is None:
+            raise TransformConfigError("give a recipe, or search settings")
+        if isinstance(recipe, str):
+            recipe = Recipe.from_string(recipe)
+        check_recipe(recipe, backend)
+        tolerance = tolerance or recipe.tolerance or Tolerance()
+    if in_worker is None:
+        from optimizer.candidates import builds_in_workers
+
+        in_worker = builds_in_workers(source)
+    if in_worker:
+        from optimizer.optimize_worker import optimize_in_worker
+
+        return optimize_in_worker(source, recipe, signature_name, tolerance, backend, search)
+    return optimize_here(source, recipe, signature_name, tolerance, backend, search)
+
+
+def optimize_here(source: str | os.PathLike, recipe: Recipe | None, signature_name: str,
+                  tolerance: Tolerance, backend: str | None, search: SearchSettings | None,
+                  on_frozen=None) -> OptimizeResult:
+    """:func:`optimize` in this process, its settings resolved. ``on_frozen(original)``, when
+    given, returns what the result keeps of the original (an outline, say): the frozen
+    original is then let go before the candidate is checked."""
+    from optimizer.freeze import freeze
+
     original = freeze(source, signature_name)
-    candidate = apply_recipe(original, recipe, backend)
-    return evaluate(source, original, candidate, tolerance, signature_name)
+    inputs = equivalence_inputs(original)
+    kept = original
+    if on_frozen is not None:
+        from optimizer.free_memory import return_freed_memory
+
+        kept = on_frozen(original)
+        # freezing's copies (the loaded SavedModel, the converter's graphs) are garbage now:
+        # handed back, the transforms' copies reuse those pages instead of adding their own
+        return_freed_memory()
+    candidate = (_search(original, search, tolerance) if search is not None
+                 else apply_recipe(original, recipe, backend))
+    del original
+    if on_frozen is None:
+        return check_equivalence(source, kept, inputs, candidate, tolerance, signature_name)
+    from optimizer.runtime.tensorflow import frozen_session_runner
+
+    return_freed_memory()  # the original and every intermediate graph, before the check
+    # the graph imported into a session holds about two copies of the weights less than
+    # as a function (:func:`frozen_session_runner`)
+    return check_equivalence(source, kept, inputs, candidate, tolerance, signature_name,
+                             load_candidate=frozen_session_runner)
 
 
 def write_optimized(result: OptimizeResult, dst: str | os.PathLike,
@@ -343,5 +400,10 @@ def write_optimized(result: OptimizeResult, dst: str | os.PathLike,
 
     if not result.accepted:
         raise EquivalenceError(result.divergence())
+    written = getattr(result.candidate.model, "written", None)
+    if written is not None:  # optimized in a worker, which wrote it: a copy of the files
+        from optimizer.optimize_worker import copy_written
+
+        return copy_written(written, dst, overwrite=overwrite)
     return write_saved_model(result.candidate.model, dst, overwrite=overwrite,
                              metadata=result.provenance())

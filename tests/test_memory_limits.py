@@ -101,3 +101,107 @@ def test_workers_are_for_models_whose_builds_outweigh_a_tensorflow_import(model_
     shutil.copytree(source, big)
     (big / "variables" / "padding.data").write_bytes(b"\0" * WORKERS_FROM_BYTES)
     assert builds_in_workers(big)
+
+
+def test_a_big_models_groups_aim_at_the_working_set_and_one_over_it_is_timed_alone():
+    budget = MemoryBudget(100, "test")
+    assert plan_groups(4, [("a", 3), ("big", 20), ("b", 3), ("c", 2)], budget,
+                       target_bytes=10) == ([["a", "b"], ["big"], ["c"]], [])
+    # a candidate joins the first group it fits in, not only the last
+    assert plan_groups(4, [("a", 4), ("b", 3), ("c", 2)], budget,
+                       target_bytes=10) == ([["a", "c"], ["b"]], [])
+    # a target above the budget is the budget
+    assert plan_groups(4, [("a", 50), ("b", 50)], budget, target_bytes=1000) == (
+        [["a"], ["b"]], [])
+
+
+def test_a_candidate_build_that_cannot_fit_the_budget_is_skipped_with_its_estimate(
+        model_dir, tmp_path):
+    from optimizer.freeze import freeze
+
+    source = model_dir("keras_cnn")
+    made, skipped = derive_candidates(
+        source, freeze(source), tmp_path,
+        CandidateSettings(targets=("litert",), litert_flavours=("fp32", "fp16")),
+        in_workers=True, budget=MemoryBudget(GIB // 4, "test"))
+    assert made == []
+    assert [s.label for s in skipped] == ["litert_fp32", "litert_fp16"]
+    assert all("needs an estimated" in s.reason and "budget of 0.2 GiB (test)" in s.reason
+               for s in skipped)
+
+
+def _padded(source, tmp_path):
+    """``source`` copied with padding beside its variables: as big on disk as a model that
+    gets worker processes, loading as fast as the original."""
+    from optimizer.candidates import WORKERS_FROM_BYTES
+
+    big = tmp_path / "big"
+    shutil.copytree(source, big)
+    (big / "variables" / "padding.data").write_bytes(b"\0" * WORKERS_FROM_BYTES)
+    return big
+
+
+def test_a_big_model_is_optimized_in_a_worker_to_the_same_result(model_dir, tmp_path):
+    import gc
+    from pathlib import Path
+
+    from optimizer.equivalence import compare
+    from optimizer.optimize import optimize, write_optimized
+    from optimizer.optimize_worker import OutlinedModel, full_model
+    from optimizer.recipe import INFERENCE_RECIPE
+
+    source = _padded(model_dir("keras_cnn"), tmp_path)
+    here = optimize(source, INFERENCE_RECIPE, in_worker=False)
+    there = optimize(source, INFERENCE_RECIPE)  # by size: in a worker
+    assert isinstance(there.original, OutlinedModel)
+    assert isinstance(there.candidate.model, OutlinedModel)
+    # the same graphs, node for node, reported the same; checked the same
+    assert there.to_dict()["graph"] == here.to_dict()["graph"]
+    assert there.accepted and there.report.max_abs_diff == pytest.approx(
+        here.report.max_abs_diff, abs=1e-6)
+    assert [t.to_dict()["transform"] for t in there.candidate.trace] == [
+        t.to_dict()["transform"] for t in here.candidate.trace]
+    # the outline has no weights; the full graph comes back from the worker's file
+    outline = there.candidate.model
+    assert not any(n.attr["value"].tensor.tensor_content for n in outline.graph_def.node)
+    assert outline.size_bytes == here.candidate.model.size_bytes
+    assert full_model(outline).graph_def == here.candidate.model.graph_def
+    written = write_optimized(there, tmp_path / "out")
+    assert compare(str(source), str(written)).max_abs_diff <= 1e-4
+    # the worker's files go with the result
+    scratch = Path(outline.stored).parent
+    del there, outline
+    gc.collect()
+    assert not scratch.exists()
+
+
+def test_a_refusal_in_the_optimize_worker_is_the_same_typed_one_line_error(model_dir):
+    from optimizer.errors import UnknownSignatureError
+    from optimizer.optimize import optimize
+    from optimizer.recipe import INFERENCE_RECIPE
+
+    with pytest.raises(UnknownSignatureError, match="signature 'nope' not found"):
+        optimize(model_dir("keras_cnn"), INFERENCE_RECIPE, signature_name="nope",
+                 in_worker=True)
+
+
+def test_a_big_models_benchmark_runs_in_a_process_of_its_own(model_dir, tmp_path,
+                                                            monkeypatch):
+    from optimizer.benchmark import memory_groups
+
+    source = _padded(model_dir("keras_cnn"), tmp_path)
+    in_processes = []
+    run_group = memory_groups._run_in_process
+
+    def counted(baseline, group, *args):
+        in_processes.append([s.label for s in group])
+        return run_group(baseline, group, *args)
+
+    monkeypatch.setattr(memory_groups, "_run_in_process", counted)
+    result = run_benchmark_within(MemoryBudget(64 * GIB, "test"),
+                                  Subject.baseline(source, label="input"),
+                                  [Subject.candidate(model_dir("keras_cnn"), label="same")],
+                                  QUICK)
+    assert in_processes == [["same"]]  # the budget is ample: one group, not this process
+    assert [c.label for c in result.candidates] == ["same"]
+    assert set(result.ratios["same"]) == {1}

@@ -211,6 +211,12 @@ def _check_memory(args):
     return budget
 
 
+def _apply_runtime():
+    from optimizer.benchmark.runtime import apply_runtime_settings, default_runtime_settings
+
+    return apply_runtime_settings(default_runtime_settings())
+
+
 def run(args) -> int:
     from optimizer.process_tree import TreeMeter
 
@@ -241,18 +247,20 @@ def _run(args, costs: dict) -> int:
     tolerance = _tolerance(args, recipe or Recipe(()))
     check_writable(args.dst, args.overwrite)
     args.budget = _check_memory(args)
-    runtime = None
-    if args.targets is not None:
-        from optimizer.benchmark.runtime import apply_runtime_settings, default_runtime_settings
+    from optimizer.candidates import builds_in_workers
 
-        # thread pools are sized when TensorFlow starts, which optimizing does
-        runtime = apply_runtime_settings(default_runtime_settings())
+    in_worker = builds_in_workers(args.src)
+    runtime = None
+    if args.targets is not None and not in_worker:
+        runtime = _apply_runtime()  # thread pools are sized when TensorFlow starts
     from optimizer.process_tree import TreeMeter
 
     with TreeMeter() as meter:
         result = optimize(args.src, recipe, signature_name=args.signature, tolerance=tolerance,
-                          backend=args.backend, search=search)
+                          backend=args.backend, search=search, in_worker=in_worker)
     costs["optimize"] = meter.cost
+    if args.targets is not None and in_worker:
+        runtime = _apply_runtime()  # TensorFlow starts here only now: not beside the worker
     from optimizer.free_memory import return_freed_memory
 
     return_freed_memory()  # the copies freezing and transforming held: the next stages need it

@@ -139,7 +139,8 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> i
         with TreeMeter() as meter:
             derived, skipped = derive_candidates(
                 args.src, result.candidate.model, workdir, settings, signature=args.signature,
-                calibration=_calibration(signature, args, settings))
+                calibration=_calibration(signature, args, settings),
+                budget=getattr(args, "budget", None))
         costs["candidates"] = meter.cost
         candidates = ([optimized] if "savedmodel" in settings.targets else []) + derived
         with TreeMeter() as meter:

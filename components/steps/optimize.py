@@ -85,12 +85,13 @@ def derive(config: PipelineConfig, pulled: PulledModel, optimized, step_dir: Pat
     signature (tagged synthetic)."""
     from optimizer.benchmark.environment import model_digest
     from optimizer.candidates import derive_candidates
+    from optimizer.memory_budget import memory_budget
 
     settings = config.candidates.settings()
     made, skipped = derive_candidates(
         pulled.path, optimized, step_dir / "candidates", settings, signature=config.signature,
         calibration=_calibration(config, pulled, step_dir, settings),
-        source_digest=pulled.digest)
+        source_digest=pulled.digest, budget=memory_budget(config.resources.memory_gb))
     models = [CandidateModel(label=c.label, path=c.path, kind="derived",
                              digest=model_digest(c.artifact_dir), target=c.target,
                              variant=c.variant, format=c.format, runtime=c.runtime,

@@ -28,7 +28,8 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from optimizer.benchmark.footprint import PROCESS_BYTES, loaded_bytes
+from optimizer.benchmark.footprint import PROCESS_BYTES, loaded_bytes, working_set_bytes
+from optimizer.candidates import builds_in_workers
 from optimizer.errors import TfoptError
 from optimizer.memory_budget import GIB, MemoryBudget
 from optimizer.process_tree import tree_rss_bytes
@@ -42,23 +43,35 @@ class BenchmarkGroupError(TfoptError):
 
 
 def plan_groups(fixed_bytes: int, candidates: Sequence[tuple[object, int]],
-                budget: MemoryBudget) -> tuple[list[list[object]], list[tuple[object, int]]]:
+                budget: MemoryBudget, target_bytes: int | None = None
+                ) -> tuple[list[list[object]], list[tuple[object, int]]]:
     """``(groups, unfit)``: candidates (``(subject, estimated bytes)``, in order) split into
-    consecutive groups whose estimates, plus ``fixed_bytes`` (the process, the baseline and
-    the reference, in every group), fit ``budget`` (one group when all fit); and those that
-    fit beside the baseline in no group, with their estimate."""
+    groups (each into the first with room) whose estimates, plus ``fixed_bytes`` (the
+    process, the baseline and the reference, in every group), fit ``target_bytes`` (default: the budget; one group when
+    all fit); a candidate that fits the budget but not the target beside the baseline is timed
+    in a group of its own; those that fit beside the baseline within the budget in no group
+    are returned with their estimate."""
+    target = min(target_bytes or budget.bytes, budget.bytes)
     groups: list[list[object]] = []
+    used: list[int | None] = []  # per group; None: a group of one over the target, closed
     unfit: list[tuple[object, int]] = []
-    used = None
     for subject, estimate in candidates:
         if fixed_bytes + estimate > budget.bytes:
             unfit.append((subject, fixed_bytes + estimate))
             continue
-        if used is None or fixed_bytes + used + estimate > budget.bytes:
+        if fixed_bytes + estimate > target:
+            groups.append([subject])
+            used.append(None)
+            continue
+        # the first group with room: each group re-times the baseline, so fewer is faster
+        room = next((n for n, u in enumerate(used)
+                     if u is not None and fixed_bytes + u + estimate <= target), None)
+        if room is None:
             groups.append([])
-            used = 0
-        groups[-1].append(subject)
-        used += estimate
+            used.append(0)
+            room = len(groups) - 1
+        groups[room].append(subject)
+        used[room] += estimate
     return groups, unfit
 
 
@@ -86,11 +99,16 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
         estimate_subject(reference) if reference is not None else 0)
     estimates = [(c, estimate_subject(c, variants.get(c.label))) for c in candidates]
     together = in_use + PROCESS_BYTES + models + sum(e for _, e in estimates)
-    if together <= budget.bytes:
+    # A big model is benchmarked in processes of their own, each holding the baseline and
+    # the candidates that fit the working set (about twice converting the model by hand):
+    # in this process, the models' memory would stay held until it exits.
+    separate = builds_in_workers(baseline.path)
+    if not separate and together <= budget.bytes:
         return run_benchmark(baseline, candidates, config, runtime=runtime,
                              eval_data=eval_data, progress=progress, reference=reference)
+    target = working_set_bytes(baseline.path) if separate else budget.bytes
     # Each group's process starts its own runtime beside this one's memory.
-    groups, unfit = plan_groups(in_use + PROCESS_BYTES + models, estimates, budget)
+    groups, unfit = plan_groups(in_use + PROCESS_BYTES + models, estimates, budget, target)
     for subject, needs in unfit:
         say(f"{subject.label} left out: benchmarking it beside the baseline needs an estimated "
             f"{needs / GIB:.1f} GiB, more than the budget of {budget.describe()}")
@@ -98,14 +116,17 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
         subject, needs = min(unfit, key=lambda pair: pair[1])
         budget.require(needs, f"benchmarking {subject.label} (the smallest candidate) beside "
                               f"the baseline")
+    limit = (f"the working set of {target / GIB:.1f} GiB for a model of its size"
+             if target < budget.bytes else f"the budget of {budget.describe()}")
     say(f"baseline and {len(candidates)} candidates need an estimated {together / GIB:.1f} "
-        f"GiB together ({in_use / GIB:.1f} GiB already in use), more than the budget of "
-        f"{budget.describe()}: timing them in {len(groups)} group(s), the baseline in each, "
-        f"one process per group")
+        f"GiB together ({in_use / GIB:.1f} GiB already in use), against {limit}: timing "
+        f"them in {len(groups)} group(s), the baseline in each, one process per group")
     results = []
     for n, group in enumerate(groups, 1):
         say(f"group {n}/{len(groups)}: {', '.join(s.label for s in group)}")
         results.append(_run_in_process(baseline, group, config, runtime, eval_data, reference))
+    if len(results) == 1 and not unfit:
+        return results[0]  # all in one process: the same result as in this one
     combined = combine_groups(results, budget)
     if unfit:
         combined = dataclasses.replace(combined, notes=(*combined.notes, (

@@ -52,6 +52,37 @@ def frozen_runner(model: FrozenModel) -> TensorFlowRunner:
                             description=f"frozen graph of {model.source or 'a model'}")
 
 
+def frozen_session_runner(model: FrozenModel) -> ModelRunner:
+    """A runner for ``model``'s graph in a v1 Session: the graph imported once. The
+    :func:`frozen_runner` (a pruned wrapped function) copies the graph into a function library
+    and traces it again, holding about twice the weights more: the optimize worker's
+    equivalence check (:mod:`optimizer.optimize_worker`) runs big graphs this way."""
+    tf = import_tensorflow()
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.import_graph_def(model.graph_def, name="")
+    session = tf.compat.v1.Session(graph=graph)
+    feeds = [s.tensor_name for s in model.signature.inputs]
+    fetches = {s.key: s.tensor_name for s in model.signature.outputs}
+
+    def run(*tensors):
+        return session.run(fetches, dict(zip(feeds, tensors)))
+
+    runner = SessionRunner(model.signature, run, by_keyword=False,
+                           description=f"frozen graph of {model.source or 'a model'}")
+    runner.session = session
+    return runner
+
+
+class SessionRunner(ModelRunner):
+    format = "savedmodel"
+    runtime = "tensorflow"
+
+    def close(self) -> None:
+        super().close()
+        self.session.close()
+
+
 def load_runner(path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE,
                 num_threads: int | None = None) -> TensorFlowRunner:
     from optimizer.freeze import load_signature_function
