@@ -72,6 +72,26 @@ def test_litert_keeps_the_hash_table_and_what_cannot_take_strings_is_skipped(mod
         np.testing.assert_allclose(got[output], value, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_the_onnx_candidate_keeps_the_tables_and_gives_the_stock_outputs(models, name,
+                                                                         tmp_path):
+    """tf2onnx gets the tables TensorFlow initialized, as its command line passes them: the
+    lookups become ONNX constants, and ONNX Runtime loads the model (it refused HashTableV2)."""
+    import onnx
+
+    from optimizer.onnx.convert import convert_to_onnx
+
+    stock, eval_data = models[name]
+    x = np.load(eval_data)["x"]
+    model = convert_to_onnx(stock, tmp_path / "model.onnx", "fp32")
+    assert "HashTableV2" not in {n.op_type for n in onnx.load(model.path).graph.node}
+    key = get_signature(stock).input_keys[0]
+    feeds = {key: np.concatenate([x[:8], np.resize(OUT_OF_VOCABULARY, (1, x.shape[1]))])}
+    want, got = load_runner(stock)(feeds), load_runner(model.path, format="onnx")(feeds)
+    for output, value in want.items():
+        np.testing.assert_allclose(got[output], value, rtol=0, atol=1e-6)
+
+
 def test_optimize_with_targets_runs_a_string_lookup_model_end_to_end(models, tmp_path):
     stock, eval_data = models["string_lookup"]
     dst = tmp_path / "out"
