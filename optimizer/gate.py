@@ -414,5 +414,6 @@ def evaluate_gate(result: BenchmarkResult, config: GateConfig | None = None) -> 
             speedup=by_batch[batch].speedup if batch in by_batch else None,
             checks=tuple(checks)))
     promoted = [v for v in verdicts if v.promote]
-    chosen = max(promoted, key=lambda v: v.speedup or 0.0).candidate if promoted else None
+    from optimizer.selection import choose_among_promoted  # selection imports this module
+    chosen = choose_among_promoted(promoted, intervals, batch)
     return GateDecision(tuple(verdicts), chosen, config, batch, intervals, twin)

@@ -67,6 +67,20 @@ def test_batch_1_and_batch_64_go_through_the_same_runner(cnn):
     assert runner.call(tensors)["output_0"].shape == (1, 5)
 
 
+def test_a_bound_call_returns_what_call_returns_for_every_runtime_convention(cnn):
+    source, tflite = cnn
+    feeds = {"image": images(1, seed=3)}
+    from optimizer.freeze import freeze
+    from optimizer.runtime.tensorflow import frozen_runner
+
+    # by keyword (LiteRT, the SavedModel's signature), positional (a frozen graph)
+    for runner in (load_runner(tflite), load_runner(source), frozen_runner(freeze(source))):
+        tensors = runner.to_tensors(feeds)
+        [key] = runner.signature.output_keys
+        np.testing.assert_array_equal(runner.outputs(runner.bind(tensors)())[key],
+                                      runner.outputs(runner.call(tensors))[key])
+
+
 def test_num_threads_is_honoured_and_defaults_to_the_cpus_available(cnn):
     before = threads_now()
     single = LiteRTRunner(cnn[1], num_threads=1)

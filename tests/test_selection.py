@@ -4,15 +4,15 @@ never one that breaks it, however fast."""
 import json
 
 import pytest
-from benchmark_testing import with_damaged_weights
+from benchmark_testing import noisy_samples, synthetic_result, top1_fidelity, with_damaged_weights
 
 from optimizer.benchmark.harness import BenchmarkConfig
 from optimizer.candidates import Candidate
 from optimizer.export import write_saved_model
 from optimizer.freeze import freeze
-from optimizer.gate import GateConfig
+from optimizer.gate import GateConfig, evaluate_gate
 from optimizer.litert.convert import convert_to_litert
-from optimizer.selection import select_candidate
+from optimizer.selection import precision_rank, select_candidate
 
 # no twin of the baseline: these tests need the frozen digits model (~1.25x) chosen at
 # min_speedup 1.0, and under a heavy load two loads of a small model were measured up to 1.4x
@@ -70,3 +70,40 @@ def test_candidates_json_lists_every_candidate_with_format_latency_accuracy_and_
         "frozen": "chosen", "broken_int8": "rejected"}
     ratios = [r["ratio_to_baseline"] for r in written["candidates"]]
     assert ratios == sorted(ratios)  # fastest first
+
+
+# --- near ties: the gate prefers precision among candidates it cannot tell apart -------------
+
+def _timed(speedups: dict[str, float], noise: float = 0.05):
+    rounds = 200
+    return synthetic_result(
+        {1: noisy_samples(0.002, rounds, 0, noise)},
+        {label: {"samples": {1: noisy_samples(0.002 / s, rounds, i + 1, noise)},
+                 "fidelity": top1_fidelity()}
+         for i, (label, s) in enumerate(speedups.items())})
+
+
+def test_precision_rank_orders_float32_reduced_floats_and_int8():
+    assert [precision_rank(label) for label in
+            ("optimized", "xla", "litert_fp32", "onnx_optimized", "bf16", "litert_fp16",
+             "openvino_bf16", "litert_dynamic_int8", "onnx_static_int8", "openvino_int8")
+            ] == [0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
+
+
+def test_among_overlapping_intervals_the_most_precise_candidate_is_chosen():
+    decision = evaluate_gate(_timed({"litert_fp16": 20.2, "litert_dynamic_int8": 20.4,
+                                     "litert_fp32": 20.0, "bf16": 1.5}))
+    fastest = max(decision.verdicts, key=lambda v: v.speedup).candidate
+    assert fastest != "litert_fp32"  # the measured order alone would not choose it
+    ends = {label: decision.intervals[label][1] for label in ("litert_fp32", fastest)}
+    assert ends["litert_fp32"].low <= ends[fastest].high  # a tie, as the gate saw it
+    assert decision.chosen == "litert_fp32"
+
+
+def test_a_clearly_faster_less_precise_candidate_is_still_chosen():
+    decision = evaluate_gate(_timed({"litert_fp32": 20.0, "litert_fp16": 21.0,
+                                     "litert_full_int8": 40.0}, noise=0.02))
+    assert decision.chosen == "litert_full_int8"
+    # among the float ones alone, fp16's 5% is resolved at this noise: no tie, fp16 wins
+    assert evaluate_gate(_timed({"litert_fp32": 20.0, "litert_fp16": 21.0}, noise=0.02)
+                         ).chosen == "litert_fp16"

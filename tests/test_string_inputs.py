@@ -78,13 +78,16 @@ def test_the_equivalence_check_of_a_frozen_lookup_is_exact(lookup):
 def test_every_runtime_feeds_unicode_bytes_and_object_arrays_alike(lookup, tmp_path):
     stock, frozen, written = lookup
     tflite = convert_to_litert(litert_source(stock, tmp_path), tmp_path / "m.tflite", "fp32")
+    from optimizer.onnx.convert import convert_to_onnx
+
+    onnx_model = convert_to_onnx(stock, tmp_path / "m.onnx", "fp32").path
     words = tokens(4, 5, seed=6)
     words[0, :3] = ["tök", "日本", "a b"]  # in the vocabulary, non-ASCII and with a space
     assert "" in words
     spellings = {"unicode": words, "bytes": np.char.encode(words, "utf-8"),
                  "objects": np.vectorize(lambda t: t.encode(), otypes=[object])(words)}
     want = load_runner(stock)({"tokens": words})["output_0"]
-    for model in (stock, frozen, written, tflite.path):
+    for model in (stock, frozen, written, tflite.path, onnx_model):
         runner = load_runner(model)
         for spelling, array in spellings.items():
             got = runner({"tokens": array})["output_0"]

@@ -23,7 +23,13 @@ from optimizer.inputs import make_inputs
 from optimizer.runtime import load_runner
 from optimizer.savedmodel import get_signature, read_saved_model_proto, serving_meta_graph
 from optimizer.signature import SignatureInfo, TensorSpecInfo
-from optimizer.xla import XlaRefused, must_compile_functions, write_xla_saved_model, xla_compiled
+from optimizer.xla import (
+    XlaRefused,
+    must_compile_functions,
+    write_xla_saved_model,
+    xla_compiled,
+    xla_partition,
+)
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +120,41 @@ def test_a_model_with_an_op_xla_cannot_compile_is_refused_and_nothing_is_written
     assert refused.value.exit_code == 2
     assert not (tmp_path / "out").exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def _hashed_tokens_model() -> FrozenModel:
+    """string tokens -> hash buckets (no XLA kernel) -> embedding rows -> mean -> dense."""
+    rng = np.random.default_rng(0)
+
+    def body():
+        tokens = tf.compat.v1.placeholder(tf.string, [None, 4], name="tokens")
+        ids = tf.strings.to_hash_bucket_fast(tokens, 50, name="ids")
+        rows = tf.gather(tf.constant(rng.standard_normal((50, 8)).astype(np.float32)), ids)
+        pooled = tf.reduce_mean(rows, axis=1)
+        weights = tf.constant(rng.standard_normal((8, 3)).astype(np.float32))
+        tf.nn.relu(tf.matmul(pooled, weights) + 0.5, name="scores")
+    return FrozenModel(build_graph(body), SignatureInfo(
+        "serving_default", (TensorSpecInfo("tokens", "tokens:0", "string", (None, 4)),),
+        (TensorSpecInfo("scores", "scores:0", "float32", (None, 3)),)))
+
+
+def test_the_ops_xla_refuses_stay_outside_and_the_numeric_rest_is_compiled(tmp_path):
+    model = _hashed_tokens_model()
+    partition = xla_partition(model)
+    ops = {n.name: n.op for n in model.graph_def.node}
+    assert partition.refused == ("StringToHashBucketFast",)
+    assert {ops[n] for n in partition.outside} == {"Placeholder", "StringToHashBucketFast"}
+    assert {"GatherV2", "Mean", "MatMul", "Relu"} <= {ops[n] for n in partition.inside}
+    saved = write_xla_saved_model(model, tmp_path / "xla")
+    graph_def = serving_meta_graph(read_saved_model_proto(saved), saved).graph_def
+    [compiled] = must_compile_functions(graph_def)
+    body = next(f for f in graph_def.library.function if f.signature.name == compiled)
+    assert {"MatMul", "Relu"} <= {n.op for n in body.node_def}
+    assert "StringToHashBucketFast" not in {n.op for n in body.node_def}
+    assert "StringToHashBucketFast" in {n.op for n in graph_def.node}
+    feeds = {"tokens": np.array([["a", "b", "", "日本"], ["x", "a", "a", "zz"]], dtype=object)}
+    want, got = load_runner(model)(feeds), load_runner(saved)(feeds)
+    np.testing.assert_allclose(got["scores"], want["scores"], atol=1e-5, rtol=0)
 
 
 def test_lowered_while_loops_are_refused(model_dir):

@@ -24,7 +24,9 @@ optimization), as its documentation asks.
 tf2onnx runs once per SavedModel and signature (:class:`OnnxExport`), whatever the number of
 flavours. It reads the signature by its keys: the ONNX graph's inputs and outputs are named
 like the signature's, and the written model is read back by ONNX Runtime and refused unless it
-presents the same keys, dtypes and shapes. tf2onnx keeps going past an op it cannot convert and
+presents the same keys, dtypes and shapes. Lookup tables (Keras ``StringLookup``, a vocabulary
+file in ``assets/``) reach tf2onnx as its command line passes them: the contents TensorFlow
+initialized while loading, which tf2onnx writes as constants of the lookup. tf2onnx keeps going past an op it cannot convert and
 leaves it in the graph; such a model is refused with the ops named, not written.
 
 Each model is written beside its sidecar ``model.onnx.json`` (:mod:`optimizer.sidecar`); the
@@ -113,11 +115,18 @@ class OnnxExport(SharedConversion):
         import_tensorflow()
 
         def run():
-            graph_def, inputs, outputs, renames = tf_loader.from_saved_model(
+            # As tf2onnx's command line does (its convert.main): the frozen graph goes to the
+            # converter with the lookup tables TensorFlow initialized while loading, which
+            # become the ONNX graph's constant key/value tensors. The public from_graph_def
+            # takes no tables: a HashTableV2 was left in the graph, and ONNX Runtime refused it.
+            graph_def, inputs, outputs, tables, renames = tf_loader.from_saved_model(
                 str(self.saved_model), None, None, tag=["serve"], signatures=[self.signature],
-                return_tensors_to_rename=True)
-            return convert.from_graph_def(graph_def, input_names=inputs, output_names=outputs,
-                                          tensors_to_rename=renames)[0]
+                return_initialized_tables=True, return_tensors_to_rename=True)
+            with import_tensorflow().device("/cpu:0"):
+                return convert._convert_common(
+                    graph_def, name=str(self.saved_model), continue_on_error=True,
+                    input_names=inputs, output_names=outputs, tensors_to_rename=renames,
+                    initialized_tables=tables)[0]
 
         proto = run_converter(run, f"cannot convert {self.saved_model} to ONNX",
                               f"tf2onnx ({self.saved_model})", _TF2ONNX_LOGGERS,

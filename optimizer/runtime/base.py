@@ -78,6 +78,20 @@ class ModelRunner:
             return self._fn(**dict(zip(self.signature.input_keys, tensors)))
         return self._fn(*tensors)
 
+    def bind(self, tensors: list):
+        """``call`` with ``tensors`` bound: a callable of no arguments that goes straight to the
+        runtime, as a serving loop with its inputs ready would. For a model that runs in a few
+        microseconds (a LiteRT lookup model: 7 us), ``call``'s argument packing per call is a
+        tenth of the time."""
+        if type(self).call is not ModelRunner.call:  # a runtime with its own calling convention
+            return lambda: self.call(tensors)
+        fn = self._fn
+        if self._by_keyword:
+            keywords = dict(zip(self.signature.input_keys, tensors))
+            return lambda: fn(**keywords)
+        positional = tuple(tensors)
+        return lambda: fn(*positional)
+
     def outputs(self, raw) -> dict[str, np.ndarray]:
         """What ``call`` returned, as ``{output key: numpy array}``."""
         return {k: np.asarray(v) for k, v in raw.items()}

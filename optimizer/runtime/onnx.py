@@ -102,6 +102,11 @@ def open_session(path: Path, num_threads: int, options: Mapping | None = None):
                                     ) from None
 
 
+def _as_text(array: np.ndarray) -> np.ndarray:
+    return np.vectorize(lambda v: v.decode("utf-8") if isinstance(v, bytes) else str(v),
+                        otypes=[object])(array)
+
+
 class OnnxRunner(ModelRunner):
     """Calls an ``.onnx`` model's graph as the signature ``signature_name``."""
 
@@ -124,6 +129,12 @@ class OnnxRunner(ModelRunner):
         super().__init__(signature, fn=self._session.run, by_keyword=False,
                          description=f"ONNX Runtime {path} ({PROVIDER}, {level}, "
                                      f"intra_op_num_threads={self.num_threads})")
+
+    def to_tensors(self, feeds: Mapping[str, np.ndarray]) -> list:
+        # ONNX Runtime reads each element of a string tensor as str: bytes would be looked up
+        # as their repr ("b'tok'") and miss every key of a table (tf2onnx's CategoryMapper).
+        return [_as_text(t) if spec.dtype == "string" else t
+                for spec, t in zip(self.signature.inputs, super().to_tensors(feeds))]
 
     def call(self, tensors: list):
         return self._fn(self._output_keys, dict(zip(self.signature.input_keys, tensors)))
