@@ -63,7 +63,10 @@ def from_inputs(call) -> BenchmarkOutput:
     champion = None if call.offline else baseline_for_run(call.config, call.workspace,
                                                           call.run_context)
     candidates = candidate_models(call.output("freeze"), call.output("optimize"))
-    return benchmark(call.config, call.pulled, candidates, champion, call.workspace)
+    measured = benchmark(call.config, call.pulled, candidates, champion, call.workspace)
+    # A record an older tfopt left in the workspace carries no candidates: they are these.
+    return measured if measured.candidates else dataclasses.replace(
+        measured, candidates=[c.to_dict() for c in candidates])
 
 
 def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[CandidateModel],

@@ -33,7 +33,11 @@ def local_data_file(location: str, config: PipelineConfig, step_dir: Path) -> Pa
 
 def from_inputs(call) -> EvaluationOutput:
     """The table's entry (components.step_table)."""
-    return evaluate(call.config, call.output("benchmark"), call.workspace)
+    measured = call.output("benchmark")
+    evaluation = evaluate(call.config, measured, call.workspace)
+    # A record an older tfopt left in the workspace carries no candidates: the benchmark's.
+    return evaluation if evaluation.candidates else dataclasses.replace(
+        evaluation, candidates=measured.candidates)
 
 
 def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace

@@ -8,6 +8,7 @@ Three named parts, in order: the verdict (:func:`optimizer.gate.evaluate_gate`),
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -22,7 +23,11 @@ log = logging.getLogger(__name__)
 def from_inputs(call) -> GateOutput:
     """The table's entry (components.step_table); the costs of the steps before go in the
     report."""
-    return gate(call.config, call.output("evaluate"), call.workspace, dict(call.step_costs))
+    evaluation = call.output("evaluate")
+    verdict = gate(call.config, evaluation, call.workspace, dict(call.step_costs))
+    # A record an older tfopt left in the workspace does not carry the evaluation it judged.
+    return verdict if verdict.evaluation else dataclasses.replace(
+        verdict, evaluation=evaluation.to_dict())
 
 
 def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace,
