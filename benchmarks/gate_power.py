@@ -21,7 +21,35 @@ scaled to the call time, more rounds while the interval straddles the bound), th
 scenario: promotions, the ratio and interval width (median and extremes), rounds, and the
 reasons the failed checks give. Results go to ``benchmarks/results/gate_power.json``.
 
-AFTER the method change (docs/gate.md, "The gate's power"): RESULTS_AFTER
+AFTER the method change (docs/gate.md, "The gate's power"), measured 2026-11-24 on the shared
+2-CPU machine at load averages of 15-28 (other developers' jobs, and part of the time this
+branch's own tests and benchmarks/concurrent_runs.py), two processes side by side:
+``--scenarios resnet --repeats 20`` (wall ~45 min) and ``--scenarios aa,three,busy --repeats 20
+--result-name gate_power_small`` (1298 s):
+
+| scenario | target | promoted | median ratio | median interval width | s/run |
+|---|---|---|---|---|---|
+| A/A convnet | 0 | 0/20 | 0.991 | 0.093 | 9 |
+| A/A under a 2-core busy loop | 0 | 0/20 | 0.980 | 0.169 | 10 |
+| optimized vs itself + neutral work | 0 | 0/20 | 0.987 | 0.067 | 32 |
+| frozen vs stock ResNet50 | >= 19/20 | 19/20 | 0.830 | 0.062 | 121 |
+
+- ``resnet``: the runs used the twin's discrepancy as the end of its interval (the first
+  version of the rule) and promoted 17/20; the final rule (the twin's point ratio,
+  ``stats.twin_discrepancy``) applied to the same runs' figures promotes 19/20, and without
+  a twin also 19/20. The one reject (ratio 0.819, interval [0.717, 0.958]) was timed at a load
+  average of 25.7 while 12 whole pipeline runs ran beside it. Every run was timed one call
+  per round (``block_seconds``); median 50 rounds, 53-410 s per run (median 121 s, against
+  129-366 s before at a lighter load); 4 runs went on past 50 rounds (63-79), under the 60 s
+  cap this run had (the default is now 4 x ``min_seconds``, 20 s, which these runs had
+  passed by their 50th round).
+- ``aa``, ``three``, ``busy``: 0 promotions by either rule (and by none: no run's interval
+  lay wholly below 1/1.05). The twin's discrepancy (point ratio) had a median of 1.022 on the
+  convnet, 1.007 on MobileNetV2, 1.045 under the busy loop. At a load of 23-28 from others,
+  two more busy loops change little: ``busy`` here measures much the same as ``aa``. In
+  ``three`` the neutral work (128x128, +3.8% by the quick calibration) measured only +1.3%
+  (median) over the 20 runs: the planted slowdown was smaller than intended.
+
 
 BEFORE it (blocks of 10, the ratio of the two models' medians, no twin, no adaptive stopping),
 measured 2026-11-24 on the shared 2-CPU machine, load average 7-18 (other jobs, and this
