@@ -117,7 +117,7 @@ figures at 1 thread and the default, and with two busy loops on the cores), per 
   bare. Fixed: every subject is called bound (``ModelRunner.bind``);
 - fp16 over fp32, 0.2-0.35 us (3-5%): the fp16 model's ``DEQUANTIZE`` of the embedding's output.
   The gate had them tied (23.32x and 23.27x, intervals overlapping) and chose fp16. Fixed in
-  ``optimizer.selection.choose_among_promoted``: among promoted candidates whose intervals
+  ``optimizer.near_ties.choose_among_promoted``: among promoted candidates whose intervals
   overlap the fastest one's, the most precise (fp32, then fp16/bf16, then int8). Now
   ``litert_fp32`` is chosen (``litert_fp16`` and ``litert_dynamic_int8`` tied with it);
 - the converter's source, ~0.1 us (1-2%): our LiteRT candidates convert the tables-refilled

@@ -78,6 +78,7 @@ from optimizer.benchmark.stats import (
     twin_discrepancy,
 )
 from optimizer.errors import GateConfigError
+from optimizer.near_ties import choose_among_promoted
 
 EXIT_PROMOTE = 0
 EXIT_REJECT = 3
@@ -414,6 +415,5 @@ def evaluate_gate(result: BenchmarkResult, config: GateConfig | None = None) -> 
             speedup=by_batch[batch].speedup if batch in by_batch else None,
             checks=tuple(checks)))
     promoted = [v for v in verdicts if v.promote]
-    from optimizer.selection import choose_among_promoted  # selection imports this module
     chosen = choose_among_promoted(promoted, intervals, batch)
     return GateDecision(tuple(verdicts), chosen, config, batch, intervals, twin)

@@ -4,7 +4,7 @@ Every candidate (SavedModel or LiteRT, see :mod:`optimizer.candidates`) goes thr
 benchmark harness as the baseline, interleaved, and through the same evaluation (held-out
 accuracy with labelled data, agreement with the baseline's top-1 without). The gate
 (:mod:`optimizer.gate`) then promotes the candidates that pass every check, the accuracy budget
-included, and chooses among them with :func:`choose_among_promoted`. A candidate that breaks the
+included, and chooses among them with :func:`optimizer.near_ties.choose_among_promoted`. A candidate that breaks the
 budget is therefore never chosen, however fast it is.
 
 Near ties: the fastest promoted candidate is chosen unless another promoted one is
@@ -31,15 +31,9 @@ from pathlib import Path
 
 from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
 from optimizer.benchmark.result import UNOPTIMIZED_INPUT, BenchmarkResult
-from optimizer.benchmark.stats import RatioInterval
 from optimizer.candidates import Candidate, Skipped
 from optimizer.errors import InvalidInputsError
-from optimizer.gate import GateConfig, GateDecision, Verdict, evaluate_gate
-
-# How much numeric precision a candidate gives up, by its label's last part: the labels are
-# ``{target}_{variant}`` (``litert_fp16``, ``onnx_static_int8``) or a SavedModel variant.
-_REDUCED_FLOAT = ("fp16", "bf16")
-_INTEGER = "int8"
+from optimizer.gate import GateConfig, GateDecision, evaluate_gate
 
 
 @dataclass(frozen=True)
@@ -138,36 +132,6 @@ def candidate_rows(result: BenchmarkResult, decision: GateDecision,
     rows.sort(key=lambda r: (r["ratio_to_baseline"] is None, r["ratio_to_baseline"] or 0.0))
     rows += [{"label": s.label, "verdict": "skipped", "reasons": [s.reason]} for s in skipped]
     return rows
-
-
-def precision_rank(label: str) -> int:
-    """0: float32 (as the input computes); 1: reduced floats (fp16, bf16); 2: int8."""
-    if label.endswith(_INTEGER):
-        return 2
-    return 1 if label.endswith(_REDUCED_FLOAT) else 0
-
-
-def _overlaps(a: RatioInterval, b: RatioInterval) -> bool:
-    return a.low <= b.high and b.low <= a.high
-
-
-def choose_among_promoted(promoted: Sequence[Verdict],
-                          intervals: dict[str, dict[int, RatioInterval]],
-                          batch: int) -> str | None:
-    """The promoted candidate to serve: the fastest, or among those whose interval at ``batch``
-    overlaps the fastest one's, the most precise (:func:`precision_rank`), fastest first among
-    equals. None when nothing was promoted."""
-    if not promoted:
-        return None
-    fastest = max(promoted, key=lambda v: v.speedup or 0.0)
-    reference = intervals.get(fastest.candidate, {}).get(batch)
-    if reference is None:
-        return fastest.candidate
-    tied = [v for v in promoted
-            if (interval := intervals.get(v.candidate, {}).get(batch)) is not None
-            and _overlaps(interval, reference)]
-    return min(tied, key=lambda v: (precision_rank(v.candidate), -(v.speedup or 0.0))
-               ).candidate
 
 
 def select_candidate(

@@ -12,7 +12,8 @@ from optimizer.export import write_saved_model
 from optimizer.freeze import freeze
 from optimizer.gate import GateConfig, evaluate_gate
 from optimizer.litert.convert import convert_to_litert
-from optimizer.selection import precision_rank, select_candidate
+from optimizer.near_ties import precision_rank
+from optimizer.selection import select_candidate
 
 # no twin of the baseline: these tests need the frozen digits model (~1.25x) chosen at
 # min_speedup 1.0, and under a heavy load two loads of a small model were measured up to 1.4x
