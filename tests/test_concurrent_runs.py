@@ -35,12 +35,15 @@ def raced(publish_inputs, mlflow_server, tmp_path_factory):
         proxy.add("barrier", rf"{API}/model-versions/search", method="GET",
                   times=SAME_KEY_RACERS)
         direct = publish_inputs.config(tmp_path_factory.mktemp("load"), mlflow_server, "load")
-        racing = publish_inputs.config(tmp_path_factory.mktemp("racers"), proxy.url, "load")
+        # Each racer in a work directory of its own, as on machines that share no volume: in
+        # one directory the workspace's step lock serializes them before they reach the server.
+        racing = [publish_inputs.config(tmp_path_factory.mktemp(f"racer{i}"), proxy.url, "load")
+                  for i in range(SAME_KEY_RACERS)]
         run_ids = [f"scheduled__2025-01-{day:02d}T03:00:00+00:00"
                    for day in range(1, DISTINCT_RUNS + 1)]
         middle = DISTINCT_RUNS // 2  # the racers start while the others do
         launches = ([(direct, run_id) for run_id in run_ids[:middle]]
-                    + [(racing, RACED_RUN_ID)] * SAME_KEY_RACERS
+                    + [(config, RACED_RUN_ID) for config in racing]
                     + [(direct, run_id) for run_id in run_ids[middle:]])
         started = time.monotonic()
         processes = [(run_id, publish_inputs.start(config, run_id))
