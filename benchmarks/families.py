@@ -138,8 +138,9 @@ BERT, ``savedmodel`` only: the 0.88x of the optimized graph last round did not r
 interval then was 0.68-1.15 (28 rounds at load 11). Here the gate measured optimized 1.08-1.10x,
 bf16 1.20x, XLA 1.31-1.32x (chosen with ``savedmodel`` only, 1.30x in the table); in a
 20-round group at load 14-24 (``/tmp`` probe, every recipe prefix and every transform alone, all
-within 3.6e-7 of stock) frozen was 1.13x, the full inference recipe 1.39x, no transform slower
-than the one before it beyond the noise. TensorFlow's post-optimization graphs
+within 3.6e-7 of stock) frozen was 1.13x, the full inference recipe 1.39x, the prefixes and
+single transforms between 1.09x and 1.41x with no trend (medians only, no interval, at that
+load). TensorFlow's post-optimization graphs
 (``context.enable_run_metadata``) show no fusion that the stock call gets and ours loses: stock
 2 ``_FusedMatMul`` and 12 separate ``BiasAdd``, 72 ``ReadVariableOp``, 490 nodes; ours 303 nodes
 after grappler and the oneDNN layout pass (``_MklMatMul`` 10, ``_MklBatchMatMulV2`` 16,
