@@ -114,7 +114,11 @@ candidates 1113 s), savedmodel only 197 s. OpenVINO by hand on string failed as 
 Targets on these two rows: string's chosen 0.98x of LiteRT 2t by hand (a tie, below);
 bert's 1.88x of the best by hand (OpenVINO); savedmodel only: string 1.26x, bert 1.30x (FAIL).
 ResNet50: its all-targets optimize was started at 18:48 (load 3.7, then 17-30 from other
-developers' runs) and stopped at 19:41 with 5 of 14 candidates built, for time.
+developers' runs) and stopped at 19:41 with 5 of 14 candidates built, for time. Its
+``savedmodel``-only run alone, ``tfopt optimize work/families/resnet50/ResNet50_random_bn_logits_savedmodel
+work/families_r21/resnet50/opt_savedmodel --targets savedmodel --overwrite`` (621 s, load 7.7-13.2):
+the gate chose bf16 at 2.37x (optimized 1.19x, not shown real; XLA 0.67x); the gate's own
+benchmark, not a row of this table (no by-hand runtimes, no all-targets choice).
 
 String, why ours was slower than LiteRT by hand (0.011 vs 0.007 ms last round): measured
 head to head in one process (``ai_edge_litert`` at 2 threads, 40+ rounds of 10 calls; the same
