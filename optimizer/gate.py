@@ -4,7 +4,8 @@ The gate reads a :class:`~optimizer.benchmark.result.BenchmarkResult` and a :cla
 and returns, per candidate, a verdict listing every check with the measured value, the
 threshold, pass/fail and a one-line reason. A candidate is **promoted only if every check
 passes**; a check that cannot be evaluated (no data for it) fails. Among promoted candidates the
-one with the largest measured speedup is chosen.
+one with the largest measured speedup is chosen, unless a more precise one is indistinguishable
+from it (:mod:`optimizer.near_ties`).
 
 The baseline is what the candidate must beat: the current production model (the registry's
 champion) when there is one, else the unoptimized input model. The result records which.
