@@ -58,6 +58,7 @@ from pathlib import Path
 
 import numpy as np
 
+from optimizer.benchmark.footprint import builds_in_workers
 from optimizer.calibration import Calibration, synthetic
 from optimizer.errors import InvalidInputsError, TfoptError, first_line
 from optimizer.frozen import FrozenModel
@@ -186,19 +187,6 @@ def planned_builds(settings: CandidateSettings) -> list[tuple[str, ...]]:
     return groups
 
 
-# A worker costs a TensorFlow import and a model load: seconds of CPU and about 0.5 GiB for a
-# moment. Below this size on disk, building every candidate in this process holds less than
-# that; above it, a build holds several times the model, which only a worker's exit gives back.
-WORKERS_FROM_BYTES = 32 * 2**20
-
-
-def builds_in_workers(source: str | os.PathLike) -> bool:
-    """Whether :func:`derive_candidates` builds ``source``'s candidates in worker processes."""
-    from optimizer.benchmark.footprint import disk_bytes
-
-    return disk_bytes(source) >= WORKERS_FROM_BYTES
-
-
 def derive_candidates(
     source: str | os.PathLike,
     optimized: FrozenModel,
@@ -224,7 +212,7 @@ def derive_candidates(
     not give that memory back to the system while its process lives. The worker exits once
     its artifact is on disk, so the candidates stage costs one build at a time, not their
     sum. ``in_workers=False`` builds them in this process (what a worker itself does); the
-    default, ``None``, uses workers for a model of :data:`WORKERS_FROM_BYTES` or more on disk
+    default, ``None``, uses workers for a model of :data:`~optimizer.benchmark.footprint.WORKERS_FROM_BYTES` or more on disk
     (:func:`builds_in_workers`). In workers, a build estimated not to fit the memory
     ``budget`` (default :func:`~optimizer.memory_budget.memory_budget`: the cgroup's limit,
     else the machine's memory) beside what this process holds is skipped with the estimate,

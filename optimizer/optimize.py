@@ -335,7 +335,7 @@ def optimize(
     ``None``) and the search's candidate is checked the same way. Nothing is written; see
     :func:`write_optimized`.
 
-    A model of :data:`~optimizer.candidates.WORKERS_FROM_BYTES` or more on disk is optimized in
+    A model of :data:`~optimizer.benchmark.footprint.WORKERS_FROM_BYTES` or more on disk is optimized in
     a worker process (``in_worker``, default by size; :mod:`optimizer.optimize_worker`): freezing
     and transforming hold several copies of the weights, which TensorFlow does not give back
     to the system while its process lives. The result is then the same, but its graphs are
@@ -351,7 +351,7 @@ def optimize(
         check_recipe(recipe, backend)
         tolerance = tolerance or recipe.tolerance or Tolerance()
     if in_worker is None:
-        from optimizer.candidates import builds_in_workers
+        from optimizer.benchmark.footprint import builds_in_workers
 
         in_worker = builds_in_workers(source)
     if in_worker:

@@ -93,7 +93,7 @@ def test_candidate_workers_exit_and_give_their_memory_back(model_dir, tmp_path):
 
 
 def test_workers_are_for_models_whose_builds_outweigh_a_tensorflow_import(model_dir, tmp_path):
-    from optimizer.candidates import WORKERS_FROM_BYTES, builds_in_workers
+    from optimizer.benchmark.footprint import WORKERS_FROM_BYTES, builds_in_workers
 
     source = model_dir("keras_cnn")
     assert not builds_in_workers(source)  # a few hundred KB: built in this process
@@ -133,7 +133,7 @@ def test_a_candidate_build_that_cannot_fit_the_budget_is_skipped_with_its_estima
 def _padded(source, tmp_path):
     """``source`` copied with padding beside its variables: as big on disk as a model that
     gets worker processes, loading as fast as the original."""
-    from optimizer.candidates import WORKERS_FROM_BYTES
+    from optimizer.benchmark.footprint import WORKERS_FROM_BYTES
 
     big = tmp_path / "big"
     shutil.copytree(source, big)

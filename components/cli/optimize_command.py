@@ -247,7 +247,7 @@ def _run(args, costs: dict) -> int:
     tolerance = _tolerance(args, recipe or Recipe(()))
     check_writable(args.dst, args.overwrite)
     args.budget = _check_memory(args)
-    from optimizer.candidates import builds_in_workers
+    from optimizer.benchmark.footprint import builds_in_workers
 
     in_worker = builds_in_workers(args.src)
     runtime = None

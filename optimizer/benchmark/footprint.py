@@ -92,10 +92,20 @@ def building_bytes(path: str | os.PathLike) -> int:
     return PROCESS_BYTES + int(BUILD_FACTOR * disk_bytes(path))
 
 
-def _in_workers(size: int) -> bool:
-    from optimizer.candidates import WORKERS_FROM_BYTES
+# From this size on disk, the optimize stage, each candidate build and the benchmark run in
+# worker processes of their own: below it, a worker's TensorFlow import (seconds, ~0.5 GiB)
+# costs more than the memory it gives back.
+WORKERS_FROM_BYTES = 32 * 2**20
 
+
+def _in_workers(size: int) -> bool:
     return size >= WORKERS_FROM_BYTES
+
+
+def builds_in_workers(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is big enough for its heavy stages to run in worker processes
+    (:data:`WORKERS_FROM_BYTES`)."""
+    return _in_workers(disk_bytes(path))
 
 
 def optimizing_bytes(path: str | os.PathLike) -> int:

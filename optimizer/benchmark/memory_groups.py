@@ -28,8 +28,12 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from optimizer.benchmark.footprint import PROCESS_BYTES, loaded_bytes, working_set_bytes
-from optimizer.candidates import builds_in_workers
+from optimizer.benchmark.footprint import (
+    PROCESS_BYTES,
+    builds_in_workers,
+    loaded_bytes,
+    working_set_bytes,
+)
 from optimizer.errors import TfoptError
 from optimizer.memory_budget import GIB, MemoryBudget
 from optimizer.process_tree import tree_rss_bytes
