@@ -153,3 +153,25 @@ def test_the_chosen_candidate_comes_first_whatever_the_benchmark_order():
     assert decision.chosen == "fast"
     text = render_markdown(result, decision)
     assert text.index("## fast vs") < text.index("## slow vs")
+
+
+def test_the_baselines_twin_is_a_row_of_the_latency_detail_and_sets_the_stated_bound(result):
+    import dataclasses
+
+    from benchmark_testing import measurement
+
+    from optimizer.benchmark.result import TWIN
+
+    base = result.baseline.samples
+    twinned = dataclasses.replace(result, twin=measurement(
+        "twin", TWIN, {b: [s / 1.04 for s in samples] for b, samples in base.items()}))
+    markdown = render_markdown(twinned, evaluate_gate(twinned))
+    detail = markdown.split("## Latency detail")[1].split("##")[0]
+    twin_rows = [line for line in detail.splitlines() if "| twin |" in line]
+    assert len(twin_rows) == 2  # batch 1 and 32
+    assert "1.040x" in twin_rows[0]
+    bound_line = next(line for line in markdown.splitlines()
+                      if line.startswith("Baseline twin, batch 1:"))
+    assert "measured 0.962 of its time" in bound_line
+    assert f"below {1 / (1.05 * 1.04):.3f}" in bound_line
+    assert "| twin |" not in render_markdown(result, evaluate_gate(result))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from optimizer.benchmark.result import BenchmarkResult, ModelMeasurement
+from optimizer.benchmark.stats import promotion_bound, twin_discrepancy
 from optimizer.report.profile import OpProfile
 
 
@@ -103,12 +104,19 @@ def before_after_table(result: BenchmarkResult, candidate: ModelMeasurement) -> 
                    f"candidate: {candidate.label}", "comment"], rows)
 
 
-def _latency_detail(result: BenchmarkResult) -> list[str]:
+def _latency_detail(result: BenchmarkResult, twin_ratios: Mapping | None = None) -> list[str]:
+    """Every timed model per batch size, the baseline's twin (a second load of it, timed like a
+    candidate) after the baseline: its speedup is what two loads of one model measured apart."""
     rows = []
+    timed = result.models[:1] + ((result.twin,) if result.twin is not None else ()) \
+        + result.models[1:]
     for batch in sorted(result.settings.batch_sizes):
-        for m in result.models:
+        for m in timed:
+            if batch not in m.latency:
+                continue
             s = m.latency[batch]
-            ratio = result.ratios.get(m.label, {}).get(batch)
+            ratio = ((twin_ratios or {}).get(batch) if m is result.twin
+                     else result.ratios.get(m.label, {}).get(batch))
             vs = (f"{ratio.speedup:.3f}x [{1 / ratio.high:.3f}, {1 / ratio.low:.3f}]"
                   if ratio else "baseline")
             rows.append([batch, m.label, s.runs, ms(s.p50), ms(s.p90), ms(s.p99), ms(s.mean),
@@ -116,6 +124,17 @@ def _latency_detail(result: BenchmarkResult) -> list[str]:
     conf = f"{result.settings.confidence * 100:g}%"
     return _table(["batch", "model", "runs", "p50", "p90", "p99", "mean", "items/s",
                    f"speedup [{conf} CI]"], rows)
+
+
+def _twin_lines(decision) -> list[str]:
+    """What the baseline's twin measured, and the promotion bound it set at each batch size."""
+    lines = []
+    for batch, ratio in sorted(decision.twin.items()):
+        lines.append(f"Baseline twin, batch {batch}: a second load of the baseline measured "
+                     f"{ratio.ratio:.3f} of its time; a candidate's interval must lie below "
+                     f"{promotion_bound(decision.config.min_speedup, ratio):.3f} "
+                     f"(1 / ({decision.config.min_speedup:g} x {twin_discrepancy(ratio):.3f})).")
+    return lines + [""]
 
 
 def _profile_section(profiles: Sequence[OpProfile], top: int) -> list[str]:
@@ -221,6 +240,8 @@ def render_markdown(result: BenchmarkResult, decision=None,
         lines += ["## Gate verdict", ""]
         lines.append(f"Thresholds: {decision.config.model_dump()}")
         lines.append("")
+        if decision.twin:
+            lines += _twin_lines(decision)
         for verdict in decision.verdicts:
             lines.append(f"### {verdict.candidate}: {'PROMOTE' if verdict.promote else 'REJECT'}")
             lines.append("")
@@ -228,7 +249,8 @@ def render_markdown(result: BenchmarkResult, decision=None,
                             [[c.name, "pass" if c.passed else "FAIL", c.measured_text,
                               c.threshold_text, c.reason] for c in verdict.checks])
             lines.append("")
-    lines += ["## Latency detail", ""] + _latency_detail(result) + [""]
+    twin_ratios = decision.twin if decision is not None else {}
+    lines += ["## Latency detail", ""] + _latency_detail(result, twin_ratios) + [""]
     settings = result.settings
     block = (f"a block of {settings.block_size} consecutive timed calls of each model after one "
              f"untimed call" if settings.block_size > 1 else "one call of each model")
