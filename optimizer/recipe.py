@@ -48,8 +48,10 @@ log = logging.getLogger(__name__)
 # declares its inputs.
 DEPLOYMENT_RECIPE = ("strip_unused_nodes remove_nodes(op=Identity, op=CheckNumerics) "
                      "fold_constants(ignore_errors=true) fold_batch_norms fold_old_batch_norms")
-# The deployment recipe, then merging the constants and subgraphs that folding made identical.
-INFERENCE_RECIPE = f"{DEPLOYMENT_RECIPE} merge_duplicate_nodes"
+# The deployment recipe, exact GELU written the way TensorFlow's remapper fuses it into the
+# matrix product before it (Keras writes it with Erfc, which nothing fuses), then merging the
+# constants and subgraphs that folding made identical.
+INFERENCE_RECIPE = f"{DEPLOYMENT_RECIPE} rewrite_gelu_erf merge_duplicate_nodes"
 # For recurrent models over a fixed sequence length: their loops unrolled first, so that the
 # inference recipe's folding and merging reach every step (benchmarks/recurrent.py).
 RECURRENT_RECIPE = f"unroll_static_loops {INFERENCE_RECIPE}"
