@@ -174,7 +174,7 @@ def test_an_lstm_optimized_with_the_inference_recipe_keeps_identical_outputs(
     src, dst = model_dir("keras_lstm"), tmp_path / "optimized"
     assert INFERENCE_RECIPE == ("strip_unused_nodes remove_nodes(op=Identity, op=CheckNumerics) "
                                 "fold_constants(ignore_errors=true) fold_batch_norms "
-                                "fold_old_batch_norms merge_duplicate_nodes")
+                                "fold_old_batch_norms rewrite_gelu_erf merge_duplicate_nodes")
 
     code = main(["optimize", str(src), str(dst), "--transforms", INFERENCE_RECIPE,
                  "--atol", "1e-5"])
