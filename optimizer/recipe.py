@@ -48,8 +48,12 @@ log = logging.getLogger(__name__)
 # declares its inputs.
 DEPLOYMENT_RECIPE = ("strip_unused_nodes remove_nodes(op=Identity, op=CheckNumerics) "
                      "fold_constants(ignore_errors=true) fold_batch_norms fold_old_batch_norms")
-# The deployment recipe, then merging the constants and subgraphs that folding made identical.
-INFERENCE_RECIPE = f"{DEPLOYMENT_RECIPE} merge_duplicate_nodes"
+# The deployment recipe, then merging the constants and subgraphs that folding made identical:
+# every step one that TF's native Graph Transform Tool also has (``--backend native``).
+GTT_INFERENCE_RECIPE = f"{DEPLOYMENT_RECIPE} merge_duplicate_nodes"
+# The default recipe: GTT's, with exact GELU written the way TensorFlow's remapper fuses it into
+# the matrix product before it (Keras writes it with Erfc, which nothing fuses).
+INFERENCE_RECIPE = f"{DEPLOYMENT_RECIPE} rewrite_gelu_erf merge_duplicate_nodes"
 # For recurrent models over a fixed sequence length: their loops unrolled first, so that the
 # inference recipe's folding and merging reach every step (benchmarks/recurrent.py).
 RECURRENT_RECIPE = f"unroll_static_loops {INFERENCE_RECIPE}"
@@ -63,6 +67,7 @@ SHRINK_WEIGHTS_RECIPE = "quantize_weights"
 RECIPES = {
     "deployment": DEPLOYMENT_RECIPE,
     "inference": INFERENCE_RECIPE,
+    "gtt_inference": GTT_INFERENCE_RECIPE,
     "recurrent": RECURRENT_RECIPE,
     "eight_bit": EIGHT_BIT_RECIPE,
     "shrink_weights": SHRINK_WEIGHTS_RECIPE,

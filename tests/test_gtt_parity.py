@@ -4,7 +4,7 @@ Each model (``keras.applications`` ResNet50 and MobileNetV2, ``weights=None``) i
 for this module, with random BatchNorm statistics so that folding them is not a no-op, and
 ``classifier_activation=None`` so that the outputs compared are logits (of order 1; softmax
 would squash any difference below 1e-3). It is exported with ``model.export``, frozen, and run
-through the canonical inference recipe (:data:`optimizer.recipe.INFERENCE_RECIPE`) twice: by
+through GTT's inference recipe (:data:`optimizer.recipe.GTT_INFERENCE_RECIPE`) twice: by
 this package's transforms and by native GTT.
 
 Tolerance 1e-4 absolute on logits: folding a batch norm into a conv's weights reassociates
@@ -20,7 +20,7 @@ from optimizer.freeze import freeze
 from optimizer.graph.names import is_control_input, node_name_from_input
 from optimizer.inputs import make_inputs
 from optimizer.native_gtt import run_native_recipe
-from optimizer.recipe import INFERENCE_RECIPE, Recipe, build_transforms
+from optimizer.recipe import GTT_INFERENCE_RECIPE, Recipe, build_transforms
 from optimizer.runtime import load_runner
 from optimizer.transforms.pipeline import run_transforms
 
@@ -50,11 +50,11 @@ def optimized(request, tmp_path_factory):
     path = tmp_path_factory.mktemp("gtt_parity") / request.param
     _export_with_random_batch_norm_statistics(request.param, path)
     original = freeze(path)
-    recipe = Recipe.from_string(INFERENCE_RECIPE)
+    recipe = Recipe.from_string(GTT_INFERENCE_RECIPE)
     models = {
         "original": original,
         "ours": run_transforms(original, build_transforms(recipe.transforms))[0],
-        "native": run_native_recipe(original, INFERENCE_RECIPE),
+        "native": run_native_recipe(original, GTT_INFERENCE_RECIPE),
     }
     feeds = make_inputs(original.signature, batch_size=2, seed=0)
     return {label: (model, load_runner(model)(feeds)) for label, model in models.items()}

@@ -122,3 +122,22 @@ def test_static_int8_without_calibration_data_is_refused_before_converting(model
     with pytest.raises(InvalidInputsError, match="unknown ONNX flavour 'fp8'"):
         convert_to_onnx(model_dir("keras_cnn"), tmp_path / "model.onnx", "fp8")
     assert not list(tmp_path.iterdir())
+
+
+def test_keras_exact_gelu_converts_and_onnx_runtime_gives_the_savedmodels_outputs(tmp_path):
+    """Keras writes exact GELU with Erfc, which ONNX has no op for: it reaches tf2onnx as Erf."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((4, 8), name="tokens")
+    hidden = keras.layers.Dense(16, activation="gelu", bias_initializer="random_normal")(tokens)
+    source = tmp_path / "gelu"
+    keras.Model(tokens, keras.layers.Dense(3)(hidden)).export(str(source), verbose=False)
+
+    model = convert_to_onnx(source, tmp_path / "model.onnx", "fp32")
+    feeds = make_inputs(get_signature(source), 2, seed=0)
+    feeds = {key: value * 3 for key, value in feeds.items()}  # reach GELU's curved part
+    expected = load_runner(source)(feeds)
+    actual = load_runner(model.path)(feeds)
+    for key, value in expected.items():
+        np.testing.assert_allclose(actual[key], value, atol=FLOAT_ATOL, err_msg=key)

@@ -7,6 +7,7 @@ from graph_testing import build_graph, context, run_graph, tf
 from optimizer.errors import TfoptError
 from optimizer.recipe import (
     DEPLOYMENT_RECIPE,
+    GTT_INFERENCE_RECIPE,
     INFERENCE_RECIPE,
     IgnoringErrors,
     RecipeFileError,
@@ -188,8 +189,13 @@ def test_the_deployment_recipe_is_gtts_readme_recipe_without_inceptions_input_sh
 
 
 def test_the_inference_recipe_adds_merge_duplicate_nodes():
-    assert parse_transforms(INFERENCE_RECIPE) == \
+    assert parse_transforms(GTT_INFERENCE_RECIPE) == \
         parse_transforms(DEPLOYMENT_RECIPE) + [TransformSpec("merge_duplicate_nodes")]
+
+
+def test_the_default_recipe_writes_gelu_for_the_remapper_before_merging():
+    assert parse_transforms(INFERENCE_RECIPE) == parse_transforms(DEPLOYMENT_RECIPE) + [
+        TransformSpec("rewrite_gelu_erf"), TransformSpec("merge_duplicate_nodes")]
 
 
 # --- building ------------------------------------------------------------------------------

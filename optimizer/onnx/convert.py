@@ -27,7 +27,9 @@ like the signature's, and the written model is read back by ONNX Runtime and ref
 presents the same keys, dtypes and shapes. Lookup tables (Keras ``StringLookup``, a vocabulary
 file in ``assets/``) reach tf2onnx as its command line passes them: the contents TensorFlow
 initialized while loading, which tf2onnx writes as constants of the lookup. tf2onnx keeps going past an op it cannot convert and
-leaves it in the graph; such a model is refused with the ops named, not written.
+leaves it in the graph; such a model is refused with the ops named, not written. Exact GELU,
+which Keras writes with ``Erfc`` (no ONNX op), reaches tf2onnx written with ``Erf``
+(:mod:`optimizer.transforms.rewrite_gelu_erf`), so Keras transformers convert.
 
 Each model is written beside its sidecar ``model.onnx.json`` (:mod:`optimizer.sidecar`); the
 converters' output goes to this module's logger at DEBUG (:mod:`optimizer.conversion`).
@@ -122,6 +124,7 @@ class OnnxExport(SharedConversion):
             graph_def, inputs, outputs, tables, renames = tf_loader.from_saved_model(
                 str(self.saved_model), None, None, tag=["serve"], signatures=[self.signature],
                 return_initialized_tables=True, return_tensors_to_rename=True)
+            graph_def = _with_erf_gelu(graph_def, inputs, outputs)
             with import_tensorflow().device("/cpu:0"):
                 return convert._convert_common(
                     graph_def, name=str(self.saved_model), continue_on_error=True,
@@ -134,6 +137,19 @@ class OnnxExport(SharedConversion):
         self.converter = {"tf2onnx_version": tf2onnx.__version__,
                           "opset": max(o.version for o in proto.opset_import if not o.domain)}
         return proto.SerializeToString()
+
+
+def _with_erf_gelu(graph_def, inputs: list[str], outputs: list[str]):
+    """``graph_def`` with exact GELU written with Erf: Keras writes it with Erfc, which ONNX
+    has no op for, so tf2onnx refused every Keras transformer (:mod:`rewrite_gelu_erf
+    <optimizer.transforms.rewrite_gelu_erf>`; the same function, to float32 rounding)."""
+    from optimizer.graph.names import node_name_from_input
+    from optimizer.transforms.base import TransformContext
+    from optimizer.transforms.registry import make_transform
+
+    names = TransformContext(tuple(node_name_from_input(i) for i in inputs),
+                             tuple(node_name_from_input(o) for o in outputs))
+    return make_transform("rewrite_gelu_erf")(graph_def, names)
 
 
 class _Feeds:

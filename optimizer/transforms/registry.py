@@ -25,6 +25,7 @@ TRANSFORM_MODULES: dict[str, str] = {
     "quantize_nodes": "quantize_nodes",
     "grappler": "grappler",
     "unroll_static_loops": "unroll_static_loops",
+    "rewrite_gelu_erf": "rewrite_gelu_erf",
 }
 
 
