@@ -22,7 +22,9 @@ is folded:
   is compared with the key looked up, and a miss gets the find's default value. A token that is
   not in the table, even one whose fingerprint equals a key's, gets the default, as from the
   table itself. The last node keeps the find's name, so nothing downstream is rewired;
-- ``LookupTableSizeV2`` becomes a constant.
+- ``LookupTableSizeV2`` becomes a constant;
+- a find whose result only indexes a constant (``StringLookup -> Embedding``) is then folded
+  into it: one gather of precomputed rows (:mod:`optimizer.graph.lookup_gathers`).
 
 The frozen graph stays one pure function: every transform, the equivalence check and TF Serving
 see ordinary ops, and the written SavedModel needs no init op and no asset. The search costs a
