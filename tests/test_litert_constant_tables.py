@@ -43,7 +43,7 @@ def test_a_classifier_converts_to_the_ops_of_a_plain_conversion_with_no_output_r
     assert {"HASHTABLE", "HASHTABLE_FIND", "FULLY_CONNECTED"} <= set(counts)
     assert counts == _op_counts(tmp_path / "plain.tflite")
     assert ours.manifest.signature.outputs[0].shape == (None, 3)
-    _same_outputs(stock, ours.path, 5)
+    # its outputs match the stock model's: tests/test_string_pipeline.py (litert_fp32)
 
 
 def test_a_lookup_straight_to_the_output_is_still_pinned_to_the_signature_shape(tmp_path):

@@ -1,5 +1,6 @@
 """A folded lookup that only indexes an embedding becomes one gather of precomputed rows at
-freeze time: exact in and out of the vocabulary, and left alone when anything else reads it."""
+freeze time, and is left alone when anything else reads it. (Keras StringLookup and
+IntegerLookup into an Embedding, folded and exact: tests/test_lookup_tables.py.)"""
 
 import collections
 
@@ -25,29 +26,6 @@ def _assert_exact(stock, frozen, feeds):
     assert got.keys() == want.keys()
     for key, value in want.items():
         np.testing.assert_array_equal(got[key], value)
-
-
-def test_string_lookup_into_embedding_is_one_gather_of_rows_and_exact(tmp_path):
-    string_models.keras_string_lookup(tmp_path / "stock")
-    frozen = freeze(tmp_path / "stock")
-    ops = _ops(frozen)
-    # the table's value gather, the Embedding's negative-id fix (Less, AddV2, SelectV2) gone
-    assert ops["GatherV2"] == 2 and ops["Less"] == 0 and ops["AddV2"] == 0
-    assert ops["SelectV2"] == 1
-    rows = [n for n in frozen.graph_def.node if n.name.endswith(f"/{ROWS}")]
-    assert len(rows) == 1
-    assert rows[0].attr["value"].tensor.tensor_shape.dim[0].size == \
-        len(string_models.STRING_VOCABULARY) + 1  # every key, and the miss
-    words = np.concatenate([tokens(8, 5, seed=4), np.resize(OUT_OF_VOCABULARY, (2, 5))])
-    _assert_exact(tmp_path / "stock", frozen, {"tokens": words})
-
-
-def test_integer_lookup_into_embedding_is_exact(tmp_path):
-    string_models.keras_integer_lookup(tmp_path / "stock")
-    frozen = freeze(tmp_path / "stock")
-    assert any(n.name.endswith(f"/{ROWS}") for n in frozen.graph_def.node)
-    ids = np.array([[3, 7, -5, 1000], [2, 0, 19, -1]], np.int64)  # 2, 0 and -1 are misses
-    _assert_exact(tmp_path / "stock", frozen, {"ids": ids})
 
 
 class _Tagger(tf.Module):
