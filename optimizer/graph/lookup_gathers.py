@@ -16,10 +16,12 @@ rows are gathered in that order into a new constant of ``len(table) + 1`` rows:
     GatherV2(embedding, ids)  ->  GatherV2(rows, SelectV2(hit, clamped, len(table)))
 
 The gather keeps its name, and the ``SelectV2`` takes the find's, so nothing downstream is
-rewired. The result is exact: the same rows are gathered, copied bit for bit. At batch 1 the
-model is a handful of small ops, each paying the executor's per-op cost, so five ops fewer is
-what counts (``benchmarks/string_lookup.py``: the StringLookup classifier's graph runs 25-30 us
-of its ~90 us call in these five).
+rewired. The result is exact: the same rows are gathered, copied bit for bit. At batch 1 such
+a model is a handful of small ops, each paying the executor's per-op cost, so five ops fewer
+(value gather, Identity, Less, AddV2, SelectV2; and the constant subgraph that computed the
+embedding's size) is what counts: on the StringLookup classifier of
+``benchmarks/string_lookup.py`` (10000 keys, 16 tokens), called with flat inputs in one
+process on a loaded machine, the optimized graph went from 1.43x to 1.58x the stock call.
 
 Folded only where it is safe and does not grow the model: every op between the find and the
 gather is elementwise (:data:`ELEMENTWISE_OPS`) with its other inputs scalar constants, nothing
