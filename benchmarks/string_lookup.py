@@ -10,7 +10,9 @@ of ``--vocabulary`` - 1 tokens and the out-of-vocabulary index) -> ``Embedding(v
 
 - ``stock``: the exported SavedModel (its table is a ``HashTableV2`` behind a function call);
 - ``frozen``: :func:`optimizer.freeze.freeze`, the table folded into constants
-  (:mod:`optimizer.graph.lookup_tables`), written back as a SavedModel;
+  (:mod:`optimizer.graph.lookup_tables`) and, as the lookup only indexes the embedding, into one
+  gather of the embedding's rows (:mod:`optimizer.graph.lookup_gathers`), written back as a
+  SavedModel;
 - ``optimized``: frozen + :data:`optimizer.recipe.INFERENCE_RECIPE`;
 - ``table_kept``: what folding is weighed against: the frozen graph with its table kept as a
   ``HashTableV2`` filled from constants (the SavedModel the LiteRT converter reads,
@@ -20,7 +22,9 @@ of ``--vocabulary`` - 1 tokens and the out-of-vocabulary index) -> ``Embedding(v
 
 Inputs are tokens drawn from the model's own vocabulary with a quarter out of it
 (:func:`optimizer.inputs.make_inputs`). All variants of one batch size are timed interleaved in
-this one process (:func:`benchmarks.transforms.time_model`); each speedup is ``p50(stock) /
+this one process (:func:`benchmarks.transforms.time_model`, which calls each model's
+``ModelRunner.call``: a TensorFlow signature by keyword, as a Python user calls it, where the
+gate's benchmark and ``benchmarks/families.py`` time the bound call); each speedup is ``p50(stock) /
 p50(variant)`` with a 95% paired block-bootstrap interval, and ``max|diff|`` is against the
 stock model's outputs on the timed batch.
 """

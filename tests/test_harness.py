@@ -135,3 +135,34 @@ def test_blocks_shrink_to_one_call_when_a_call_lasts_block_seconds(models):
     assert all(m.block_size == 1 for m in (*result.models, result.twin))
     assert result.ratios["frozen"][1].rounds == len(result.candidates[0].samples[1]) >= 20
     assert evaluate_gate(result).intervals["frozen"][1] == result.ratios["frozen"][1]
+
+
+def test_every_timed_call_is_the_bound_call_not_call(models, monkeypatch):
+    """The harness times ``ModelRunner.bind``'s callable, whose arguments are packed once; a
+    ``call`` per timed call would time the packing too."""
+    from optimizer.runtime.base import ModelRunner
+
+    counts = {"call": 0, "bound": 0}
+    plain_call, plain_bind = ModelRunner.call, ModelRunner.bind
+
+    def counted_call(self, tensors):
+        counts["call"] += 1
+        return plain_call(self, tensors)
+
+    def counted_bind(self, tensors):
+        bound = plain_bind(self, tensors)
+
+        def call():
+            counts["bound"] += 1
+            return bound()
+        return call
+
+    monkeypatch.setattr(ModelRunner, "call", counted_call)
+    monkeypatch.setattr(ModelRunner, "bind", counted_bind)
+    result = run_benchmark(Subject.baseline(models / "stock"),
+                           [Subject.candidate(models / "frozen")], QUICK)
+    timed = sum(len(m.samples[1]) for m in (*result.models, result.twin))
+    assert timed >= 3 * 20
+    assert counts["bound"] >= timed
+    # what does go through call: the first call at load and the fidelity check's, not timing
+    assert counts["call"] < timed / 5

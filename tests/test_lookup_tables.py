@@ -13,6 +13,7 @@ from string_models import OUT_OF_VOCABULARY, STRING_VOCABULARY, tokens
 
 from optimizer.export import write_saved_model
 from optimizer.freeze import freeze
+from optimizer.graph.lookup_gathers import ROWS
 from optimizer.graph.lookup_tables import TableNotFoldable
 from optimizer.optimize import optimize, write_optimized
 from optimizer.recipe import INFERENCE_RECIPE
@@ -172,6 +173,11 @@ KERAS = {
 }
 
 
+# table sizes of the models whose lookup only indexes an Embedding
+INTO_EMBEDDING = {"string_lookup": len(string_models.STRING_VOCABULARY),
+                  "integer_lookup": len(string_models.INTEGER_VOCABULARY)}
+
+
 @pytest.mark.parametrize("name", sorted(KERAS))
 def test_keras_preprocessing_layers_freeze_and_optimize_exactly(name, tmp_path):
     build, feeds = KERAS[name]
@@ -181,6 +187,12 @@ def test_keras_preprocessing_layers_freeze_and_optimize_exactly(name, tmp_path):
     assert result.accepted and result.report.max_abs_diff == 0.0, result.report.summary()
     _assert_folded(result.original)
     _assert_folded(result.candidate.model)
+    if name in INTO_EMBEDDING:  # the lookup only indexes the Embedding: folded into its rows
+        rows = [n for n in result.original.graph_def.node if n.name.endswith(f"/{ROWS}")]
+        assert len(rows) == 1
+        assert rows[0].attr["value"].tensor.tensor_shape.dim[0].size == INTO_EMBEDDING[name] + 1
+        ops = [n.op for n in result.original.graph_def.node]
+        assert ops.count("GatherV2") == 2 and "Less" not in ops  # keys and rows gathers only
     optimized = write_optimized(result, tmp_path / "optimized")
     assert not (optimized / "assets").exists() or not any((optimized / "assets").iterdir())
     _assert_same_outputs(stock, optimized, feeds())

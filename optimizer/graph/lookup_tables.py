@@ -22,7 +22,9 @@ is folded:
   is compared with the key looked up, and a miss gets the find's default value. A token that is
   not in the table, even one whose fingerprint equals a key's, gets the default, as from the
   table itself. The last node keeps the find's name, so nothing downstream is rewired;
-- ``LookupTableSizeV2`` becomes a constant.
+- ``LookupTableSizeV2`` becomes a constant;
+- a find whose result only indexes a constant (``StringLookup -> Embedding``) is then folded
+  into it: one gather of precomputed rows (:mod:`optimizer.graph.lookup_gathers`).
 
 The frozen graph stays one pure function: every transform, the equivalence check and TF Serving
 see ordinary ops, and the written SavedModel needs no init op and no asset. The search costs a
@@ -306,8 +308,6 @@ def _find_nodes(find, contents: TableContents, anchored: bool) -> list:
 def fold_tables(graph_def, tables: dict[str, TableContents]):
     """A copy of ``graph_def`` with every read of the tables in ``tables`` (resource
     placeholder name -> contents) folded, and the placeholders gone."""
-    from tensorflow.core.framework import graph_pb2
-
     replaced: dict[str, list] = {}
     dropped: set[str] = set()
     in_control_flow = None
@@ -327,6 +327,14 @@ def fold_tables(graph_def, tables: dict[str, TableContents]):
             if in_control_flow is None:
                 in_control_flow = nodes_under_control_flow(graph_def)
             replaced[use.name] = _find_nodes(use, contents, use.name in in_control_flow)
+    return rebuilt_graph(graph_def, replaced, dropped)
+
+
+def rebuilt_graph(graph_def, replaced: dict[str, list], dropped: set[str]):
+    """A copy of ``graph_def`` without the ``dropped`` nodes (and every edge from them), each
+    node named in ``replaced`` giving way to its list of new nodes."""
+    from tensorflow.core.framework import graph_pb2
+
     result = graph_pb2.GraphDef()
     result.versions.CopyFrom(graph_def.versions)
     result.library.CopyFrom(graph_def.library)
@@ -370,6 +378,11 @@ def fold_captured_tables(fn, frozen_fn):
         log.info("freeze: folded lookup table %s (%d keys, %d lookups) into constants",
                  table, len(tables[table]), len(uses))
     folded = fold_tables(graph_def, tables)
+    finds = [u.name for table in tables for u in table_uses(graph_def, table)[0]
+             if u.op == FIND_OP]
+    from optimizer.graph.lookup_gathers import fold_lookups_into_gathers
+
+    folded = fold_lookups_into_gathers(folded, finds, [t.name for t in frozen_fn.outputs])
     leftover = [n.name for n in folded.node if n.op == "Placeholder"
                 and n.attr["dtype"].type == _RESOURCE]
     if leftover:

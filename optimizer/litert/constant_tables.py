@@ -13,16 +13,21 @@ when it converts such a SavedModel as it is (measured with TF 2.21 and ai-edge-l
   lookup fails with "hashtable need to be initialized";
 - the converter infers no shape through ``HASHTABLE_FIND``, so an output computed from a lookup
   without a weight to fix its shape (``StringLookup`` straight to the output) is unranked, and
-  the converted signature no longer matches the SavedModel's.
+  the converted signature no longer matches the SavedModel's. An op whose output rank does not
+  follow its input's (a ``MatMul``: a ``Dense`` layer after the lookup, as in a classifier;
+  a ``Reshape`` to a constant shape) gives the converter the rank back.
 
 So for a model with tables the converter reads a rewrite instead (:func:`litert_source`): the
 signature frozen (variables as constants, functional control flow kept, which the converter
 takes), each table refilled with the contents TensorFlow loaded into it, read with
 ``LookupTableExportV2`` (:func:`optimizer.graph.lookup_tables.export_table`), through a
-``KeyValueTensorInitializer``, and each output reshaped to the signature's shape where one
-unknown dimension at most makes that a static reshape (LiteRT has no ``EnsureShape``). Its
-signature is the source's; the LiteRT candidates' outputs are then measured against the source
-like any other's.
+``KeyValueTensorInitializer``, and each output that a lookup's result reaches with no such op
+in between reshaped to the signature's shape, where one unknown dimension at most makes that a
+static reshape (LiteRT has no ``EnsureShape``; :func:`lookup_shaped_outputs`). The other
+outputs are left as they are: a ``RESHAPE`` on every output put an op on the classifier's
+output that a plain conversion of it lacks (:func:`lookup_shaped_outputs` says why only
+those). Its signature is the source's; the LiteRT candidates' outputs are then measured
+against the source like any other's.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from optimizer.graph.lookup_tables import (
     export_table,
     table_uses,
 )
-from optimizer.graph.names import node_name_from_input
+from optimizer.graph.names import is_control_input, node_name_from_input
 from optimizer.model_assets import TEXT_FILE_TABLE_OPS
 from optimizer.savedmodel import (
     DEFAULT_SIGNATURE,
@@ -82,6 +87,41 @@ def _refilled_tables(fn, frozen_fn, graph_def) -> dict[str, object]:
     return tables
 
 
+# Ops whose output rank the converter knows whatever its input's: a lookup's unranked result
+# stops being unranked there (a Reshape only to a constant shape).
+RANK_SETTING_OPS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})
+
+
+def _sets_rank(node, nodes) -> bool:
+    if node.op in RANK_SETTING_OPS:
+        return True
+    if node.op == "Reshape" and len(node.input) > 1:
+        shape = nodes.get(node_name_from_input(node.input[1]))
+        return shape is not None and shape.op == "Const"
+    return False
+
+
+def lookup_shaped_outputs(graph_def, fetches: list[str]) -> set[str]:
+    """The ``fetches`` (tensor names) a lookup's result reaches along a path with no op that
+    sets the rank (:data:`RANK_SETTING_OPS`): those the converter leaves unranked. Data edges
+    only; a conservative reach (every output of a reached node), so an output is pinned when
+    in doubt."""
+    nodes = {n.name: n for n in graph_def.node}
+    readers: dict[str, list] = {}
+    for node in graph_def.node:
+        for inp in node.input:
+            if not is_control_input(inp):
+                readers.setdefault(node_name_from_input(inp), []).append(node)
+    reached, pending = set(), [n.name for n in graph_def.node if n.op == FIND_OP]
+    while pending:
+        name = pending.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        pending.extend(r.name for r in readers.get(name, []) if not _sets_rank(r, nodes))
+    return {f for f in fetches if node_name_from_input(f) in reached}
+
+
 def _pinned(tf, tensor, shape):
     """``tensor`` reshaped to the signature's ``shape`` where that is a static reshape (one
     unknown dimension at most): LiteRT has no EnsureShape, and a RESHAPE carries the shape."""
@@ -110,6 +150,7 @@ def write_constant_table_model(saved_model: str | os.PathLike, dst: str | os.Pat
     module.tables = list(tables.values())
     feeds = [t.name for t in frozen_fn.inputs if node_name_from_input(t.name) not in tables]
     fetches = [t.name for t in frozen_fn.outputs]
+    unranked = lookup_shaped_outputs(graph_def, fetches)
 
     @tf.function(input_signature=[tf.TensorSpec(s.shape, tf.as_dtype(s.dtype), name=s.key)
                                   for s in signature.inputs], autograph=False)
@@ -120,7 +161,8 @@ def write_constant_table_model(saved_model: str | os.PathLike, dst: str | os.Pat
                           for name, table in tables.items()})
         outputs = tf.graph_util.import_graph_def(graph_def, input_map=input_map,
                                                  return_elements=fetches, name="frozen")
-        return {s.key: _pinned(tf, t, s.shape) for s, t in zip(signature.outputs, outputs)}
+        return {s.key: _pinned(tf, t, s.shape) if fetch in unranked else t
+                for s, t, fetch in zip(signature.outputs, outputs, fetches)}
 
     module.serve = serve
     with atomic_directory(dst, overwrite=True) as staging:

@@ -139,6 +139,11 @@ class OnnxRunner(ModelRunner):
     def call(self, tensors: list):
         return self._fn(self._output_keys, dict(zip(self.signature.input_keys, tensors)))
 
+    def bind(self, tensors: list):
+        run, keys, feeds = self._fn, self._output_keys, dict(zip(self.signature.input_keys,
+                                                                 tensors))
+        return lambda: run(keys, feeds)
+
     def outputs(self, raw) -> dict[str, np.ndarray]:
         return dict(zip(self._output_keys, raw))
 

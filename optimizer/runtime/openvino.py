@@ -137,6 +137,10 @@ class OpenVINORunner(ModelRunner):
     def call(self, tensors: list):
         return self._fn(dict(zip(self.signature.input_keys, tensors)), share_inputs=True)
 
+    def bind(self, tensors: list):
+        infer, feeds = self._fn, dict(zip(self.signature.input_keys, tensors))
+        return lambda: infer(feeds, share_inputs=True)
+
     def outputs(self, raw) -> dict[str, np.ndarray]:
         return {k: np.asarray(v) for k, v in zip(self._output_keys, raw.to_tuple())}
 
