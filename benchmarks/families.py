@@ -383,10 +383,8 @@ def _cached(path: Path, make: Callable[[Path], None]) -> Path:
     return path
 
 
-def ort_subject(src: Path, directory: Path, timing_feeds: dict) -> Subject:
-    """tf2onnx's command line on the SavedModel, then a default ONNX Runtime session."""
-    import onnxruntime as ort
-
+def convert_ort(src: Path, directory: Path) -> Path:
+    """``python -m tf2onnx.convert --saved-model SRC`` (cached)."""
     def convert(out: Path) -> None:
         log = directory / "tf2onnx.log"
         with open(log, "w") as f:
@@ -398,7 +396,39 @@ def ort_subject(src: Path, directory: Path, timing_feeds: dict) -> Subject:
             raise RuntimeError(f"tf2onnx exit {code}: "
                                f"{(errors or ['(see ' + str(log) + ')'])[-1][:300]}")
 
-    path = _cached(directory / "model.onnx", convert)
+    return _cached(directory / "model.onnx", convert)
+
+
+def convert_openvino(src: Path, directory: Path) -> Path:
+    """``openvino.convert_model(SRC)`` saved as IR (cached), weights as converted."""
+    import openvino as ov
+
+    def convert(out: Path) -> None:
+        out.mkdir(parents=True)
+        ov.save_model(ov.convert_model(str(src)), str(out / "model.xml"),
+                      compress_to_fp16=False)
+
+    return _cached(directory / "openvino_ir", convert)
+
+
+def convert_litert(src: Path, directory: Path) -> Path:
+    """``TFLiteConverter.from_saved_model(SRC).convert()`` with no options (cached)."""
+    import tensorflow as tf
+
+    def convert(out: Path) -> None:
+        out.write_bytes(tf.lite.TFLiteConverter.from_saved_model(str(src)).convert())
+
+    return _cached(directory / "model.tflite", convert)
+
+
+BY_HAND_CONVERSIONS = {"ort": convert_ort, "openvino": convert_openvino, "litert": convert_litert}
+
+
+def ort_subject(src: Path, directory: Path, timing_feeds: dict) -> Subject:
+    """tf2onnx's command line on the SavedModel, then a default ONNX Runtime session."""
+    import onnxruntime as ort
+
+    path = convert_ort(src, directory)
     session = ort.InferenceSession(str(path))
     name = session.get_inputs()[0].name
     fixed = {name: _single_input(timing_feeds)}
@@ -413,12 +443,7 @@ def openvino_subject(src: Path, directory: Path, timing_feeds: dict) -> Subject:
     to compile_model in memory)."""
     import openvino as ov
 
-    def convert(out: Path) -> None:
-        out.mkdir(parents=True)
-        ov.save_model(ov.convert_model(str(src)), str(out / "model.xml"),
-                      compress_to_fp16=False)
-
-    path = _cached(directory / "openvino_ir", convert)
+    path = convert_openvino(src, directory)
     core = ov.Core()
     compiled = core.compile_model(core.read_model(str(path / "model.xml")), "CPU")
     request = compiled.create_infer_request()
@@ -435,13 +460,9 @@ def openvino_subject(src: Path, directory: Path, timing_feeds: dict) -> Subject:
 def litert_subjects(src: Path, directory: Path, timing_feeds: dict, cpus: int) -> list[Subject]:
     """``TFLiteConverter.from_saved_model`` with no options, then ai_edge_litert's Interpreter
     with its default threads and with ``num_threads`` = the CPUs available."""
-    import tensorflow as tf
     from ai_edge_litert.interpreter import Interpreter
 
-    def convert(out: Path) -> None:
-        out.write_bytes(tf.lite.TFLiteConverter.from_saved_model(str(src)).convert())
-
-    path = _cached(directory / "model.tflite", convert)
+    path = convert_litert(src, directory)
     subjects = []
     for label, threads in (("litert", None), (f"litert {cpus}t", cpus)):
         interpreter = Interpreter(model_path=str(path), num_threads=threads)
@@ -513,11 +534,10 @@ def _chosen_subject(label: str, run: dict, feeds: dict, stock_signature, cpus: i
                                f"{runner.num_threads or 'process'})"), info
 
 
-def measure_family(family: Family, args, cpus: int, say) -> dict:
-    from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.benchmark.stats import p50_ratio_interval
-    from optimizer.runtime import load_runner
-
+def prepare_family(family: Family, args, say) -> tuple[Path, dict]:
+    """Everything but the timing, cached in the family's work directory: the stock model, the
+    two ``tfopt optimize`` runs and the by-hand conversions (a conversion that fails is only
+    reported here; the timing phase lists it). Returns the stock model and the runs."""
     workdir = args.workdir / family.name
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -529,7 +549,23 @@ def measure_family(family: Family, args, cpus: int, say) -> dict:
                                         eval_data, args, say),
             "savedmodel only": run_optimize(src, workdir / f"opt_savedmodel{suffix}",
                                             SAVEDMODEL_ONLY, eval_data, args, say)}
+    direct = workdir / "direct"
+    direct.mkdir(exist_ok=True)
+    for label, convert in BY_HAND_CONVERSIONS.items():
+        try:
+            convert(src, direct)
+        except Exception as exc:  # noqa: BLE001 - listed as failed when timing
+            say(f"{label} by hand: conversion failed: {_one_line(exc)}")
+    return src, runs
 
+
+def measure_family(family: Family, args, cpus: int, say) -> dict:
+    from optimizer.benchmark.interleaved import time_interleaved
+    from optimizer.benchmark.stats import p50_ratio_interval
+    from optimizer.runtime import load_runner
+
+    workdir = args.workdir / family.name
+    src, runs = prepare_family(family, args, say)
     stock = load_runner(src)
     timing_feeds = family.feeds(stock.signature, 1)
     subjects = [runner_subject("stock", stock, timing_feeds, note="SavedModel signature call")]
@@ -544,7 +580,6 @@ def measure_family(family: Family, args, cpus: int, say) -> dict:
             chosen[label] = {"label": run["chosen"]["label"], "why": _one_line(exc)}
             failed[label] = _one_line(exc)
     direct = workdir / "direct"
-    direct.mkdir(exist_ok=True)
     for label, make in (("ort", lambda: [ort_subject(src, direct, timing_feeds)]),
                         ("openvino", lambda: [openvino_subject(src, direct, timing_feeds)]),
                         ("litert", lambda: litert_subjects(src, direct, timing_feeds, cpus))):
@@ -745,6 +780,9 @@ def main() -> int:
     parser.add_argument("--no-tune", action="store_false", dest="tune",
                         help="run tfopt optimize without --tune (threads: the benchmark's "
                              "1-or-all-CPUs rule, run here)")
+    parser.add_argument("--prepare", action="store_true",
+                        help="export, run tfopt optimize and convert by hand, time nothing: "
+                             "run it outside the benchmark lock, then time under it")
     parser.add_argument("--print-only", action="store_true", dest="print_only",
                         help="print the saved results in WORKDIR/families.json, measure nothing")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -776,6 +814,14 @@ def main() -> int:
             print(f"[{time.strftime('%H:%M:%S')}] {name}: {message}", flush=True)
 
         started = time.perf_counter()
+        if args.prepare:
+            try:
+                prepare_family(family, args, say)
+                say(f"prepared in {time.perf_counter() - started:.0f}s")
+            except Exception as exc:  # noqa: BLE001 - the next family still runs
+                say(f"FAILED: {_one_line(exc)}")
+                traceback.print_exc()
+            continue
         try:
             measured[family.name] = measure_family(family, args, cpus, say)
         except Exception as exc:  # noqa: BLE001 - the next family still runs
@@ -787,6 +833,8 @@ def main() -> int:
         saved.update(command=sys.argv, cpus=cpus)
         result_path.write_text(json.dumps(saved, indent=2) + "\n")
         say(f"done in {time.perf_counter() - started:.0f}s")
+    if args.prepare:
+        return 0
     print()
     print(f"batch 1, {cpus} CPUs, timed in blocks of {BLOCK_SIZE} in one process per family; "
           f"load average now {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
