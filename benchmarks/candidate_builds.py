@@ -7,10 +7,11 @@
 For each family of ``benchmarks/families.py`` (its stock model, exported or reused from the
 work directory) this optimizes the frozen graph with the inference recipe, then builds every
 candidate ``--targets`` asks for exactly as :func:`optimizer.candidates.derive_candidates` does
-(one worker process per build group, :func:`optimizer.candidates.planned_builds`), on inputs
+(one worker process per build group, :func:`optimizer.candidates.build_plan`), on inputs
 generated from the signature as a user without data gets (``calibration: synthetic``), and
-prints wall seconds per group: what a user waits for. A build time is not a speed ratio, so it
-needs no lock, but the machine's load (printed) stretches it.
+prints per group the wall seconds (what a user waits for; the machine's load, printed, stretches
+them) and the worker's CPU seconds (hardly stretched by load: compare runs by these), and the
+largest worker's peak memory so far. A build time is not a speed ratio: it takes no lock.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -35,8 +37,8 @@ def time_builds(src: Path, workdir: Path, targets: str, samples: int | None) -> 
     from optimizer.candidates import (
         SAVEDMODEL_VARIANTS,
         CandidateSettings,
+        build_plan,
         parse_targets,
-        planned_builds,
     )
     from optimizer.optimize import optimize
     from optimizer.recipe import INFERENCE_RECIPE
@@ -51,22 +53,36 @@ def time_builds(src: Path, workdir: Path, targets: str, samples: int | None) -> 
     calibration = (synthetic(get_signature(src, DEFAULT_SIGNATURE),
                              settings.calibration_samples) if settings.calibrates else None)
     groups = []
-    for labels in planned_builds(settings):
+    groups_planned, dominated = build_plan(src, settings)
+    for skip in dominated:
+        print(f"  {skip.label:<55} skipped: {skip.reason[:100]}", flush=True)
+    for labels in groups_planned:
         load = os.getloadavg()[0]
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), _children_cpu_seconds()
         made, skipped = build_in_worker(
             src, result.candidate.model if any(lb in SAVEDMODEL_VARIANTS for lb in labels)
             else None, workdir, settings, labels, signature=DEFAULT_SIGNATURE,
             calibration=calibration, source_digest=None)
-        seconds = time.perf_counter() - started
-        groups.append({"labels": list(labels), "seconds": seconds, "load": load,
+        seconds, cpu = time.perf_counter() - started, _children_cpu_seconds() - cpu
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+        groups.append({"labels": list(labels), "seconds": seconds, "cpu_seconds": cpu,
+                       "load": load, "largest_worker_peak_gib": peak,
                        "made": [c.label for c in made],
                        "skipped": {s.label: s.reason for s in skipped}})
-        print(f"  {', '.join(labels):<55} {seconds:7.1f} s  (load {load:.1f})"
+        print(f"  {', '.join(labels):<55} {seconds:7.1f} s wall {cpu:7.1f} s CPU  (load "
+              f"{load:.1f}, largest worker so far {peak:.2f} GiB)"
               + (f"  skipped: {skipped[0].reason[:80]}" if skipped else ""), flush=True)
     return {"optimize_seconds": optimize_seconds, "groups": groups,
             "candidates_seconds": sum(g["seconds"] for g in groups),
+            "candidates_cpu_seconds": sum(g["cpu_seconds"] for g in groups),
             "calibration_samples": settings.calibration_samples}
+
+
+def _children_cpu_seconds() -> float:
+    """User + system CPU seconds of the worker processes that have exited so far: unlike wall
+    time, hardly stretched by a loaded machine."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> int:
@@ -89,8 +105,8 @@ def main() -> int:
             results[family.name] = time_builds(src, Path(tmp), args.targets, args.samples)
         r = results[family.name]
         print(f"{family.name}: optimize {r['optimize_seconds']:.1f} s, candidates "
-              f"{r['candidates_seconds']:.1f} s ({r['calibration_samples']} calibration "
-              f"samples)", flush=True)
+              f"{r['candidates_seconds']:.1f} s wall, {r['candidates_cpu_seconds']:.1f} s CPU "
+              f"({r['calibration_samples']} calibration samples)", flush=True)
     print(json.dumps(results, indent=2))
     return 0
 

@@ -173,15 +173,15 @@ def parse_targets(text: str) -> tuple[str, ...]:
 
 def planned_builds(settings: CandidateSettings) -> list[tuple[str, ...]]:
     """The candidates ``settings`` ask for, in build order, grouped by the worker process that
-    builds them: one each, except the flavours of ONNX and of OpenVINO, which share one
-    conversion of the source (tf2onnx, ``convert_model``) that would otherwise be redone per
-    flavour."""
+    builds them: the SavedModel variants one each; the flavours of one other target together,
+    as they share what they are converted from (LiteRT's source with its tables filled and
+    loops unrolled, tf2onnx's graph, ``convert_model``'s IR), which would otherwise be redone
+    per flavour, as would each worker's TensorFlow import (~14 CPU seconds) and load of the
+    model."""
     groups: list[tuple[str, ...]] = []
     if "savedmodel" in settings.targets:
         groups += [(variant,) for variant in settings.savedmodel_variants]
-    if "litert" in settings.targets:
-        groups += [(f"litert_{flavour}",) for flavour in settings.litert_flavours]
-    for target in ("onnx", "openvino"):
+    for target in ("litert", "onnx", "openvino"):
         if target in settings.targets and settings.flavours(target):
             groups.append(tuple(f"{target}_{flavour}" for flavour in settings.flavours(target)))
     return groups
@@ -215,6 +215,19 @@ def dominated_skips(source: str | os.PathLike, settings: CandidateSettings) -> l
                            f"more: {reason}")
             for label, (better, reason) in DOMINATED.items()
             if label in planned and better in planned]
+
+
+def build_plan(source: str | os.PathLike, settings: CandidateSettings
+               ) -> tuple[list[tuple[str, ...]], list[Skipped]]:
+    """:func:`planned_builds` for ``source`` without the flavours :func:`dominated_skips`
+    leaves out (logged), and those."""
+    dominated = dominated_skips(source, settings)
+    for skip in dominated:
+        log.warning("candidates: %s skipped: %s", skip.label, skip.reason)
+    left_out = {skip.label for skip in dominated}
+    groups = [kept for group in planned_builds(settings)
+              if (kept := tuple(label for label in group if label not in left_out))]
+    return groups, dominated
 
 
 def derive_candidates(
@@ -254,12 +267,7 @@ def derive_candidates(
         from optimizer.savedmodel import get_signature
 
         calibration = synthetic(get_signature(source, signature), settings.calibration_samples)
-    dominated = dominated_skips(source, settings)
-    for skip in dominated:
-        log.warning("candidates: %s skipped: %s", skip.label, skip.reason)
-    left_out = {skip.label for skip in dominated}
-    groups = [kept for group in planned_builds(settings)
-              if (kept := tuple(label for label in group if label not in left_out))]
+    groups, dominated = build_plan(source, settings)
     if in_workers is None:
         in_workers = builds_in_workers(source)
     if not in_workers:

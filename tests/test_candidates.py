@@ -156,3 +156,13 @@ def test_a_big_models_dominated_flavours_are_skipped_with_the_flavour_that_beats
     assert made == []
     assert [(s.label, "not built for a model of" in s.reason) for s in skipped] == [
         ("litert_fp16", True), ("litert_fp32", False)]
+
+
+def test_the_flavours_of_one_runtime_are_built_by_one_worker_and_each_variant_by_its_own():
+    from optimizer.candidates import planned_builds
+
+    assert planned_builds(CandidateSettings(targets=("savedmodel", "litert", "onnx"),
+                                            onnx_flavours=("optimized", "static_int8"))) == [
+        ("bf16",), ("xla",),
+        ("litert_fp32", "litert_fp16", "litert_dynamic_int8", "litert_full_int8"),
+        ("onnx_optimized", "onnx_static_int8")]
