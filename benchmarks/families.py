@@ -3,7 +3,14 @@
 process, timed in blocks.
 
     .venv/bin/python benchmarks/families.py [--families digits,lstm,...] [--workdir DIR]
-        [--seconds 30] [--rounds 20] [--quick] [--no-tune] [--print-only]
+        [--seconds 30] [--rounds 20] [--quick] [--no-tune] [--prepare] [--print-only]
+
+On a shared machine, prepare outside the benchmark lock (exports, the ``tfopt optimize`` runs,
+the by-hand conversions: tens of minutes on an image model), then time under it (minutes):
+
+    .venv/bin/python benchmarks/families.py --prepare --families resnet50 --workdir DIR
+    flock /work/wt/bench.lock .venv/bin/python benchmarks/families.py --families resnet50 \
+        --workdir DIR --seconds 20 --rounds 8
 
 Families (batch 1): ``resnet50``, ``mobilenetv2``, ``efficientnetb0`` (``keras.applications``,
 ``weights=None``, 224x224x3, random BatchNorm statistics and logits out so that output
