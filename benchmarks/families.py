@@ -168,6 +168,26 @@ the gate rejected it. ONNX candidates now convert (the tables as a ``CategoryMap
 gate measured them at 15-16x, behind LiteRT, and rejected them for top-1 agreement 0.29: the
 ONNX runner fed the generated tokens as bytes, which ONNX Runtime looks up as their repr. Fixed
 after this run (the runner feeds str; ``tests/test_string_inputs.py``), not re-measured.
+
+Round 22, ResNet50 (the machine's load average 10 at the start, then 17-81: six developers'
+jobs on 2 CPUs). Where ``tfopt optimize`` with all targets spends its time: in round 21's run
+(18:50-19:41, stopped) all 14 candidates were built by 19:11 (21 min: bf16 72 s, xla 125 s,
+litert fp32/fp16/dynamic/full 152/104/171/153 s, the ONNX group 188 s, the OpenVINO group
+279 s); the 30 min after that were the benchmark and evaluation of 16 models, not builds. This
+round, ``families.py --prepare --families resnet50 --workdir work/families_r22`` with main's
+code (ce3e99f): optimize stage 217 s, bf16 85 s, xla 110 s, litert_fp32 190 s, litert_fp16
+310 s, litert_dynamic_int8 545 s, litert_full_int8 577 s (the load rising from 10 to 63), the
+ONNX group killed after 704 s by the kernel's global OOM killer (the machine's 24 GiB exhausted
+by all developers' jobs; the worker held 4.9 GB), the OpenVINO group 22:42-22:49. Each worker
+pays a TensorFlow import: 13.7 CPU seconds, 125-163 s wall at load 10-23
+(``python -X importtime -c "import tensorflow"``; keras alone imports scikit-learn, 24 s wall).
+Changed since: the four LiteRT flavours build in one worker (one import, one load of the model,
+one converter source: :func:`optimizer.candidates.planned_builds`); on a model of 32 MB or more
+``litert_fp16`` and ``onnx_fp32``, which cannot beat ``litert_fp32`` and ``onnx_optimized``, are
+not built (:data:`optimizer.candidates.DOMINATED`), which also takes two of 16 models out of
+every benchmark round; the ONNX int8 flavours share one quantization pre-processing. The
+per-group figures after the change (``benchmarks/candidate_builds.py``, CPU seconds) were not
+measured: the runs were stopped to leave the CPUs to this row.
 """
 
 from __future__ import annotations
