@@ -188,6 +188,23 @@ not built (:data:`optimizer.candidates.DOMINATED`), which also takes two of 16 m
 every benchmark round; the ONNX int8 flavours share one quantization pre-processing. The
 per-group figures after the change (``benchmarks/candidate_builds.py``, CPU seconds) were not
 measured: the runs were stopped to leave the CPUs to this row.
+
+The ResNet50 row, partial: ``flock /work/wt/bench.lock .venv/bin/python benchmarks/families.py
+--families resnet50 --workdir work/families_r22 --seconds 20 --rounds 8 --no-optimize``
+(23:13-23:15, load 12.8 before, 13.0 after; the all-targets optimize, still in its benchmark
+stage, was not timed). Its ``savedmodel``-only run (``tfopt optimize SRC DST --targets
+savedmodel --overwrite``, 3180 s at load 17-81: optimize 962 s, candidates 755 s,
+benchmark+evaluate 1450 s) chose bf16 at 2.49x in its own gate (optimized 1.27x, XLA 0.43x
+rejected):
+
+| family | stock p50 ms | all targets | savedmodel only: chosen | x [95%] | ORT | OpenVINO (bf16) | LiteRT | LiteRT 2t | rounds | load |
+|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|
+| resnet50 | 179.9 | not run | bf16 | 2.35x [2.10, 2.63] | 0.73x | 1.03x | 0.68x | 0.82x | 8 | 12.8 |
+
+Quality against stock (max abs diff / top-1 agreement, 8 inputs): bf16 1.2e-02 / 100%, ORT
+2.4e-06 / 100%, OpenVINO 1.1e-02 / 100%, LiteRT 4.1e-06 / 100%. Target with ``savedmodel``
+only, 1.5x: PASS (2.35x). The best by hand here is OpenVINO at 181 ms, about stock; the
+all-targets choice needs 1.0x of stock to tie it, which bf16 alone (2.35x) already beats.
 """
 
 from __future__ import annotations
@@ -777,10 +794,12 @@ def check_targets(results: dict) -> list[str]:
         lines.append(f"  {name}: chosen {chosen_p50:.3f} ms vs best by hand {best['label']} "
                      f"{best['p50_ms']:.3f} ms ({best['p50_ms'] / chosen_p50:.2f}x): "
                      f"{'ok' if ok else 'slower'}")
-    out = [(f"{'PASS' if at_least else 'FAIL'} all targets: on every family the chosen model "
-            f"is at least as fast as the best runtime run by hand"), *lines]
+    verdict = "PASS" if at_least else "FAIL"
+    out = [(f"{verdict if faster else 'NOT CHECKED'} all targets: on every family the chosen "
+            f"model is at least as fast as the best runtime run by hand"), *lines]
     wins = sum(faster)
-    out.append(f"{'PASS' if faster and wins * 2 >= len(faster) else 'FAIL'} all targets: "
+    verdict = "PASS" if wins * 2 >= len(faster) else "FAIL"
+    out.append(f"{verdict if faster else 'NOT CHECKED'} all targets: "
                f"faster than the best run by hand on at least half of the families "
                f"({wins}/{len(faster)})")
     if "lstm" in results:
