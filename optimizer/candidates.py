@@ -58,7 +58,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.benchmark.footprint import builds_in_workers
+from optimizer.benchmark.footprint import WORKERS_FROM_BYTES, builds_in_workers
 from optimizer.calibration import Calibration, synthetic
 from optimizer.errors import InvalidInputsError, TfoptError, first_line
 from optimizer.frozen import FrozenModel
@@ -173,18 +173,61 @@ def parse_targets(text: str) -> tuple[str, ...]:
 
 def planned_builds(settings: CandidateSettings) -> list[tuple[str, ...]]:
     """The candidates ``settings`` ask for, in build order, grouped by the worker process that
-    builds them: one each, except the flavours of ONNX and of OpenVINO, which share one
-    conversion of the source (tf2onnx, ``convert_model``) that would otherwise be redone per
-    flavour."""
+    builds them: the SavedModel variants one each; the flavours of one other target together,
+    as they share what they are converted from (LiteRT's source with its tables filled and
+    loops unrolled, tf2onnx's graph, ``convert_model``'s IR), which would otherwise be redone
+    per flavour, as would each worker's TensorFlow import (~14 CPU seconds) and load of the
+    model."""
     groups: list[tuple[str, ...]] = []
     if "savedmodel" in settings.targets:
         groups += [(variant,) for variant in settings.savedmodel_variants]
-    if "litert" in settings.targets:
-        groups += [(f"litert_{flavour}",) for flavour in settings.litert_flavours]
-    for target in ("onnx", "openvino"):
+    for target in ("litert", "onnx", "openvino"):
         if target in settings.targets and settings.flavours(target):
             groups.append(tuple(f"{target}_{flavour}" for flavour in settings.flavours(target)))
     return groups
+
+
+# Flavours that cannot be faster than another flavour built beside them, and why. On a model of
+# SKIP_DOMINATED_FROM_BYTES or more on disk they are not built: each conversion there costs
+# minutes and each candidate a slot in every benchmark round, for a result known in advance.
+# Below, they cost seconds and are built, measured and shown as before.
+DOMINATED = {
+    "litert_fp16": ("litert_fp32", (
+        "it runs no faster than litert_fp32 on a CPU: XNNPACK turns float16 weights into "
+        "float32 when it loads the model and runs the float32 kernels, and the gate gives a "
+        "near tie to the more precise")),
+    "onnx_fp32": ("onnx_optimized", (
+        "onnx_optimized is the same graph with the optimizations ONNX Runtime applies to "
+        "onnx_fp32 at load already applied: the same run time")),
+}
+SKIP_DOMINATED_FROM_BYTES = WORKERS_FROM_BYTES
+
+
+def dominated_skips(source: str | os.PathLike, settings: CandidateSettings) -> list[Skipped]:
+    """The flavours :data:`DOMINATED` leaves out for ``source`` (none for a small model), with
+    their reasons."""
+    from optimizer.benchmark.footprint import disk_bytes
+
+    if disk_bytes(source) < SKIP_DOMINATED_FROM_BYTES:
+        return []
+    planned = {label for group in planned_builds(settings) for label in group}
+    return [Skipped(label, f"not built for a model of {SKIP_DOMINATED_FROM_BYTES >> 20} MB or "
+                           f"more: {reason}")
+            for label, (better, reason) in DOMINATED.items()
+            if label in planned and better in planned]
+
+
+def build_plan(source: str | os.PathLike, settings: CandidateSettings
+               ) -> tuple[list[tuple[str, ...]], list[Skipped]]:
+    """:func:`planned_builds` for ``source`` without the flavours :func:`dominated_skips`
+    leaves out (logged), and those."""
+    dominated = dominated_skips(source, settings)
+    for skip in dominated:
+        log.warning("candidates: %s skipped: %s", skip.label, skip.reason)
+    left_out = {skip.label for skip in dominated}
+    groups = [kept for group in planned_builds(settings)
+              if (kept := tuple(label for label in group if label not in left_out))]
+    return groups, dominated
 
 
 def derive_candidates(
@@ -224,21 +267,22 @@ def derive_candidates(
         from optimizer.savedmodel import get_signature
 
         calibration = synthetic(get_signature(source, signature), settings.calibration_samples)
-    groups = planned_builds(settings)
+    groups, dominated = build_plan(source, settings)
     if in_workers is None:
         in_workers = builds_in_workers(source)
     if not in_workers:
         labels = [label for group in groups for label in group]
-        return build_candidates(source, optimized, workdir, settings, labels,
-                                signature=signature, calibration=calibration,
-                                source_digest=source_digest)
+        made, skipped = build_candidates(source, optimized, workdir, settings, labels,
+                                         signature=signature, calibration=calibration,
+                                         source_digest=source_digest)
+        return made, dominated + skipped
     from optimizer.benchmark.footprint import building_bytes
     from optimizer.candidate_worker import build_in_worker
     from optimizer.memory_budget import GIB, memory_budget
     from optimizer.process_tree import tree_rss_bytes
 
     budget = budget or memory_budget()
-    made, skipped = [], []
+    made, skipped = [], list(dominated)
     for n, labels in enumerate(groups, 1):
         needs = (tree_rss_bytes() or 0) + building_bytes(source)
         if needs > budget.bytes:

@@ -125,3 +125,44 @@ def test_calibration_draws_single_rows_spread_over_the_data():
     firsts = sorted(int(f["x"][0, 0]) for f in feeds)
     assert firsts != list(range(0, 20, 2))  # not simply the first rows
     assert len(set(firsts)) == 10
+
+
+def test_a_big_models_dominated_flavours_are_skipped_with_the_flavour_that_beats_them(
+        model_dir, tmp_path):
+    import shutil
+
+    from optimizer.candidates import SKIP_DOMINATED_FROM_BYTES, dominated_skips
+    from optimizer.memory_budget import GIB, MemoryBudget
+
+    small = model_dir("keras_cnn")
+    settings = CandidateSettings(targets=("litert", "onnx"))
+    assert dominated_skips(small, settings) == []  # built and measured as before
+    big = tmp_path / "big"
+    shutil.copytree(small, big)
+    (big / "variables" / "padding.data").write_bytes(b"\0" * SKIP_DOMINATED_FROM_BYTES)
+    reasons = {s.label: s.reason for s in dominated_skips(big, settings)}
+    assert set(reasons) == {"litert_fp16", "onnx_fp32"}
+    assert "no faster than litert_fp32" in reasons["litert_fp16"]
+    assert "onnx_optimized" in reasons["onnx_fp32"]
+    # only beside the flavour that beats it
+    assert dominated_skips(big, CandidateSettings(targets=("litert",),
+                                                  litert_flavours=("fp16",))) == []
+    # derive_candidates lists them as skipped and plans no build for them (the budget here
+    # refuses every build, so that nothing is converted)
+    made, skipped = derive_candidates(
+        big, freeze(small), tmp_path / "candidates",
+        CandidateSettings(targets=("litert",), litert_flavours=("fp32", "fp16")),
+        in_workers=True, budget=MemoryBudget(GIB // 4, "test"))
+    assert made == []
+    assert [(s.label, "not built for a model of" in s.reason) for s in skipped] == [
+        ("litert_fp16", True), ("litert_fp32", False)]
+
+
+def test_the_flavours_of_one_runtime_are_built_by_one_worker_and_each_variant_by_its_own():
+    from optimizer.candidates import planned_builds
+
+    assert planned_builds(CandidateSettings(targets=("savedmodel", "litert", "onnx"),
+                                            onnx_flavours=("optimized", "static_int8"))) == [
+        ("bf16",), ("xla",),
+        ("litert_fp32", "litert_fp16", "litert_dynamic_int8", "litert_full_int8"),
+        ("onnx_optimized", "onnx_static_int8")]

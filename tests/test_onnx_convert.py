@@ -28,18 +28,31 @@ from optimizer.savedmodel import get_signature
 INT8_ATOL = 0.05
 
 
+PRE_PROCESSED: list[str] = []  # the models the fixture's conversions pre-processed
+
+
 @pytest.fixture(scope="module")
 def converted(model_dir, tmp_path_factory):
+    from onnxruntime.quantization import shape_inference
+
     source = model_dir("keras_cnn")
     signature = get_signature(source)
     calibration = Calibration(tuple(make_inputs(signature, 1, seed=i) for i in range(16)),
                               "generated for the test")
     export = OnnxExport(source)
     root = tmp_path_factory.mktemp("onnx")
-    return source, {flavour: convert_to_onnx(source, root / flavour / "model.onnx", flavour,
-                                             calibration=calibration, export=export,
-                                             source_digest="sha256:abc")
-                    for flavour in FLAVOURS}
+    pre_process = shape_inference.quant_pre_process
+
+    def counted(src, *args, **kwargs):
+        PRE_PROCESSED.append(str(src))
+        return pre_process(src, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(shape_inference, "quant_pre_process", counted)
+        return source, {flavour: convert_to_onnx(source, root / flavour / "model.onnx",
+                                                 flavour, calibration=calibration,
+                                                 export=export, source_digest="sha256:abc")
+                        for flavour in FLAVOURS}
 
 
 def test_each_flavour_is_a_file_with_a_sidecar_saying_what_it_is(converted):
@@ -88,6 +101,10 @@ def test_the_quantized_flavours_really_hold_int8(converted):
     assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops["dynamic_int8"]
     assert "ConvInteger" not in ops["dynamic_int8"] and "Conv" in ops["dynamic_int8"]
     assert not ops["fp32"] & {"QuantizeLinear", "DynamicQuantizeLinear"}
+
+
+def test_both_int8_flavours_start_from_one_pre_processing_of_the_shared_conversion(converted):
+    assert len(PRE_PROCESSED) == 1, PRE_PROCESSED
 
 
 def test_the_sidecars_snippet_loads_and_calls_the_model(converted):

@@ -1,0 +1,115 @@
+"""Where the candidates stage's time goes: each candidate build of ``tfopt optimize --targets
+...`` on one model family, timed one worker process at a time as the optimize step runs them.
+
+    .venv/bin/python benchmarks/candidate_builds.py [--families resnet50] [--workdir DIR]
+        [--targets savedmodel,litert,onnx,openvino] [--samples N]
+
+For each family of ``benchmarks/families.py`` (its stock model, exported or reused from the
+work directory) this optimizes the frozen graph with the inference recipe, then builds every
+candidate ``--targets`` asks for exactly as :func:`optimizer.candidates.derive_candidates` does
+(one worker process per build group, :func:`optimizer.candidates.build_plan`), on inputs
+generated from the signature as a user without data gets (``calibration: synthetic``), and
+prints per group the wall seconds (what a user waits for; the machine's load, printed, stretches
+them) and the worker's CPU seconds (hardly stretched by load: compare runs by these), and the
+largest worker's peak memory so far. A build time is not a speed ratio: it takes no lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT.parent))
+from families import ALL_TARGETS, FAMILIES
+
+
+def time_builds(src: Path, workdir: Path, targets: str, samples: int | None) -> dict:
+    from optimizer.calibration import synthetic
+    from optimizer.candidate_worker import build_in_worker
+    from optimizer.candidates import (
+        SAVEDMODEL_VARIANTS,
+        CandidateSettings,
+        build_plan,
+        parse_targets,
+    )
+    from optimizer.optimize import optimize
+    from optimizer.recipe import INFERENCE_RECIPE
+    from optimizer.savedmodel import DEFAULT_SIGNATURE, get_signature
+
+    settings = CandidateSettings(targets=parse_targets(targets))
+    if samples is not None:
+        settings = CandidateSettings(targets=settings.targets, calibration_samples=samples)
+    started = time.perf_counter()
+    result = optimize(src, INFERENCE_RECIPE, DEFAULT_SIGNATURE)
+    optimize_seconds = time.perf_counter() - started
+    calibration = (synthetic(get_signature(src, DEFAULT_SIGNATURE),
+                             settings.calibration_samples) if settings.calibrates else None)
+    groups = []
+    groups_planned, dominated = build_plan(src, settings)
+    for skip in dominated:
+        print(f"  {skip.label:<55} skipped: {skip.reason[:100]}", flush=True)
+    for labels in groups_planned:
+        load = os.getloadavg()[0]
+        started, cpu = time.perf_counter(), _children_cpu_seconds()
+        made, skipped = build_in_worker(
+            src, result.candidate.model if any(lb in SAVEDMODEL_VARIANTS for lb in labels)
+            else None, workdir, settings, labels, signature=DEFAULT_SIGNATURE,
+            calibration=calibration, source_digest=None)
+        seconds, cpu = time.perf_counter() - started, _children_cpu_seconds() - cpu
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+        groups.append({"labels": list(labels), "seconds": seconds, "cpu_seconds": cpu,
+                       "load": load, "largest_worker_peak_gib": peak,
+                       "made": [c.label for c in made],
+                       "skipped": {s.label: s.reason for s in skipped}})
+        print(f"  {', '.join(labels):<55} {seconds:7.1f} s wall {cpu:7.1f} s CPU  (load "
+              f"{load:.1f}, largest worker so far {peak:.2f} GiB)"
+              + (f"  skipped: {skipped[0].reason[:80]}" if skipped else ""), flush=True)
+    return {"optimize_seconds": optimize_seconds, "groups": groups,
+            "candidates_seconds": sum(g["seconds"] for g in groups),
+            "candidates_cpu_seconds": sum(g["cpu_seconds"] for g in groups),
+            "calibration_samples": settings.calibration_samples}
+
+
+def _children_cpu_seconds() -> float:
+    """User + system CPU seconds of the worker processes that have exited so far: unlike wall
+    time, hardly stretched by a loaded machine."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", default="resnet50")
+    parser.add_argument("--workdir", type=Path, default=ROOT.parent / "work" / "families")
+    parser.add_argument("--targets", default=ALL_TARGETS)
+    parser.add_argument("--samples", type=int, default=None,
+                        help="calibration samples (default: the candidates setting's)")
+    args = parser.parse_args()
+    from optimizer.tf_runtime import import_tensorflow
+
+    import_tensorflow()
+    results = {}
+    for name in args.families.split(","):
+        family = FAMILIES[name.strip()]
+        src = family.export(args.workdir.resolve() / family.name)
+        print(f"{family.name}: {src} (load {os.getloadavg()[0]:.1f})", flush=True)
+        with tempfile.TemporaryDirectory(prefix="candidate_builds-") as tmp:
+            results[family.name] = time_builds(src, Path(tmp), args.targets, args.samples)
+        r = results[family.name]
+        print(f"{family.name}: optimize {r['optimize_seconds']:.1f} s, candidates "
+              f"{r['candidates_seconds']:.1f} s wall, {r['candidates_cpu_seconds']:.1f} s CPU "
+              f"({r['calibration_samples']} calibration samples)", flush=True)
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
