@@ -51,6 +51,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent))
 from common import KERAS_APPLICATIONS, export_keras_application, work_directory, write_result
 
+from optimizer.errors import first_line
+
 VARIANTS = {"greedy": ("greedy", 1.0), "relaxed_1.05": ("relaxed", 1.05),
             "relaxed_1.1": ("relaxed", 1.1)}
 # name -> (input height/width, input channels, stem filters or 0, branch filters)
@@ -88,10 +90,6 @@ def source_of(name: str, workdir: Path) -> Path:
     return export_keras_application(name, workdir, random_batch_norm=True, logits=True)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
-
 
 def build_variants(name: str, workdir: Path, args) -> tuple[dict[str, Path], dict[str, dict]]:
     """Variant -> written SavedModel, and variant -> what its search did (or why it failed)."""
@@ -115,7 +113,7 @@ def build_variants(name: str, workdir: Path, args) -> tuple[dict[str, Path], dic
                 tolerance=Tolerance(), remeasure_top=args.remeasure_top,
                 cost_cache=workdir / "op_costs.json")
         except Exception as exc:  # noqa: BLE001 - one failed search must not end the benchmark
-            info[variant] = {"error": _first_line(exc)}
+            info[variant] = {"error": first_line(exc, with_type=True)}
             print(f"  {variant}: FAILED: {info[variant]['error']}", flush=True)
             continue
         seconds = time.perf_counter() - started
@@ -276,8 +274,8 @@ def main() -> int:
             paths, info = build_variants(name, workdir, args)
             rows.extend(time_model(name, paths, info, args))
         except Exception as exc:  # noqa: BLE001 - report the model as failed, go on
-            rows.append({"model": name, "variant": "input", "error": _first_line(exc)})
-            print(f"{name}: FAILED: {_first_line(exc)}", flush=True)
+            rows.append({"model": name, "variant": "input", "error": first_line(exc, with_type=True)})
+            print(f"{name}: FAILED: {first_line(exc, with_type=True)}", flush=True)
         print(f"{name}: done in {time.perf_counter() - started:.0f}s", flush=True)
         # Written after every model, so that a long run that breaks later keeps what it measured.
         target = write_result(args.result_name, {

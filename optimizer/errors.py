@@ -15,11 +15,14 @@ def shown(text: object) -> str:
         c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException, with_type: bool = False) -> str:
     """An exception as one line: its message's first line, or its type's name when it has none
-    (TensorFlow's errors carry pages of context after the line that says what went wrong)."""
+    (TensorFlow's errors carry pages of context after the line that says what went wrong).
+    ``with_type``: ``"<type>: <first line>"``, for a report where exceptions of any kind meet."""
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if with_type else text.splitlines()[0]
 
 
 class TfoptError(Exception):
