@@ -31,7 +31,7 @@ timings (cache misses), the one-pass cleanup before the search and the re-measur
 ``substitutions`` counts the search's steps, not the cleanup. A relaxed search runs greedy
 first, continues from greedy's graph, and keeps greedy's graph unless its own is measured
 faster with confidence
-(:func:`optimizer.search.search.remeasure`), so its search time includes greedy's; ``vs greedy``
+(:func:`optimizer.search.remeasure.remeasure`), so its search time includes greedy's; ``vs greedy``
 gives the p50 speedup over the greedy variant with its 95 % interval, and says when the two are
 the same graph (then the figure is the noise of timing one graph twice).
 """
@@ -100,7 +100,7 @@ def build_variants(name: str, workdir: Path, args) -> tuple[dict[str, Path], dic
 
     frozen = freeze(source_of(name, workdir))
     paths = {"input": write_saved_model(frozen, workdir / f"{name}_input", overwrite=True)}
-    from optimizer.search.search import canonical_hash
+    from optimizer.search.hashing import canonical_hash
 
     info = {"input": {"nodes": len(frozen.graph_def.node),
                       "graph_hash": canonical_hash(frozen.graph_def)}}

@@ -226,8 +226,9 @@ GREEDY_SHARE_OF_TIME = 0.5
 def _search(model: FrozenModel, settings: SearchSettings, tolerance: Tolerance,
             cost_cache=None) -> Candidate:
     from optimizer.search.cost import MeasuredCost, OpCostModel
+    from optimizer.search.remeasure import remeasure
     from optimizer.search.search import TraceStep as SearchStep
-    from optimizer.search.search import continued_from, relaxed_search, remeasure
+    from optimizer.search.search import continued_from, relaxed_search
 
     cost = OpCostModel(cache_path=cost_cache) if settings.cost == "model" else MeasuredCost(model)
     input_cost = cost.cost(model.graph_def)
