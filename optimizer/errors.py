@@ -6,6 +6,8 @@ subclass of :class:`TfoptError`; anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 def shown(text: object) -> str:
     """User text for an error message: non-printable characters escaped, so that the message
@@ -23,6 +25,23 @@ def first_line(exc: BaseException, with_type: bool = False) -> str:
     if not text:
         return type(exc).__name__
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if with_type else text.splitlines()[0]
+
+
+def validation_error_line(exc, where: str, section: str = "", allowed: Iterable[str] = ()) -> str:
+    """The first problem a pydantic ``ValidationError`` lists, as one line naming its key: the
+    config and the gate config both speak of a bad key this way. ``section`` names the mapping
+    checked (``"gate config"``) in the line; ``allowed`` lists the valid keys after an unknown
+    one."""
+    error = exc.errors()[0]
+    key = ".".join(str(p) for p in error["loc"]) or "(top level)"
+    within = f" in {section}" if section else ""
+    if error["type"] == "extra_forbidden":
+        listed = f"; allowed keys: {', '.join(allowed)}" if allowed else ""
+        return f"{where}: unknown key {key!r}{within}{listed}"
+    if error["type"] == "missing":
+        return f"{where}: missing required key {key!r}{within}"
+    named = f"{section} key" if section else "key"
+    return f"{where}: {named} {key!r}: {error['msg']} (got {error.get('input')!r})"
 
 
 class TfoptError(Exception):

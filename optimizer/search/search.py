@@ -39,6 +39,7 @@ from optimizer.frozen import FrozenModel
 from optimizer.graph.validate import InvalidGraphError, validate_graph
 from optimizer.search.cost import CostFunction
 from optimizer.search.hashing import canonical_hash
+from optimizer.search.settings import DEFAULT_ALPHA, DEFAULT_BUDGET, DEFAULT_TIME_BUDGET_SECONDS
 from optimizer.search.substitution import Substitution
 from optimizer.tolerance import Tolerance
 from optimizer.transforms.pipeline import context_for
@@ -144,9 +145,9 @@ def relaxed_search(
     model: FrozenModel,
     rules: Sequence[Substitution] | None,
     cost: CostFunction,
-    alpha: float = 1.05,
-    budget: int = 500,
-    time_budget: float = 600.0,
+    alpha: float = DEFAULT_ALPHA,
+    budget: int = DEFAULT_BUDGET,
+    time_budget: float = DEFAULT_TIME_BUDGET_SECONDS,
     max_nodes_factor: float = 2.0,
     seed: int = 0,
     progress: Callable[[SearchProgress], None] | None = None,
