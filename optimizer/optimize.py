@@ -203,7 +203,7 @@ def search_candidate(model: FrozenModel, strategy: str = "relaxed", alpha: float
     returned graph when it is measured faster with confidence (the cost model can misrank
     graphs). A relaxed search with re-measurement runs greedy
     first and keeps greedy's graph unless its own is measured faster with confidence (see
-    :func:`optimizer.search.search.remeasure`).
+    :func:`optimizer.search.remeasure.remeasure`).
     """
     settings = SearchSettings(strategy, alpha, budget, time_budget, cost, remeasure_top)
     return _search(model, settings, tolerance or Tolerance(), cost_cache)
