@@ -31,7 +31,7 @@ timings (cache misses), the one-pass cleanup before the search and the re-measur
 ``substitutions`` counts the search's steps, not the cleanup. A relaxed search runs greedy
 first, continues from greedy's graph, and keeps greedy's graph unless its own is measured
 faster with confidence
-(:func:`optimizer.search.search.remeasure`), so its search time includes greedy's; ``vs greedy``
+(:func:`optimizer.search.remeasure.remeasure`), so its search time includes greedy's; ``vs greedy``
 gives the p50 speedup over the greedy variant with its 95 % interval, and says when the two are
 the same graph (then the figure is the noise of timing one graph twice).
 """
@@ -50,6 +50,8 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent))
 from common import KERAS_APPLICATIONS, export_keras_application, work_directory, write_result
+
+from optimizer.errors import first_line
 
 VARIANTS = {"greedy": ("greedy", 1.0), "relaxed_1.05": ("relaxed", 1.05),
             "relaxed_1.1": ("relaxed", 1.1)}
@@ -88,10 +90,6 @@ def source_of(name: str, workdir: Path) -> Path:
     return export_keras_application(name, workdir, random_batch_norm=True, logits=True)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
-
 
 def build_variants(name: str, workdir: Path, args) -> tuple[dict[str, Path], dict[str, dict]]:
     """Variant -> written SavedModel, and variant -> what its search did (or why it failed)."""
@@ -102,7 +100,7 @@ def build_variants(name: str, workdir: Path, args) -> tuple[dict[str, Path], dic
 
     frozen = freeze(source_of(name, workdir))
     paths = {"input": write_saved_model(frozen, workdir / f"{name}_input", overwrite=True)}
-    from optimizer.search.search import canonical_hash
+    from optimizer.search.hashing import canonical_hash
 
     info = {"input": {"nodes": len(frozen.graph_def.node),
                       "graph_hash": canonical_hash(frozen.graph_def)}}
@@ -115,7 +113,7 @@ def build_variants(name: str, workdir: Path, args) -> tuple[dict[str, Path], dic
                 tolerance=Tolerance(), remeasure_top=args.remeasure_top,
                 cost_cache=workdir / "op_costs.json")
         except Exception as exc:  # noqa: BLE001 - one failed search must not end the benchmark
-            info[variant] = {"error": _first_line(exc)}
+            info[variant] = {"error": first_line(exc, with_type=True)}
             print(f"  {variant}: FAILED: {info[variant]['error']}", flush=True)
             continue
         seconds = time.perf_counter() - started
@@ -276,8 +274,8 @@ def main() -> int:
             paths, info = build_variants(name, workdir, args)
             rows.extend(time_model(name, paths, info, args))
         except Exception as exc:  # noqa: BLE001 - report the model as failed, go on
-            rows.append({"model": name, "variant": "input", "error": _first_line(exc)})
-            print(f"{name}: FAILED: {_first_line(exc)}", flush=True)
+            rows.append({"model": name, "variant": "input", "error": first_line(exc, with_type=True)})
+            print(f"{name}: FAILED: {first_line(exc, with_type=True)}", flush=True)
         print(f"{name}: done in {time.perf_counter() - started:.0f}s", flush=True)
         # Written after every model, so that a long run that breaks later keeps what it measured.
         target = write_result(args.result_name, {

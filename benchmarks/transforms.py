@@ -45,6 +45,8 @@ from common import (
     write_result,
 )
 
+from optimizer.errors import first_line
+
 VARIANTS = ("stock", "frozen", "gtt", "grappler", "grappler_bf16")
 
 
@@ -56,10 +58,6 @@ def variant_errors() -> tuple[type[BaseException], ...]:
     tf = import_tensorflow()
     return (TfoptError, tf.errors.OpError, ValueError, RuntimeError, OSError)
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 
 
 def bf16_optimizers() -> list[str]:
@@ -94,7 +92,7 @@ def build_variants(name: str, workdir: Path) -> tuple[dict[str, Path], dict[str,
             paths[variant] = write_saved_model(model, workdir / f"{name}_{variant}",
                                                overwrite=True)
         except variant_errors() as exc:
-            failures[variant] = _first_line(exc)
+            failures[variant] = first_line(exc, with_type=True)
             print(f"  {variant}: FAILED: {failures[variant]}", flush=True)
             continue
         print(f"  {variant}: built in {time.perf_counter() - started:.1f}s, "
@@ -124,7 +122,7 @@ def time_model(name: str, paths: dict[str, Path], failures: dict[str, str],
         try:
             runners[variant] = load_runner(path)
         except variant_errors() as exc:
-            failures[variant] = f"does not load: {_first_line(exc)}"
+            failures[variant] = f"does not load: {first_line(exc, with_type=True)}"
     rows = []
     for batch in batch_sizes:
         feeds = make_feeds(runners["stock"].signature, batch)
@@ -134,7 +132,7 @@ def time_model(name: str, paths: dict[str, Path], failures: dict[str, str],
                 tensors[variant] = runner.to_tensors(feeds)
                 outputs[variant] = runner.outputs(runner.call(tensors[variant]))
             except variant_errors() as exc:
-                failures[variant] = f"does not run: {_first_line(exc)}"
+                failures[variant] = f"does not run: {first_line(exc, with_type=True)}"
                 del runners[variant]
         print(f"{name} batch {batch}: timing {', '.join(runners)} for at least "
               f"{args.seconds:.0f}s / {args.min_rounds} rounds ...", flush=True)

@@ -23,9 +23,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from optimizer.errors import TfoptError
+from optimizer.benchmark.harness import BenchmarkConfig
+from optimizer.errors import TfoptError, validation_error_line
 from optimizer.gate import GateConfig
 from optimizer.recipe import INFERENCE_RECIPE
+from optimizer.search.settings import DEFAULT_ALPHA, DEFAULT_BUDGET, DEFAULT_TIME_BUDGET_SECONDS
 
 
 class ConfigError(TfoptError):
@@ -47,35 +49,41 @@ class OptimizeConfig(_Section):
     strategy: Literal["recipe", "greedy", "relaxed"] = Field(
         "recipe", description="recipe: apply optimize.recipe; greedy/relaxed: substitution "
                               "search (recipe and backend unused)")
-    alpha: float = Field(1.05, ge=1.0, description="relaxed search keeps graphs up to alpha x "
-                                                   "the best cost (greedy: 1)")
-    budget: int = Field(500, ge=1, description="search: most graphs expanded")
-    time_budget_seconds: float = Field(600.0, gt=0, description="search: wall-time limit")
+    alpha: float = Field(DEFAULT_ALPHA, ge=1.0, description="relaxed search keeps graphs up "
+                                                            "to alpha x the best cost (greedy: 1)")
+    budget: int = Field(DEFAULT_BUDGET, ge=1, description="search: most graphs expanded")
+    time_budget_seconds: float = Field(DEFAULT_TIME_BUDGET_SECONDS, gt=0,
+                                       description="search: wall-time limit")
     cost: Literal["model", "measured"] = Field(
         "model", description="search cost: cached per-op model, or end-to-end timing")
 
 
+# The benchmark's defaults are the library's (optimizer.benchmark.harness.BenchmarkConfig).
+_TIMING = BenchmarkConfig()
+
+
 class BenchmarkSection(_Section):
-    batch_sizes: list[int] = Field(default_factory=lambda: [1],
+    batch_sizes: list[int] = Field(default_factory=lambda: list(_TIMING.batch_sizes),
                                    description="the gate judges the smallest")
-    warmup: int = Field(10, ge=0, description="untimed calls per model first")
-    min_runs: int = Field(50, ge=2, description="timed rounds at least (one block of each "
-                                                "model)")
-    min_seconds: float = Field(5.0, ge=0, description="timed seconds at least, per batch size")
-    block_size: int = Field(10, ge=1, description="consecutive timed calls per model per round, "
-                                                  "after one untimed call (1: one call, none "
-                                                  "untimed)")
-    block_seconds: float = Field(0.05, ge=0, description="blocks shrink to as few calls as "
-                                 "last this long (a slow call needs no block to be warm); 0: "
-                                 "always block_size")
-    max_seconds: float | None = Field(None, ge=0, description="timing goes on past the "
-                                      "minimums while a candidate's interval straddles the "
-                                      "gate's bound, up to this (per batch size); default 4 "
+    warmup: int = Field(_TIMING.warmup, ge=0, description="untimed calls per model first")
+    min_runs: int = Field(_TIMING.min_runs, ge=2, description="timed rounds at least (one block "
+                                                              "of each model)")
+    min_seconds: float = Field(_TIMING.min_seconds, ge=0,
+                               description="timed seconds at least, per batch size")
+    block_size: int = Field(_TIMING.block_size, ge=1, description="consecutive timed calls per "
+                            "model per round, after one untimed call (1: one call, none "
+                            "untimed)")
+    block_seconds: float = Field(_TIMING.block_seconds, ge=0, description="blocks shrink to as "
+                                 "few calls as last this long (a slow call needs no block to be "
+                                 "warm); 0: always block_size")
+    max_seconds: float | None = Field(_TIMING.max_seconds, ge=0, description="timing goes on "
+                                      "past the minimums while a candidate's interval straddles "
+                                      "the gate's bound, up to this (per batch size); default 4 "
                                       "x min_seconds; 0: stop at the minimums")
-    twin: bool = Field(True, description="time a second load of the baseline like a candidate; "
-                                         "the gate demands the margin beyond their discrepancy")
+    twin: bool = Field(_TIMING.twin, description="time a second load of the baseline like a "
+                       "candidate; the gate demands the margin beyond their discrepancy")
     threads: int | None = Field(None, ge=1, description="default: CPUs really available")
-    confidence: float = Field(0.95, gt=0.5, lt=1,
+    confidence: float = Field(_TIMING.confidence, gt=0.5, lt=1,
                               description="level of the speedup's bootstrap interval")
 
     @field_validator("batch_sizes")
@@ -317,16 +325,6 @@ FINGERPRINT_EXCLUDES = {"schedule": True, "execution": True, "workdir": True, "r
                         "mlflow": {"tracking_uri"}}
 
 
-def _describe_error(exc: ValidationError, where: str) -> str:
-    error = exc.errors()[0]
-    key = ".".join(str(p) for p in error["loc"]) or "(top level)"
-    if error["type"] == "extra_forbidden":
-        return f"{where}: unknown key {key!r}"
-    if error["type"] == "missing":
-        return f"{where}: missing required key {key!r}"
-    return f"{where}: key {key!r}: {error['msg']} (got {error.get('input')!r})"
-
-
 def _set_path(data: dict, dotted: str, raw: str) -> None:
     import yaml
 
@@ -387,7 +385,7 @@ def config_from_mapping(data: Any, where: str = "config",
     try:
         return PipelineConfig.model_validate(apply_overrides(data, overrides, where))
     except ValidationError as exc:
-        raise ConfigError(_describe_error(exc, where)) from None
+        raise ConfigError(validation_error_line(exc, where)) from None
 
 
 def load_config(path: str | os.PathLike | None, overrides: list[str] | dict | None = None

@@ -6,6 +6,8 @@ subclass of :class:`TfoptError`; anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 def shown(text: object) -> str:
     """User text for an error message: non-printable characters escaped, so that the message
@@ -15,11 +17,31 @@ def shown(text: object) -> str:
         c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException, with_type: bool = False) -> str:
     """An exception as one line: its message's first line, or its type's name when it has none
-    (TensorFlow's errors carry pages of context after the line that says what went wrong)."""
+    (TensorFlow's errors carry pages of context after the line that says what went wrong).
+    ``with_type``: ``"<type>: <first line>"``, for a report where exceptions of any kind meet."""
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if with_type else text.splitlines()[0]
+
+
+def validation_error_line(exc, where: str, section: str = "", allowed: Iterable[str] = ()) -> str:
+    """The first problem a pydantic ``ValidationError`` lists, as one line naming its key: the
+    config and the gate config both speak of a bad key this way. ``section`` names the mapping
+    checked (``"gate config"``) in the line; ``allowed`` lists the valid keys after an unknown
+    one."""
+    error = exc.errors()[0]
+    key = ".".join(str(p) for p in error["loc"]) or "(top level)"
+    within = f" in {section}" if section else ""
+    if error["type"] == "extra_forbidden":
+        listed = f"; allowed keys: {', '.join(allowed)}" if allowed else ""
+        return f"{where}: unknown key {key!r}{within}{listed}"
+    if error["type"] == "missing":
+        return f"{where}: missing required key {key!r}{within}"
+    named = f"{section} key" if section else "key"
+    return f"{where}: {named} {key!r}: {error['msg']} (got {error.get('input')!r})"
 
 
 class TfoptError(Exception):

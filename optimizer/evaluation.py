@@ -111,7 +111,12 @@ def load_labelled_data(path: str | os.PathLike,
     return LabelledData(x=x, y=y, source=str(path))
 
 
-def predict(runner: ModelRunner, x: np.ndarray, batch_size: int = 64,
+# Rows per call when evaluating: the evaluate step, the benchmark's accuracy and fidelity rows
+# and the library's own calls all use it. 64 rows of a small image model is a few MB per call.
+EVAL_BATCH_SIZE = 64
+
+
+def predict(runner: ModelRunner, x: np.ndarray, batch_size: int = EVAL_BATCH_SIZE,
             output_key: str | None = None) -> np.ndarray:
     """Outputs for every row of ``x``; the model's single input is fed ``x``."""
     if len(runner.signature.inputs) != 1:
@@ -125,11 +130,11 @@ def predict(runner: ModelRunner, x: np.ndarray, batch_size: int = 64,
 
 
 def evaluate(runner: ModelRunner, data: LabelledData, metric: str = "top1",
-             batch_size: int = 64, output_key: str | None = None) -> float:
+             batch_size: int = EVAL_BATCH_SIZE, output_key: str | None = None) -> float:
     """``metric`` of the model's outputs on ``data.x`` against ``data.y``."""
     return get_metric(metric).fn(predict(runner, data.x, batch_size, output_key), data.y)
 
 
-def top1_accuracy(runner: ModelRunner, x: np.ndarray, y: np.ndarray, batch_size: int = 64,
+def top1_accuracy(runner: ModelRunner, x: np.ndarray, y: np.ndarray, batch_size: int = EVAL_BATCH_SIZE,
                   output_key: str | None = None) -> float:
     return top1(predict(runner, x, batch_size, output_key), y)

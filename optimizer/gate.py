@@ -78,7 +78,7 @@ from optimizer.benchmark.stats import (
     round_figures,
     twin_discrepancy,
 )
-from optimizer.errors import GateConfigError
+from optimizer.errors import GateConfigError, validation_error_line
 from optimizer.near_ties import choose_among_promoted
 
 EXIT_PROMOTE = 0
@@ -106,15 +106,6 @@ class GateConfig(BaseModel):
     max_peak_rss_bytes: int | None = Field(None, ge=1)
 
 
-def _format_validation_error(exc: ValidationError, source: str) -> str:
-    error = exc.errors()[0]
-    key = ".".join(str(p) for p in error["loc"]) or "(top level)"
-    if error["type"] == "extra_forbidden":
-        allowed = ", ".join(GateConfig.model_fields)
-        return f"{source}: unknown key '{key}' in gate config; allowed keys: {allowed}"
-    return f"{source}: gate config key '{key}': {error['msg']} (got {error.get('input')!r})"
-
-
 def gate_config_from_dict(data: dict | None, source: str = "gate config") -> GateConfig:
     if data is None:
         return GateConfig()
@@ -124,7 +115,8 @@ def gate_config_from_dict(data: dict | None, source: str = "gate config") -> Gat
     try:
         return GateConfig.model_validate(data)
     except ValidationError as exc:
-        raise GateConfigError(_format_validation_error(exc, source)) from None
+        raise GateConfigError(validation_error_line(exc, source, "gate config",
+                                                    GateConfig.model_fields)) from None
 
 
 def load_gate_config(path: str | os.PathLike) -> GateConfig:

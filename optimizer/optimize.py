@@ -26,6 +26,7 @@ from optimizer.frozen import FrozenModel
 from optimizer.inputs import infer_int_ranges, make_inputs
 from optimizer.recipe import BACKENDS, Recipe, build_transforms
 from optimizer.savedmodel import DEFAULT_SIGNATURE
+from optimizer.search.settings import DEFAULT_ALPHA, DEFAULT_BUDGET, DEFAULT_TIME_BUDGET_SECONDS
 from optimizer.tolerance import Tolerance
 from optimizer.transforms.base import TransformConfigError
 from optimizer.transforms.pipeline import run_transforms
@@ -70,9 +71,9 @@ class SearchSettings:
     """How :func:`search_candidate` searches; checked on creation (a bad value is exit 2)."""
 
     strategy: str = "relaxed"
-    alpha: float = 1.05
-    budget: int = 500
-    time_budget: float = 600.0
+    alpha: float = DEFAULT_ALPHA
+    budget: int = DEFAULT_BUDGET
+    time_budget: float = DEFAULT_TIME_BUDGET_SECONDS
     cost: str = "model"
     remeasure_top: int = 3  # candidates re-measured end to end with the input; 0: none
 
@@ -185,8 +186,9 @@ def apply_recipe(model: FrozenModel, recipe: Recipe, backend: str | None = None)
     return Candidate(model=optimized, recipe=recipe.text, backend=chosen, trace=tuple(trace))
 
 
-def search_candidate(model: FrozenModel, strategy: str = "relaxed", alpha: float = 1.05,
-                     budget: int = 500, time_budget: float = 600.0, cost: str = "model",
+def search_candidate(model: FrozenModel, strategy: str = "relaxed", alpha: float = DEFAULT_ALPHA,
+                     budget: int = DEFAULT_BUDGET,
+                     time_budget: float = DEFAULT_TIME_BUDGET_SECONDS, cost: str = "model",
                      tolerance: Tolerance | None = None, remeasure_top: int = 3,
                      cost_cache: str | os.PathLike | None = None) -> Candidate:
     """The cheapest graph equivalent to ``model``'s that a substitution search finds.
@@ -201,7 +203,7 @@ def search_candidate(model: FrozenModel, strategy: str = "relaxed", alpha: float
     returned graph when it is measured faster with confidence (the cost model can misrank
     graphs). A relaxed search with re-measurement runs greedy
     first and keeps greedy's graph unless its own is measured faster with confidence (see
-    :func:`optimizer.search.search.remeasure`).
+    :func:`optimizer.search.remeasure.remeasure`).
     """
     settings = SearchSettings(strategy, alpha, budget, time_budget, cost, remeasure_top)
     return _search(model, settings, tolerance or Tolerance(), cost_cache)
@@ -226,8 +228,9 @@ GREEDY_SHARE_OF_TIME = 0.5
 def _search(model: FrozenModel, settings: SearchSettings, tolerance: Tolerance,
             cost_cache=None) -> Candidate:
     from optimizer.search.cost import MeasuredCost, OpCostModel
+    from optimizer.search.remeasure import remeasure
     from optimizer.search.search import TraceStep as SearchStep
-    from optimizer.search.search import continued_from, relaxed_search, remeasure
+    from optimizer.search.search import continued_from, relaxed_search
 
     cost = OpCostModel(cache_path=cost_cache) if settings.cost == "model" else MeasuredCost(model)
     input_cost = cost.cost(model.graph_def)

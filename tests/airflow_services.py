@@ -68,7 +68,7 @@ class Airflow:
     def dag_runs(self, dag_id: str) -> list[dict]:
         return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")["dag_runs"]
 
-    def wait_for(self, what: str, check, timeout: float, interval: float = 2.0):
+    def wait_for(self, what: str, check, timeout: float, interval: float = 0.5):
         """Poll ``check()`` until it returns something truthy; fail naming ``what``."""
         deadline = time.monotonic() + timeout
         while True:

@@ -23,6 +23,16 @@ def model_dir(tmp_path_factory):
     return build
 
 
+@pytest.fixture(scope="session")
+def digits_model(tmp_path_factory):
+    """The digits CNN (``components.digits``, seed 0, 8 epochs) and its held-out data, trained
+    once per test session (per xdist worker): read only, every test that needs it shares it
+    (training it took ~10 s on a quiet machine, once in each of eight files)."""
+    from components.digits import train_digits_model
+
+    return train_digits_model(tmp_path_factory.mktemp("digits"), epochs=8)
+
+
 def pytest_collection_modifyitems(config, items):
     # Files holding a slow test are collected first: under xdist's loadfile they then start at
     # once on the two workers and the short files fill in around them, instead of one worker

@@ -95,10 +95,8 @@ def test_the_saved_model_round_trips_and_serves_with_the_same_signature(cnn, mod
 
 
 @needs_bf16_cpu
-def test_digits_held_out_top1_drops_by_at_most_half_a_point(tmp_path):
-    from components.digits import train_digits_model
-
-    digits = train_digits_model(tmp_path / "digits", epochs=8)
+def test_digits_held_out_top1_drops_by_at_most_half_a_point(tmp_path, digits_model):
+    digits = digits_model
     frozen = freeze(digits.saved_model)
     saved = write_saved_model(bf16_mixed_precision(frozen), tmp_path / "digits_bf16")
     data = load_labelled_data(digits.eval_data)

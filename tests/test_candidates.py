@@ -17,10 +17,8 @@ from optimizer.savedmodel import get_signature
 
 
 @pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    from components.digits import train_digits_model
-
-    return train_digits_model(tmp_path_factory.mktemp("digits"), epochs=8)
+def digits(digits_model):
+    return digits_model
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Many publishes at once against ONE real mlflow server: nothing lost, nothing doubled.
 
-Twenty ``tfopt step publish`` processes, each for its own DAG run, start together, and with
+Eight ``tfopt step publish`` processes, each for its own DAG run, start together, and with
 them three more that all carry the same DAG run id, as when a task is started twice. The
 expensive steps (freeze, optimize, benchmark, gate) ran once, in tests/publish_inputs.py; what
 races here is the part that talks to MLflow, as separate processes, not threads.
@@ -21,7 +21,11 @@ from mlflow.entities import LoggedModelStatus, ViewType
 
 pytest_plugins = ["mlflow_server", "publish_inputs"]
 
-DISTINCT_RUNS = 20
+# Eight, not twenty: each process spends seconds importing TensorFlow and MLflow before its
+# first request, so eight started at once (on two cores) still reach the server together, and
+# every check below is per DAG run or about the last version; the twelve more only added two
+# minutes of imports. The same-key race is forced by the proxy's barriers, not by the load.
+DISTINCT_RUNS = 8
 SAME_KEY_RACERS = 3
 RACED_RUN_ID = "manual__2025-02-01T00:00:00+00:00"
 API = "/api/2.0/mlflow"

@@ -40,10 +40,8 @@ MAX_TOP1_DROP = {"fp32": 0.005, "fp16": 0.005, "dynamic_int8": 0.005, "full_int8
 
 
 @pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    from components.digits import train_digits_model
-
-    trained = train_digits_model(tmp_path_factory.mktemp("digits"), epochs=8)
+def digits(tmp_path_factory, digits_model):
+    trained = digits_model
     with np.load(trained.eval_data) as data:
         x, y = data["x"], data["y"]
     out = tmp_path_factory.mktemp("digits_litert")

@@ -12,10 +12,8 @@ from optimizer.runtime import load_runner
 
 
 @pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    from components.digits import train_digits_model
-
-    return train_digits_model(tmp_path_factory.mktemp("digits"), epochs=8)
+def digits(digits_model):
+    return digits_model
 
 
 def test_litert_allowed_writes_the_fastest_candidate_inside_the_budget(digits, tmp_path):

@@ -36,10 +36,8 @@ def run_pipeline(tmp_path, capsys, source, registered_model: str, sections: str
 
 
 def test_with_litert_allowed_the_registry_version_says_its_format_and_how_to_run_it(
-        tmp_path, capsys):
-    from components.digits import train_digits_model
-
-    digits = train_digits_model(tmp_path / "digits", epochs=8)
+        tmp_path, capsys, digits_model):
+    digits = digits_model
     code, outcome = run_pipeline(
         tmp_path, capsys, digits.saved_model, "digits",
         f"evaluation: {{data: {digits.eval_data}}}\n"

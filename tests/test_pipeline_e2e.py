@@ -65,13 +65,11 @@ def _dag_run_id(output: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, moto_endpoint, mlflow_server):
+def stack(tmp_path_factory, moto_endpoint, mlflow_server, digits_model):
     import boto3
 
-    from components.digits import train_digits_model
-
     root = tmp_path_factory.mktemp("e2e")
-    trained = train_digits_model(root / "trained", seed=0, epochs=10)
+    trained = digits_model
 
     credentials = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                    "AWS_DEFAULT_REGION": "us-east-1"}

@@ -26,12 +26,12 @@ from mlflow.entities import LoggedModelStatus
 from components.artifacts import CandidateModel, EvaluationOutput, GateOutput, PulledModel
 from components.config import config_from_mapping
 from components.publishing.logged_models import log_model
+from components.publishing.naming import step_name
 from components.publishing.publication import PUBLISH_KEY_TAG, publication
-from components.publishing.race_tolerant_client import RaceTolerantClient
-from components.publishing.registry_protocol import find_version, register
+from components.publishing.registry_protocol import RaceTolerantClient, find_version, register
 from components.publishing.run_logging import log_run
 from components.steps import publish as publish_step
-from components.steps.publish import publish, step_name
+from components.steps.publish import publish
 from components.tracking import TrackingError, mlflow_client
 from components.tracking.champion import find_champion
 from components.workspace import Workspace

@@ -28,10 +28,8 @@ EXPECTED = FLOAT | {"onnx_dynamic_int8", "onnx_static_int8", "openvino_int8"} | 
 
 
 @pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    from components.digits import train_digits_model
-
-    return train_digits_model(tmp_path_factory.mktemp("digits"), epochs=8)
+def digits(digits_model):
+    return digits_model
 
 
 @pytest.fixture(scope="module")

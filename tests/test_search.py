@@ -13,15 +13,9 @@ from graph_testing import build_graph, op_counts, run_graph, tf
 
 from optimizer.frozen import FrozenModel
 from optimizer.graph.names import node_name_from_input
-from optimizer.search.search import (
-    HASHED_CONSTANT_BYTES,
-    SearchResult,
-    canonical_hash,
-    continued_from,
-    greedy_search,
-    relaxed_search,
-    remeasure,
-)
+from optimizer.search.hashing import HASHED_CONSTANT_BYTES, canonical_hash
+from optimizer.search.remeasure import remeasure
+from optimizer.search.search import SearchResult, continued_from, greedy_search, relaxed_search
 from optimizer.search.substitution import Match, Substitution
 from optimizer.signature import SignatureInfo, TensorSpecInfo
 

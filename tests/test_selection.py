@@ -22,11 +22,9 @@ QUICK = BenchmarkConfig(batch_sizes=(1,), warmup=3, min_runs=40, min_seconds=0.5
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory):
-    from components.digits import train_digits_model
-
+def made(tmp_path_factory, digits_model):
     root = tmp_path_factory.mktemp("selection")
-    digits = train_digits_model(root / "digits", epochs=8)
+    digits = digits_model
     frozen = write_saved_model(freeze(digits.saved_model), root / "frozen")
     damaged = write_saved_model(with_damaged_weights(freeze(digits.saved_model)),
                                 root / "damaged")

@@ -10,6 +10,7 @@ from pathlib import Path
 from components.cli.model_scan_flags import add_allow_op_argument
 from components.cli.optimize_targets import add_arguments as add_target_arguments
 from components.cli.output import human_bytes, op_histogram_table, table
+from optimizer.search.settings import DEFAULT_ALPHA, DEFAULT_BUDGET, DEFAULT_TIME_BUDGET_SECONDS
 
 
 def add_parser(sub) -> None:
@@ -40,11 +41,13 @@ def add_parser(sub) -> None:
                         "--alpha x the best cost, which can enable later wins")
     p.add_argument("--alpha", type=float, default=None,
                    help="relaxed search: keep graphs costing up to alpha x the best, >= 1 "
-                        "(default 1.05)")
-    p.add_argument("--budget", type=int, default=500,
-                   help="search: at most this many expanded graphs (default 500)")
-    p.add_argument("--time-budget", type=float, default=600.0, dest="time_budget",
-                   metavar="SECONDS", help="search: stop after this many seconds (default 600)")
+                        f"(default {DEFAULT_ALPHA:g})")
+    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
+                   help=f"search: at most this many expanded graphs (default {DEFAULT_BUDGET})")
+    p.add_argument("--time-budget", type=float, default=DEFAULT_TIME_BUDGET_SECONDS,
+                   dest="time_budget", metavar="SECONDS",
+                   help="search: stop after this many seconds "
+                        f"(default {DEFAULT_TIME_BUDGET_SECONDS:g})")
     p.add_argument("--cost", choices=("model", "measured"), default="model",
                    help="search: per-op cost model, cached on disk (default), or every "
                         "candidate measured end to end")
@@ -90,7 +93,7 @@ def _search_settings(args):
         raise TransformConfigError("--strategy greedy is alpha = 1; --alpha applies only to "
                                    "--strategy relaxed")
     return SearchSettings(strategy=args.strategy,
-                          alpha=1.05 if args.alpha is None else args.alpha,
+                          alpha=DEFAULT_ALPHA if args.alpha is None else args.alpha,
                           budget=args.budget, time_budget=args.time_budget, cost=args.cost,
                           remeasure_top=args.remeasure_top)
 

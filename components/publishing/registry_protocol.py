@@ -12,6 +12,12 @@ was before challengers), and once moved it is checked again against the versions
 meanwhile. An alias already on a newer version stays there, so an old DAG run re-executed does
 not take production back, and an older version a person moved the alias away from is never
 brought back.
+
+Every write of a publish goes through :class:`RaceTolerantClient`: racing publishes of one key
+write the same tags, params and aliases at once, and the server's insert-or-update of a row is a
+read then an insert, so one of two such writes fails on the unique constraint although the row
+then holds the same value. A write that fails that way is tried once more, and then updates the
+row.
 """
 
 from __future__ import annotations
@@ -146,3 +152,32 @@ def move_alias(client, pub: Publication, version: str) -> bool:
             log.info("publish: version %s was deleted meanwhile (a duplicate); looking again",
                      target)
     return False
+
+
+WRITE_CONFLICTS = ("IntegrityError", "UNIQUE constraint", "UniqueViolation", "Duplicate entry",
+                   "duplicate key")
+
+
+class RaceTolerantClient:
+    """An MlflowClient whose calls are tried once more after losing a unique-constraint race."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def __getattr__(self, name: str):
+        from mlflow.exceptions import MlflowException
+
+        attribute = getattr(self._client, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args, **kwargs):
+            try:
+                return attribute(*args, **kwargs)
+            except MlflowException as exc:
+                if not any(marker in str(exc) for marker in WRITE_CONFLICTS):
+                    raise
+                log.info("publish: %s raced a concurrent write of the same row; once more", name)
+                return attribute(*args, **kwargs)
+
+        return call

@@ -18,7 +18,6 @@ from components.config import PipelineConfig
 from components.workspace import Workspace
 
 log = logging.getLogger(__name__)
-EVAL_BATCH = 64
 
 
 def local_data_file(location: str, config: PipelineConfig, step_dir: Path) -> Path:
@@ -45,8 +44,8 @@ def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
     def run(step_dir: Path) -> EvaluationOutput:
         from optimizer.benchmark.result import Fidelity, Quality, load_result
         from optimizer.equivalence import compare
+        from optimizer.evaluation import EVAL_BATCH_SIZE, get_metric, load_labelled_data
         from optimizer.evaluation import evaluate as evaluate_metric
-        from optimizer.evaluation import get_metric, load_labelled_data
         from optimizer.runtime import load_runner
 
         result = load_result(benchmark.result_path)
@@ -66,12 +65,13 @@ def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
         data = load_labelled_data(local_data_file(config.evaluation.data, config, step_dir),
                                   runners[reference.label].signature)
         key = runners[reference.label].signature.inputs[0].key
-        feeds = [{key: data.x[i:i + EVAL_BATCH]} for i in range(0, len(data), EVAL_BATCH)]
+        feeds = [{key: data.x[i:i + EVAL_BATCH_SIZE]}
+                 for i in range(0, len(data), EVAL_BATCH_SIZE)]
         scores, updated = {}, {}
         for model in result.measured:
             log.info("evaluate: %s (%s) on %d examples of %s", model.label, model.runtime,
                      len(data), data.source)
-            value = evaluate_metric(runners[model.label], data, metric.name, EVAL_BATCH)
+            value = evaluate_metric(runners[model.label], data, metric.name, EVAL_BATCH_SIZE)
             scores[model.label] = value
             quality = Quality(metric.name, value, metric.higher_is_better, len(data), data.source)
             fidelity = model.fidelity

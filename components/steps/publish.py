@@ -45,7 +45,7 @@ without a version gets one, a version the alias misses gets the alias. Two publi
 at once settle on one run and one logged model per candidate (:mod:`components.publishing.
 claims`) and one version (:mod:`components.publishing.registry_protocol`, which also keeps an
 alias from moving back to an older version); racing writes of the same row are retried once
-(:mod:`components.publishing.race_tolerant_client`).
+(:class:`components.publishing.registry_protocol.RaceTolerantClient`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ import dataclasses
 import hashlib
 import logging
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -69,22 +68,14 @@ from components.artifacts import (
 )
 from components.config import PipelineConfig
 from components.publishing.logged_models import log_model
+from components.publishing.naming import server_identity, step_name
 from components.publishing.publication import publication
-from components.publishing.race_tolerant_client import RaceTolerantClient
-from components.publishing.registry_protocol import move_alias, register
+from components.publishing.registry_protocol import RaceTolerantClient, move_alias, register
 from components.publishing.run_logging import experiment_id, log_run
 from components.tracking import mlflow_client
 from components.workspace import Workspace
 
 log = logging.getLogger(__name__)
-
-
-def step_name(run_context: dict[str, Any] | None) -> str:
-    dag_run_id = (run_context or {}).get("dag_run_id")
-    if not dag_run_id:
-        return "publish"
-    slug = re.sub(r"[^A-Za-z0-9._-]", "_", str(dag_run_id))[:80]
-    return f"publish/{slug}-{hashlib.sha256(str(dag_run_id).encode()).hexdigest()[:8]}"
 
 
 def checked_servable(ws: Workspace, model: CandidateModel, signature: str) -> None:
@@ -118,14 +109,6 @@ def checked_servable(ws: Workspace, model: CandidateModel, signature: str) -> No
         os.replace(partial, verdict)
     if error:
         raise NotServableError(error)
-
-
-def server_identity(client, experiment: str) -> str:
-    """The MLflow server as it reports itself, not the URL it is reached at: the experiment's
-    id and creation time (another server's experiment of the same name has another), and the
-    registered model's name. ``localhost`` and ``127.0.0.1`` give the same identity."""
-    found = client.get_experiment(experiment)
-    return f"{found.experiment_id}:{found.creation_time}"
 
 
 def from_inputs(call) -> PublishOutput:

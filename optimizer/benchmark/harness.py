@@ -72,7 +72,13 @@ from optimizer.benchmark.stats import (
     round_figures,
 )
 from optimizer.errors import InvalidInputsError
-from optimizer.evaluation import LabelledData, evaluate, get_metric, load_labelled_data
+from optimizer.evaluation import (
+    EVAL_BATCH_SIZE,
+    LabelledData,
+    evaluate,
+    get_metric,
+    load_labelled_data,
+)
 from optimizer.inputs import OUT_OF_VOCABULARY_SHARE, make_inputs
 from optimizer.runtime import ModelRunner, load_runner, read_signature
 from optimizer.runtime.registry import model_files
@@ -83,7 +89,7 @@ log = logging.getLogger(__name__)
 
 MAX_SECONDS_PER_MIN_SECOND = 4
 FIDELITY_ROWS = 256  # eval rows compared against the baseline (in batches of EVAL_BATCH)
-EVAL_BATCH = 64
+EVAL_BATCH = EVAL_BATCH_SIZE
 
 
 @dataclass(frozen=True)

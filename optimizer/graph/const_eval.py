@@ -12,6 +12,7 @@ import numpy as np
 
 from optimizer.graph.consts import resolve_through_identity, values_from_const
 from optimizer.graph.names import is_control_input, node_name_from_input, output_index
+from optimizer.graph.rewrite import graph_with_only
 
 # Ops whose output can differ between runs, or that need a frame, a feed or a function library,
 # even when every input is constant.
@@ -91,8 +92,6 @@ def constant_values(graph_def, tensors, nodes_by_name: dict | None = None) -> di
     Tensors behind a ``Const`` (possibly wrapped in Identity nodes) are read directly; the rest
     are computed together in one session run. Tensors that are not constant are left out.
     """
-    from tensorflow.core.framework import graph_pb2
-
     by_name = nodes_by_name if nodes_by_name is not None else {n.name: n for n in graph_def.node}
     values: dict[str, np.ndarray] = {}
     to_run: dict[str, set[str]] = {}
@@ -110,16 +109,12 @@ def constant_values(graph_def, tensors, nodes_by_name: dict | None = None) -> di
         return values
 
     needed = set().union(*to_run.values())
-    evaluation = graph_pb2.GraphDef()
-    evaluation.versions.CopyFrom(graph_def.versions)
-    for node in graph_def.node:
-        if node.name in needed:
-            copy = evaluation.node.add()
-            copy.CopyFrom(node)
-            copy.device = ""
-            kept = [i for i in copy.input if not is_control_input(i)]
-            del copy.input[:]
-            copy.input.extend(kept)
+    evaluation = graph_with_only(graph_def, needed, library=False)
+    for copy in evaluation.node:
+        copy.device = ""
+        kept = [i for i in copy.input if not is_control_input(i)]
+        del copy.input[:]
+        copy.input.extend(kept)
     values.update(zip(to_run, _run(evaluation, list(to_run))))
     return values
 

@@ -2,18 +2,34 @@
 
 A rewrite replaces a chain of nodes by fewer nodes that keep the names consumers read. These
 helpers cover the steps every such rewrite repeats: checking that a node's value is read by one
-node only (otherwise the unfused value is still needed), writing a folded constant, and removing
-the constant subgraphs that nothing reads any more.
+node only (otherwise the unfused value is still needed), writing a folded constant, removing
+the constant subgraphs that nothing reads any more, and copying out a graph of some nodes only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 
 import numpy as np
 
 from optimizer.graph.consts import PASS_THROUGH_OPS
 from optimizer.graph.names import is_control_input, node_name_from_input
+
+
+def graph_with_only(graph_def, names: Container[str], *, library: bool = True):
+    """A fresh GraphDef of copies of the nodes of ``graph_def`` named in ``names``, in graph
+    order, with its versions and (``library``) its functions. ``graph_def`` is left as it was:
+    callers edit the copies (clear a device, declare a shape) in the result."""
+    from tensorflow.core.framework import graph_pb2
+
+    result = graph_pb2.GraphDef()
+    result.versions.CopyFrom(graph_def.versions)
+    if library:
+        result.library.CopyFrom(graph_def.library)
+    for node in graph_def.node:
+        if node.name in names:
+            result.node.add().CopyFrom(node)
+    return result
 
 
 def only_reader(readers: dict[str, list], name: str):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from optimizer.errors import first_line
 from optimizer.graph.const_eval import constant_subgraph, constant_values, is_pure
 from optimizer.graph.consts import resolve_through_identity
 from optimizer.graph.functional_control_flow import (
@@ -224,7 +225,7 @@ def _run_static_part(graph_def, cond: FunctionGraph, body: FunctionGraph, static
                                                      if k in body_reads})
             except tf.errors.OpError as exc:
                 raise NotStatic(f"running its counter and condition failed: "
-                                f"{exc.message.splitlines()[0]}") from None
+                                f"{first_line(exc)}") from None
             values.append(dict(zip(wanted, results)))
 
 

@@ -18,6 +18,9 @@ search never returns a graph whose outputs differ from the input's beyond the to
 best is checked with :func:`optimizer.equivalence.compare`, then the next best kept candidates,
 and finally the input itself is returned.
 
+The canonical hash is :mod:`optimizer.search.hashing`; timing the best candidates end to end,
+when the cost model may misrank them, is :mod:`optimizer.search.remeasure`.
+
 Deterministic for a fixed seed with a deterministic cost (the fake costs of the tests, the op
 cost model with a warm cache): rules list matches in a fixed order, ties in the queue are broken
 by insertion order, and the only randomness (generated inputs) is seeded.
@@ -25,7 +28,6 @@ by insertion order, and the only randomness (generated inputs) is seeded.
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import itertools
 import logging
@@ -36,6 +38,8 @@ from dataclasses import dataclass, field, fields, replace
 from optimizer.frozen import FrozenModel
 from optimizer.graph.validate import InvalidGraphError, validate_graph
 from optimizer.search.cost import CostFunction
+from optimizer.search.hashing import canonical_hash
+from optimizer.search.settings import DEFAULT_ALPHA, DEFAULT_BUDGET, DEFAULT_TIME_BUDGET_SECONDS
 from optimizer.search.substitution import Substitution
 from optimizer.tolerance import Tolerance
 from optimizer.transforms.pipeline import context_for
@@ -43,50 +47,6 @@ from optimizer.transforms.pipeline import context_for
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY_SECONDS = 5.0
-
-
-# Constants larger than this are hashed by their dtype, shape and size, not their bytes.
-HASHED_CONSTANT_BYTES = 4096
-
-
-def canonical_hash(graph_def) -> str:
-    """sha256 of the graph with its nodes sorted by name, each serialized deterministically
-    (attr maps sorted), plus the function library and versions.
-
-    Independent of node order, but not of node names: two graphs that differ only in the names
-    of inner nodes hash differently. Rules name new nodes deterministically from the matched
-    ones, so the same rewrite reached twice gives the same names and the same hash; renaming
-    invariance (a hash up to isomorphism) would find a few more duplicates at a higher cost.
-
-    A ``Const`` larger than :data:`HASHED_CONSTANT_BYTES` (a weight) counts by its name, dtype,
-    shape and size, not its bytes: hashing every weight of every candidate took a third of a
-    ResNet50 search's time. The search only ever holds graphs equivalent to its input, so two
-    with the same structure, names and small constants (shapes, axes, split sizes, which are
-    hashed whole) compute the same function; their weights can differ only by rounding, and
-    either one will do.
-    """
-    digest = hashlib.sha256()
-    for node in sorted(graph_def.node, key=lambda n: n.name):
-        data = _node_identity(node)
-        digest.update(len(data).to_bytes(8, "little"))
-        digest.update(data)
-    for extra in (graph_def.library, graph_def.versions):
-        data = extra.SerializeToString(deterministic=True)
-        digest.update(len(data).to_bytes(8, "little"))
-        digest.update(data)
-    return digest.hexdigest()
-
-
-def _node_identity(node) -> bytes:
-    if node.op != "Const" or node.ByteSize() <= HASHED_CONSTANT_BYTES:
-        return node.SerializeToString(deterministic=True)
-    tensor = node.attr["value"].tensor
-    parts = [node.name, node.op, *node.input, node.device, str(tensor.dtype),
-             tensor.tensor_shape.SerializeToString(deterministic=True).hex(),
-             str(tensor.ByteSize())]
-    parts += [f"{key}={node.attr[key].SerializeToString(deterministic=True).hex()}"
-              for key in sorted(node.attr) if key != "value"]
-    return "\0".join(parts).encode()
 
 
 @dataclass(frozen=True)
@@ -144,11 +104,12 @@ class SearchResult:
 
     ``returned`` says which graph ``model`` holds: ``"best"`` (the cheapest found),
     ``"fallback"`` (the best failed the equivalence check; the next best that passed),
-    ``"input"`` (nothing cheaper passed), ``"remeasured"`` (:func:`remeasure` found another
-    candidate faster end to end), or the name of the incumbent :func:`remeasure` was given
-    (e.g. ``"greedy"``: nothing measured faster than greedy's graph). ``rejected`` lists the candidates that failed the
-    check, with the gap. ``candidates`` are the cheapest few kept (the returned one among
-    them unless it is the input), for :func:`remeasure`.
+    ``"input"`` (nothing cheaper passed), ``"remeasured"``
+    (:func:`optimizer.search.remeasure.remeasure` found another candidate faster end to end),
+    or the name of the incumbent ``remeasure`` was given (e.g. ``"greedy"``: nothing measured
+    faster than greedy's graph). ``rejected`` lists the candidates that failed the check, with
+    the gap. ``candidates`` are the cheapest few kept (the returned one among them unless it is
+    the input), for ``remeasure``.
     """
 
     model: FrozenModel
@@ -184,9 +145,9 @@ def relaxed_search(
     model: FrozenModel,
     rules: Sequence[Substitution] | None,
     cost: CostFunction,
-    alpha: float = 1.05,
-    budget: int = 500,
-    time_budget: float = 600.0,
+    alpha: float = DEFAULT_ALPHA,
+    budget: int = DEFAULT_BUDGET,
+    time_budget: float = DEFAULT_TIME_BUDGET_SECONDS,
     max_nodes_factor: float = 2.0,
     seed: int = 0,
     progress: Callable[[SearchProgress], None] | None = None,
@@ -345,7 +306,7 @@ def _checked_result(model: FrozenModel, start: Candidate, best_few: list[Candida
     rejected, rejected_hashes = [], set()
     cheaper = [c for c in best_few if c.cost < start.cost]
     for rank, candidate in enumerate(cheaper):
-        summary, broken = _equivalence(model, candidate.graph_def, tolerance, seed)
+        summary, broken = check_equivalence(model, candidate.graph_def, tolerance, seed)
         if not broken:
             returned = "best" if rank == 0 else "fallback"
             return _result(model, candidate, start, returned, rejected, summary,
@@ -358,7 +319,7 @@ def _checked_result(model: FrozenModel, start: Candidate, best_few: list[Candida
                    stats, cost_name, alpha, best_few, rejected_hashes)
 
 
-def _equivalence(model: FrozenModel, graph_def, tolerance: Tolerance,
+def check_equivalence(model: FrozenModel, graph_def, tolerance: Tolerance,
                  seed: int) -> tuple[str, str]:
     """(the comparison's summary, what it broke: empty when within tolerance). A candidate
     that cannot even run counts as broken."""
@@ -397,95 +358,3 @@ def continued_from(first: SearchResult, then: SearchResult) -> SearchResult:
     return replace(then, trace=first.trace + then.trace, input_cost=first.input_cost,
                    returned=returned, candidates=candidates, stats=stats,
                    rejected=first.rejected + then.rejected)
-
-
-def remeasure(result: SearchResult, original: FrozenModel, top_k: int = 3,
-              tolerance: Tolerance | None = None, choose_fastest: bool = True,
-              seed: int = 0, batch_size: int = 1, min_runs: int = 30,
-              min_seconds: float = 2.0, incumbent: tuple[str, SearchResult] | None = None,
-              confidence: float = 0.95, min_gain: float = 0.05) -> SearchResult:
-    """Time the input, the returned graph and the next cheapest candidates end to end.
-
-    The graphs run interleaved through the benchmark harness (one runner each), and the result
-    keeps each p50 (``measured``) and the chosen graph's (``measured_seconds``).
-
-    ``incumbent`` is another search's result, e.g. ``("greedy", greedy_result)``: its graph is
-    timed too and becomes the graph to beat. Without it the returned graph is. With
-    ``choose_fastest`` the incumbent is replaced only by a graph that passes the equivalence
-    check and is faster *with confidence*: the upper bound of the two-sided ``confidence``
-    interval of its p50 ratio to the incumbent's is below ``1 - min_gain``. The cost model can misrank graphs,
-    so measurement decides; but two graphs within noise of each other are not told apart by one
-    short timing, and switching on a lucky draw would make a relaxed search return a graph no
-    faster than greedy's, and reruns disagree. The 5 % default margin is the quality gate's
-    (``min_speedup`` 1.05), for the same reason: two copies of one small graph, timed
-    interleaved in one process, were measured 2-9 % apart with intervals that excluded 1. A
-    relaxed search given greedy's result as the
-    incumbent is therefore never measured slower than greedy, up to the interval's error.
-    """
-    from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.benchmark.stats import p50_ratio_interval
-    from optimizer.inputs import infer_int_ranges, make_inputs
-    from optimizer.runtime import load_runner
-
-    tolerance = tolerance or Tolerance()
-    # name -> (model, model cost, trace); one entry per distinct graph
-    contenders = {"input": (original, result.input_cost, ())}
-    hashes = {canonical_hash(original.graph_def): "input"}
-
-    def add(name: str, model: FrozenModel, model_cost: float, trace,
-            digest: str | None = None) -> str:
-        digest = digest or canonical_hash(model.graph_def)
-        if digest not in hashes:
-            hashes[digest] = name
-            contenders[name] = (model, model_cost, trace)
-        return hashes[digest]
-
-    current = add("returned", result.model, result.cost, result.trace)
-    if incumbent is not None:
-        name, other = incumbent
-        current = add(name, other.model, other.cost, other.trace)
-    for candidate in result.candidates:
-        if len(contenders) >= top_k + 1 + (incumbent is not None):
-            break
-        if candidate.hash in hashes:  # the search hashed every candidate it kept
-            continue
-        if not _equivalence(original, candidate.graph_def, tolerance, seed)[1]:
-            add(f"candidate{len(contenders)}", original.with_graph(candidate.graph_def),
-                candidate.cost, candidate.trace, candidate.hash)
-    feeds = make_inputs(original.signature, batch_size, seed,
-                        infer_int_ranges(original.graph_def, original.signature))
-    calls = {name: _timed_call(load_runner(model), feeds)
-             for name, (model, _, _) in contenders.items()}
-    samples = time_interleaved(calls, min_runs=min_runs, min_seconds=min_seconds,
-                               rotate_order=True)
-    p50 = {name: s.p50 for name, s in samples.items()}
-    measured = tuple((name, contenders[name][1], p50[name]) for name in contenders)
-
-    def beats(name: str, other: str) -> bool:
-        return p50_ratio_interval(samples[other].seconds, samples[name].seconds, confidence,
-                                  seed=seed).high < 1.0 - min_gain
-
-    chosen = current
-    if choose_fastest:
-        winners = [name for name in contenders if name != current and beats(name, current)]
-        if winners:
-            chosen = min(winners, key=lambda n: p50[n])
-            # among graphs that beat the incumbent, the search's own pick stands unless it
-            # is beaten too
-            if "returned" in winners and chosen != "returned" and not beats(chosen,
-                                                                             "returned"):
-                chosen = "returned"
-    if chosen == "returned":
-        return replace(result, measured_seconds=p50[chosen], measured=measured)
-    if chosen != current:
-        log.info("remeasure: %s measured faster than %s (%.3g s vs %.3g s)", chosen, current,
-                 p50[chosen], p50[current])
-    model, model_cost, trace = contenders[chosen]
-    returned = {"input": "input", current: current}.get(chosen, "remeasured")
-    return replace(result, model=model, cost=model_cost, trace=trace, returned=returned,
-                   measured_seconds=p50[chosen], measured=measured)
-
-
-def _timed_call(runner, feeds) -> Callable[[], object]:
-    tensors = runner.to_tensors(feeds)  # converted once, outside the timed calls
-    return lambda: runner.call(tensors)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from optimizer.errors import first_line
 from optimizer.graph.colocation import redirect_colocation
 from optimizer.graph.const_eval import is_pure
 from optimizer.graph.control_flow import execution_order
@@ -31,7 +32,7 @@ from optimizer.graph.names import (
     node_name_from_input,
     output_index,
 )
-from optimizer.graph.rewrite import unique_name
+from optimizer.graph.rewrite import graph_with_only, unique_name
 from optimizer.graph.traversal import consumers, reachable_from
 from optimizer.graph.validate import InvalidGraphError
 from optimizer.transforms.base import Param, Transform, TransformContext, TransformRefused
@@ -121,7 +122,7 @@ class FoldConstants(Transform):
                 try:
                     values[name] = session.run(tensors)
                 except tf.errors.OpError as exc:
-                    message = str(exc.message).strip().splitlines()[0]
+                    message = first_line(exc)
                     if not self["ignore_errors"]:
                         raise TransformRefused(
                             f"fold_constants: cannot evaluate node '{name}': {message} "
@@ -131,21 +132,14 @@ class FoldConstants(Transform):
 
 
 def _import_constant_subgraph(graph_def, foldable: set[str]):
-    from tensorflow.core.framework import graph_pb2
-
     from optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
-    subgraph = graph_pb2.GraphDef()
-    subgraph.versions.CopyFrom(graph_def.versions)
-    subgraph.library.CopyFrom(graph_def.library)
-    for node in graph_def.node:
-        if node.name in foldable:
-            copy = subgraph.node.add()
-            copy.CopyFrom(node)
-            copy.device = ""  # evaluated here, whatever device the graph was placed on
-            if "_class" in copy.attr:
-                del copy.attr["_class"]
+    subgraph = graph_with_only(graph_def, foldable)
+    for copy in subgraph.node:
+        copy.device = ""  # evaluated here, whatever device the graph was placed on
+        if "_class" in copy.attr:
+            del copy.attr["_class"]
     graph = tf.Graph()
     try:
         with graph.as_default():

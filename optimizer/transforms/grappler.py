@@ -30,6 +30,7 @@ that does not load is refused with the reason.
 from __future__ import annotations
 
 from optimizer.cpu_features import cpu_supports_bf16
+from optimizer.errors import first_line
 from optimizer.graph.validate import InvalidGraphError
 from optimizer.transforms.base import (
     Param,
@@ -88,7 +89,7 @@ def import_error(graph_def) -> str | None:
         with tf.Graph().as_default():
             tf.compat.v1.import_graph_def(graph_def, name="")
     except (ValueError, tf.errors.OpError) as exc:
-        return str(exc).strip().splitlines()[0]
+        return first_line(exc)
     return None
 
 

@@ -10,6 +10,33 @@ import importlib
 
 from optimizer.transforms.base import Transform, TransformConfigError
 
+
+class LazyRegistry:
+    """Classes by name, each in a module of ``package`` imported only when its name is asked
+    for (a transform's or a rule's module may import TensorFlow, and a recipe names a few).
+
+    ``modules`` (name -> module under ``package``) is read at each lookup, not copied: adding a
+    name is one line in the dict, and a test may add one for its own duration.
+    """
+
+    def __init__(self, package: str, base: type, kind: str, modules: dict[str, str]):
+        self.package, self.base, self.kind, self.modules = package, base, kind, modules
+
+    def names(self) -> list[str]:
+        return list(self.modules)
+
+    def get(self, name: str) -> type:
+        if name not in self.modules:
+            raise TransformConfigError(
+                f"unknown {self.kind} '{name}'; valid: {', '.join(self.modules)}")
+        module_name = f"{self.package}.{self.modules[name]}"
+        module = importlib.import_module(module_name)
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, self.base) and obj.name == name:
+                return obj
+        raise LookupError(f"module {module_name} defines no {self.kind} '{name}'")
+
+
 # name -> module under optimizer.transforms that defines the Transform subclass of that name.
 TRANSFORM_MODULES: dict[str, str] = {
     "strip_unused_nodes": "strip_unused_nodes",
@@ -29,15 +56,11 @@ TRANSFORM_MODULES: dict[str, str] = {
 }
 
 
+TRANSFORMS = LazyRegistry("optimizer.transforms", Transform, "transform", TRANSFORM_MODULES)
+
+
 def transform_class(name: str) -> type[Transform]:
-    if name not in TRANSFORM_MODULES:
-        raise TransformConfigError(
-            f"unknown transform '{name}'; valid: {', '.join(TRANSFORM_MODULES)}")
-    module = importlib.import_module(f"optimizer.transforms.{TRANSFORM_MODULES[name]}")
-    for obj in vars(module).values():
-        if isinstance(obj, type) and issubclass(obj, Transform) and obj.name == name:
-            return obj
-    raise LookupError(f"module optimizer.transforms.{TRANSFORM_MODULES[name]} defines no '{name}'")
+    return TRANSFORMS.get(name)
 
 
 def make_transform(name: str, **params) -> Transform:
@@ -45,4 +68,4 @@ def make_transform(name: str, **params) -> Transform:
 
 
 def transform_names() -> list[str]:
-    return list(TRANSFORM_MODULES)
+    return TRANSFORMS.names()

@@ -8,6 +8,7 @@ to the inputs' ``dtype``/``shape`` attrs.
 
 from __future__ import annotations
 
+from optimizer.graph.rewrite import graph_with_only
 from optimizer.graph.traversal import reachable_from
 from optimizer.transforms.base import Param, Transform, TransformContext
 
@@ -20,18 +21,11 @@ class StripUnusedNodes(Transform):
     )
 
     def transform(self, graph_def, context: TransformContext):
-        from tensorflow.core.framework import graph_pb2
-
         keep = reachable_from(graph_def, context.output_names) | set(context.boundary)
-        result = graph_pb2.GraphDef()
-        result.versions.CopyFrom(graph_def.versions)
-        result.library.CopyFrom(graph_def.library)
-        for node in graph_def.node:
-            if node.name in keep:
-                new = result.node.add()
-                new.CopyFrom(node)
-                if node.name in context.input_names and node.op == "Placeholder":
-                    self._declare(new)
+        result = graph_with_only(graph_def, keep)
+        for node in result.node:
+            if node.name in context.input_names and node.op == "Placeholder":
+                self._declare(node)
         return result
 
     def _declare(self, node) -> None:

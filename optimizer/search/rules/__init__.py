@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
-
 from optimizer.search.substitution import Substitution
-from optimizer.transforms.base import TransformConfigError
+from optimizer.transforms.registry import LazyRegistry
 
 # rule name -> module under optimizer.search.rules defining the Substitution of that name.
 RULE_MODULES: dict[str, str] = {
@@ -21,16 +19,12 @@ RULE_MODULES: dict[str, str] = {
 }
 
 
+RULES = LazyRegistry("optimizer.search.rules", Substitution, "substitution rule", RULE_MODULES)
+
+
 def rule_class(name: str) -> type[Substitution]:
-    if name not in RULE_MODULES:
-        raise TransformConfigError(f"unknown substitution rule '{name}'; valid: "
-                                   f"{', '.join(RULE_MODULES)}")
-    module = importlib.import_module(f"optimizer.search.rules.{RULE_MODULES[name]}")
-    for obj in vars(module).values():
-        if isinstance(obj, type) and issubclass(obj, Substitution) and obj.name == name:
-            return obj
-    raise LookupError(f"optimizer.search.rules.{RULE_MODULES[name]} defines no rule '{name}'")
+    return RULES.get(name)
 
 
 def all_rules() -> list[Substitution]:
-    return [rule_class(name)() for name in RULE_MODULES]
+    return [rule_class(name)() for name in RULES.names()]
