@@ -21,12 +21,12 @@ import json
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from optimizer.benchmark.harness import BenchmarkConfig
 from optimizer.errors import TfoptError, validation_error_line
 from optimizer.gate import GateConfig
-from optimizer.recipe import INFERENCE_RECIPE
+from optimizer.recipe import INFERENCE_RECIPE, default_recipe
 from optimizer.search.settings import DEFAULT_ALPHA, DEFAULT_BUDGET, DEFAULT_TIME_BUDGET_SECONDS
 
 
@@ -56,6 +56,13 @@ class OptimizeConfig(_Section):
                                        description="search: wall-time limit")
     cost: Literal["model", "measured"] = Field(
         "model", description="search cost: cached per-op model, or end-to-end timing")
+
+    @model_validator(mode="after")
+    def _native_default_recipe(self) -> OptimizeConfig:
+        # The default recipe holds transforms of this package's own, which TF's C++ tool lacks.
+        if self.backend == "native" and "recipe" not in self.model_fields_set:
+            object.__setattr__(self, "recipe", default_recipe("native"))
+        return self
 
 
 # The benchmark's defaults are the library's (optimizer.benchmark.harness.BenchmarkConfig).

@@ -64,6 +64,12 @@ EIGHT_BIT_RECIPE = ("strip_unused_nodes remove_nodes(op=Identity, op=CheckNumeri
 # GTT's "Shrinking File Size" recipe: weights stored as eight bits, computation in float.
 SHRINK_WEIGHTS_RECIPE = "quantize_weights"
 
+def default_recipe(backend: str = "python") -> str:
+    """The recipe used when none is given: the inference recipe, or GTT's own for the native
+    backend, whose C++ tool has none of this package's own transforms."""
+    return GTT_INFERENCE_RECIPE if backend == "native" else INFERENCE_RECIPE
+
+
 RECIPES = {
     "deployment": DEPLOYMENT_RECIPE,
     "inference": INFERENCE_RECIPE,

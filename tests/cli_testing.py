@@ -25,3 +25,19 @@ def assert_clean_failure(result: subprocess.CompletedProcess, exit_code: int, *p
     assert len(lines) == 1, f"expected one line on stderr, got: {result.stderr!r}"
     for phrase in phrases:
         assert phrase in lines[0], f"{phrase!r} not in {lines[0]!r}"
+
+
+def assert_chosen_is_the_fastest_or_a_more_precise_tie(rows: dict, chosen: str):
+    """The gate serves the fastest promoted candidate, unless one whose speedup interval overlaps
+    the fastest one's keeps more precision (optimizer.near_ties): whichever it chose, the table's
+    figures must say why."""
+    from optimizer.near_ties import precision_rank
+
+    promoted = [r for r in rows.values() if r["verdict"] in ("chosen", "passed")]
+    fastest = max(promoted, key=lambda r: r["speedup"])
+    if rows[chosen]["speedup"] == fastest["speedup"]:
+        return
+    (low, high), (f_low, f_high) = rows[chosen]["ratio_interval"], fastest["ratio_interval"]
+    assert low <= f_high and f_low <= high, f"{chosen} is slower than {fastest['label']}, no tie"
+    assert precision_rank(chosen) < precision_rank(fastest["label"]), (
+        f"{chosen} was chosen over the faster {fastest['label']} without more precision")

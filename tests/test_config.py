@@ -70,3 +70,17 @@ def test_calibration_data_and_block_size_have_defaults_and_change_the_fingerprin
     assert calibrated.calibration.data == "s3://bucket/inputs.npz"
     assert calibrated.benchmark.block_size == 1
     assert calibrated.fingerprint() != base.fingerprint()
+
+
+def test_the_native_backend_defaults_to_gtts_own_recipe_and_keeps_a_given_one():
+    from optimizer.native_gtt import KNOWN_NATIVE_TRANSFORMS
+    from optimizer.recipe import GTT_INFERENCE_RECIPE, INFERENCE_RECIPE, parse_transforms
+
+    native = config_from_mapping({"source": "/m", "optimize": {"backend": "native"}})
+    assert native.optimize.recipe == GTT_INFERENCE_RECIPE
+    assert {t.name for t in parse_transforms(native.optimize.recipe)} <= set(KNOWN_NATIVE_TRANSFORMS)
+    python = config_from_mapping({"source": "/m"})
+    assert python.optimize.recipe == INFERENCE_RECIPE
+    given = config_from_mapping({"source": "/m",
+                                 "optimize": {"backend": "native", "recipe": "fold_constants"}})
+    assert given.optimize.recipe == "fold_constants"

@@ -99,11 +99,12 @@ def _search_settings(args):
 
 
 def _recipe(args):
-    from optimizer.recipe import INFERENCE_RECIPE, Recipe, load_recipe_file
+    from optimizer.recipe import Recipe, default_recipe, load_recipe_file
     from optimizer.transforms.base import TransformConfigError
 
     if args.targets is not None and args.transforms is None and args.config is None:
-        return Recipe.from_string(INFERENCE_RECIPE, source="the inference recipe")
+        return Recipe.from_string(default_recipe(args.backend or "python"),
+                                  source="the inference recipe")
     if (args.transforms is None) == (args.config is None):
         raise TransformConfigError("give the recipe with exactly one of --transforms or --config")
     if args.config is not None:

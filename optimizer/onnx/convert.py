@@ -114,6 +114,7 @@ class OnnxExport(SharedConversion):
         int8 flavours start from: run once (on ResNet50 it is a symbolic shape inference and
         an optimization pass over a 100 MB model, tens of seconds)."""
         if self._pre_processed is None:
+            import contextlib
             import tempfile
 
             from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -121,7 +122,10 @@ class OnnxExport(SharedConversion):
             with tempfile.TemporaryDirectory(prefix="tfopt-onnx-pre-") as work:
                 converted, prepared = Path(work) / "converted.onnx", Path(work) / "prepared.onnx"
                 converted.write_bytes(self.model_bytes())
-                quant_pre_process(str(converted), str(prepared))
+                # Its shape inference writes scratch files (sym_shape_infer_temp.onnx, external
+                # *.data) into the working directory when it gives up: keep them in ours.
+                with contextlib.chdir(work):
+                    quant_pre_process(str(converted), str(prepared))
                 self._pre_processed = prepared.read_bytes()
         return self._pre_processed
 
