@@ -312,8 +312,9 @@ def _savedmodel_maker(variant: str, optimized: FrozenModel, signature: str):
         if variant == "bf16":
             from optimizer.bf16 import BF16_PROVENANCE, bf16_mixed_precision
 
-            write_saved_model(bf16_mixed_precision(model), dst, overwrite=True,
-                              metadata=BF16_PROVENANCE)
+            retyped = bf16_mixed_precision(model)
+            del model  # the float32 graph goes before the write's own copies of the bf16 one
+            write_saved_model(retyped, dst, overwrite=True, metadata=BF16_PROVENANCE)
             runtime = "tensorflow"
         else:
             from optimizer.xla import write_xla_saved_model

@@ -69,6 +69,23 @@ class OutlinedModel(FrozenModel):
     def size_bytes(self) -> int:
         return self.graph_bytes
 
+    def __reduce__(self):
+        # as the graph's bytes, read back without TensorFlow where it is not imported: the
+        # step's process reads the result and starts no runtime beside its workers
+        return (_outline_from_bytes, (self.graph_def.SerializeToString(), self.signature,
+                                      self.source, self.history, self.graph_bytes, self.stored,
+                                      self.written))
+
+
+def _outline_from_bytes(graph: bytes, signature, source: str, history: tuple[str, ...],
+                        graph_bytes: int, stored: str | None, written: str | None
+                        ) -> OutlinedModel:
+    from optimizer.tf_protos import graph_def_from_bytes
+
+    return OutlinedModel(graph_def=graph_def_from_bytes(graph), signature=signature,
+                         source=source, history=history, graph_bytes=graph_bytes,
+                         stored=stored, written=written)
+
 
 def outline(model: FrozenModel, stored: str | None = None,
             written: str | None = None) -> OutlinedModel:

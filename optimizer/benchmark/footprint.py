@@ -9,10 +9,15 @@ that are known to cost more) has a factor over the bytes on disk, measured on th
 dense MLPs (200 MB on disk, tree RSS of a fresh process that loads the model and calls it):
 
 - TensorFlow runtime alone, imported and started: ~0.6 GiB (:data:`PROCESS_BYTES`);
-- a SavedModel loaded and called: ~2x its size (0.84 GiB for 200 MB, the process included);
+- a SavedModel loaded and called: ~2x its size (0.84 GiB for 200 MB, the process included),
+  more for a frozen one (its constants are in the graph Grappler rewrites at the first call);
 - its bf16 and XLA variants, loaded beside it: ~16x (each added 2.2 GiB for 200 MB, and a
   benchmark of all of them measured 35% above estimates made with 12x);
-- LiteRT (the flatbuffer is read, XNNPACK repacks the weights), ONNX Runtime, OpenVINO: ~2x;
+- LiteRT (the flatbuffer is read, XNNPACK repacks the weights): 2.5x measured (a 24 MiB fp32
+  flatbuffer grew a fresh process by 2.48x its size); ONNX Runtime, OpenVINO: ~2x;
+- a benchmark process as a whole measured ~1.4x the sum of its models' former estimates (3.2
+  GiB where 2.3 were estimated, mlp_100mb's group of the optimized model and 4 LiteRT
+  flavours): the SavedModel and LiteRT factors below are raised to match it;
 - freezing and transforming (the optimize stage): ~14x, and the process keeps ~6x after it;
   in the optimize worker that big models get (:mod:`optimizer.optimize_worker`), ~9x.
 
@@ -29,7 +34,7 @@ from optimizer.memory_budget import GIB, MemoryBudget
 
 PROCESS_BYTES = int(0.6 * GIB)
 # bytes in memory per byte on disk, by format; by variant where a variant differs
-FORMAT_FACTOR = {"savedmodel": 2.5, "tflite": 2.0, "onnx": 2.5, "openvino": 2.5}
+FORMAT_FACTOR = {"savedmodel": 3.5, "tflite": 3.0, "onnx": 2.5, "openvino": 2.5}
 # 12x underestimated them by ~35% (a 200 MB MLP's benchmark: 5.5 GiB estimated, 7.5 measured)
 VARIANT_FACTOR = {"bf16": 16.0, "xla": 16.0}
 # converting a SavedModel to LiteRT by hand, per byte on disk beside the runtime: 0.86 GiB for
@@ -47,7 +52,8 @@ OPTIMIZE_FACTOR = 14.0
 # the optimize worker (optimizer.optimize_worker), which lets the original and every
 # intermediate graph go and checks one model at a time: 2.2 GiB for a 191 MiB MLP (8.2x)
 OPTIMIZE_WORKER_FACTOR = 9.0
-# the step's process while a worker optimizes: TensorFlow not started yet (tfopt optimize)
+# the step's process while its workers optimize, build and time a big model: it never starts
+# TensorFlow (it reads the protos it needs without it, optimizer.tf_protos)
 STEP_PROCESS_BYTES = int(0.1 * GIB)
 # what the process that optimized keeps afterwards (its runtime, caches, freed but unreturned
 # heap): 0.9 GiB for the same MLP
@@ -121,13 +127,14 @@ def job_minimum_bytes(path: str | os.PathLike) -> int:
     """The least ``tfopt optimize --targets`` can take for this SavedModel: the largest of
     its stages. In one process: optimizing, then benchmarking beside what optimizing left
     (a benchmark process holding the baseline and one candidate of its size). A big model's
-    stages run in worker processes one at a time beside the step's process, which holds the
-    TensorFlow runtime only: optimizing, one candidate's build, or that benchmark."""
+    stages run in worker processes one at a time beside the step's process, which holds no
+    TensorFlow (:data:`STEP_PROCESS_BYTES`): optimizing, one candidate's build, or that
+    benchmark."""
     size = disk_bytes(path)
     pair = 2 * int(FORMAT_FACTOR["savedmodel"] * size)
     if _in_workers(size):
-        return max(optimizing_bytes(path), PROCESS_BYTES + building_bytes(path),
-                   2 * PROCESS_BYTES + pair)
+        return max(optimizing_bytes(path), STEP_PROCESS_BYTES + building_bytes(path),
+                   STEP_PROCESS_BYTES + PROCESS_BYTES + pair)
     benchmark = 2 * PROCESS_BYTES + int(RESIDUE_FACTOR * size) + pair
     return max(optimizing_bytes(path), benchmark)
 
