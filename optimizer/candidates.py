@@ -307,19 +307,18 @@ def _savedmodel_maker(variant: str, optimized: FrozenModel, signature: str):
         from optimizer.export import write_saved_model
         from optimizer.optimize_worker import full_model
 
-        model = full_model(optimized)  # an outline when it was optimized in a worker
-
+        # optimized is an outline when it was optimized in a worker: the full model read from
+        # its file is held by the build alone, which lets it go once retyped or traced
         if variant == "bf16":
             from optimizer.bf16 import BF16_PROVENANCE, bf16_mixed_precision
 
-            retyped = bf16_mixed_precision(model)
-            del model  # the float32 graph goes before the write's own copies of the bf16 one
+            retyped = bf16_mixed_precision(full_model(optimized))
             write_saved_model(retyped, dst, overwrite=True, metadata=BF16_PROVENANCE)
             runtime = "tensorflow"
         else:
             from optimizer.xla import write_xla_saved_model
 
-            write_xla_saved_model(model, dst, overwrite=True)
+            write_xla_saved_model(full_model(optimized), dst, overwrite=True)
             runtime = "tensorflow+xla"
         how = savedmodel_load_instructions(signature)
         if variant == "xla":
