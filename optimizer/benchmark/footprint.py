@@ -37,6 +37,11 @@ PROCESS_BYTES = int(0.6 * GIB)
 FORMAT_FACTOR = {"savedmodel": 3.5, "tflite": 3.0, "onnx": 2.5, "openvino": 2.5}
 # 12x underestimated them by ~35% (a 200 MB MLP's benchmark: 5.5 GiB estimated, 7.5 measured)
 VARIANT_FACTOR = {"bf16": 16.0, "xla": 16.0}
+# and a cost of their own whatever the model's size: XLA's compiler (its build worker peaked at
+# 1.08 GiB where bf16's took 0.71 for a 48 MiB MLP), bf16's Grappler rewrite at load. A group of
+# the optimized model, bf16, XLA and LiteRT fp32 of that MLP peaked at 2.02 GiB where the
+# factors alone estimated 1.52; the group of its other three LiteRT flavours matched (0.83)
+VARIANT_FIXED_BYTES = {"bf16": int(0.1 * GIB), "xla": int(0.4 * GIB)}
 # converting a SavedModel to LiteRT by hand, per byte on disk beside the runtime: 0.86 GiB for
 # a 48 MiB MLP, 1.36 GiB for a 191 MiB one (3.8x to 4.7x over the runtime's 0.6 GiB)
 CONVERSION_FACTOR = 4.0
@@ -77,7 +82,7 @@ def loaded_bytes(path: str | os.PathLike, format: str = "savedmodel",
                  variant: str | None = None) -> int:
     """The estimated memory a loaded and called model adds to a process already running."""
     factor = VARIANT_FACTOR.get(variant or "", FORMAT_FACTOR.get(format, 2.5))
-    return int(factor * disk_bytes(path))
+    return VARIANT_FIXED_BYTES.get(variant or "", 0) + int(factor * disk_bytes(path))
 
 
 def conversion_bytes(path: str | os.PathLike) -> int:
