@@ -23,16 +23,16 @@ Measured in r22 (the step's process holds no TensorFlow; the bf16 and XLA builds
 graph go; benchmark factors raised), each row started by this script with ``--cap-gb`` 6 or 9,
 up to three rows at once on 2 CPUs shared with five developers (load average 20-90, so wall
 times are inflated many-fold; memory is not). Finished rows from tfopt's own stage table;
-rows still running at the deadline were sampled every 0.5 s from outside (the tree under the
+mlp_400mb, stopped in its benchmark at the deadline, was sampled every 0.5 s from outside (the tree under the
 ``tfopt`` process), split at the stage lines of its ``-v`` log:
 
 ==========  ========  ========  ========  ==========  =========  ===========  =====
 model       on disk   by hand   optimize  candidates  benchmark  peak, wall   ratio
 ==========  ========  ========  ========  ==========  =========  ===========  =====
 mlp_25mb    48 MiB    0.86 GiB  0.87 GiB  1.1 GiB     2.1 GiB    2.06, 2170s  2.41x
-mlp_100mb   191 MiB   1.34 GiB  2.15 GiB  2.14 GiB    >= 4.20    >= 4.20      >3.1x
-mlp_400mb   763 MiB   3.49 GiB  6.75 GiB  5.69 GiB    -          >= 6.75      >1.9x
-resnet50    198 MiB   1.62 GiB  2.19 GiB  2.29 GiB    >= 4.57    >= 4.57      >2.8x
+mlp_100mb   191 MiB   1.34 GiB  2.2 GiB   2.1 GiB     4.2 GiB    4.24, 572s   3.16x
+mlp_400mb   763 MiB   3.49 GiB  6.75 GiB  5.69 GiB    >= 8.12    >= 8.12      >2.3x
+resnet50    198 MiB   1.62 GiB  2.2 GiB   2.3 GiB     4.6 GiB    4.53, 2052s  2.79x
 ==========  ========  ========  ========  ==========  =========  ===========  =====
 
 Against r21, optimize and candidates are now within 2x on every row (candidates: 1.1, 2.14,
