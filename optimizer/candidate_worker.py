@@ -72,6 +72,12 @@ def main(argv: Sequence[str]) -> int:
         job["source"], job["optimized"], Path(job["workdir"]), job["settings"], job["labels"],
         signature=job["signature"], calibration=job["calibration"],
         source_digest=job["source_digest"])
+    from optimizer.benchmark.memory import read_rss
+
+    reading = read_rss()
+    if reading is not None:  # beside building_bytes' estimate, in the step's log
+        log.info("candidates: the worker building %s peaked at %.2f GiB resident",
+                 ", ".join(job["labels"]), reading.peak_bytes / 2**30)
     write_answer(json.dumps({"made": [c.to_dict() for c in made],
                              "skipped": [s.to_dict() for s in skipped]}))
     return 0

@@ -351,18 +351,18 @@ def _savedmodel_maker(variant: str, optimized: FrozenModel, signature: str):
         from optimizer.export import write_saved_model
         from optimizer.optimize_worker import full_model
 
-        model = full_model(optimized)  # an outline when it was optimized in a worker
-
+        # optimized is an outline when it was optimized in a worker: the full model read from
+        # its file is held by the build alone, which lets it go once retyped or traced
         if variant == "bf16":
             from optimizer.bf16 import BF16_PROVENANCE, bf16_mixed_precision
 
-            write_saved_model(bf16_mixed_precision(model), dst, overwrite=True,
-                              metadata=BF16_PROVENANCE)
+            retyped = bf16_mixed_precision(full_model(optimized))
+            write_saved_model(retyped, dst, overwrite=True, metadata=BF16_PROVENANCE)
             runtime = "tensorflow"
         else:
             from optimizer.xla import write_xla_saved_model
 
-            write_xla_saved_model(model, dst, overwrite=True)
+            write_xla_saved_model(full_model(optimized), dst, overwrite=True)
             runtime = "tensorflow+xla"
         how = savedmodel_load_instructions(signature)
         if variant == "xla":

@@ -34,7 +34,7 @@ def read_saved_model_proto(path: str | os.PathLike, policy: ScanPolicy | None = 
     ``policy`` or the policy in force) guard every entry point: inspect, freeze, optimize,
     benchmark, the pipeline's pull and every load after it.
     """
-    from tensorflow.core.protobuf import saved_model_pb2
+    from optimizer.tf_protos import saved_model_class
 
     policy = policy or current_policy()
     root = Path(path)
@@ -43,7 +43,9 @@ def read_saved_model_proto(path: str | os.PathLike, policy: ScanPolicy | None = 
     if not root.is_dir():
         raise NotASavedModelError(f"{root} is a file, not a SavedModel directory")
     pb, pbtxt = root / "saved_model.pb", root / "saved_model.pbtxt"
-    proto = saved_model_pb2.SavedModel()
+    # without TensorFlow until it is imported: the step's process reading a signature does not
+    # start a 0.65 GiB runtime beside its workers (:mod:`optimizer.tf_protos`)
+    proto = saved_model_class()()
     if pb.is_file():
         file, text = pb, False
     elif pbtxt.is_file():

