@@ -6,8 +6,8 @@
 
 For each family of ``benchmarks/families.py`` (its stock model, exported or reused from the
 work directory) this optimizes the frozen graph with the inference recipe, then builds every
-candidate ``--targets`` asks for exactly as :func:`optimizer.candidates.derive_candidates` does
-(one worker process per build group, :func:`optimizer.candidates.build_plan`), on inputs
+candidate ``--targets`` asks for exactly as :func:`optimizer.candidates.build.derive_candidates` does
+(one worker process per build group, :func:`optimizer.candidates.build.build_plan`), on inputs
 generated from the signature as a user without data gets (``calibration: synthetic``), and
 prints per group the wall seconds (what a user waits for; the machine's load, printed, stretches
 them) and the worker's CPU seconds (hardly stretched by load: compare runs by these), and the
@@ -32,17 +32,17 @@ from families import ALL_TARGETS, FAMILIES
 
 
 def time_builds(src: Path, workdir: Path, targets: str, samples: int | None) -> dict:
-    from optimizer.calibration import synthetic
-    from optimizer.candidate_worker import build_in_worker
-    from optimizer.candidates import (
+    from optimizer.candidates.build import (
         SAVEDMODEL_VARIANTS,
         CandidateSettings,
         build_plan,
         parse_targets,
     )
-    from optimizer.optimize import optimize
-    from optimizer.recipe import INFERENCE_RECIPE
-    from optimizer.savedmodel import DEFAULT_SIGNATURE, get_signature
+    from optimizer.candidates.worker import build_in_worker
+    from optimizer.inputs.calibration import synthetic
+    from optimizer.model.savedmodel import DEFAULT_SIGNATURE, get_signature
+    from optimizer.optimize.flow import optimize
+    from optimizer.optimize.recipe import INFERENCE_RECIPE
 
     settings = CandidateSettings(targets=parse_targets(targets))
     if samples is not None:

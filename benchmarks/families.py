@@ -136,11 +136,11 @@ figures at 1 thread and the default, and with two busy loops on the cores), per 
   bare. Fixed: every subject is called bound (``ModelRunner.bind``);
 - fp16 over fp32, 0.2-0.35 us (3-5%): the fp16 model's ``DEQUANTIZE`` of the embedding's output.
   The gate had them tied (23.32x and 23.27x, intervals overlapping) and chose fp16. Fixed in
-  ``optimizer.near_ties.choose_among_promoted``: among promoted candidates whose intervals
+  ``optimizer.gate.near_ties.choose_among_promoted``: among promoted candidates whose intervals
   overlap the fastest one's, the most precise (fp32, then fp16/bf16, then int8). Now
   ``litert_fp32`` is chosen (``litert_fp16`` and ``litert_dynamic_int8`` tied with it);
 - the converter's source, ~0.1 us (1-2%): our LiteRT candidates convert the tables-refilled
-  rewrite (``optimizer.litert.constant_tables``), whose outputs are pinned with a ``RESHAPE``;
+  rewrite (``optimizer.candidates.litert.constant_tables``), whose outputs are pinned with a ``RESHAPE``;
   converted from the stock SavedModel the same converter settings give the by-hand model's ops
   exactly. What is left: 0.00735 vs 0.00720 ms, 0.98x, intervals overlapping;
 - threads: no difference (1, 2 or the default thread, 7.06-7.10 us by hand).
@@ -162,7 +162,7 @@ XLA, the best, is 1.30x at batch 1 here; an ``erfc`` to ``erf`` GELU rewrite tha
 remapper fuse the four FFN matmuls is the next thing to try.
 
 String, ``savedmodel`` only: the XLA candidate now compiles the numeric part after the lookup
-(``optimizer.xla.xla_partition``) and is exact, but under this load it was 0.88x of stock (the
+(``optimizer.candidates.xla.xla_partition``) and is exact, but under this load it was 0.88x of stock (the
 hashing and search stay in TensorFlow, and the XLA launch adds its own cost to a 0.17 ms call);
 the gate rejected it. ONNX candidates now convert (the tables as a ``CategoryMapper``); the
 gate measured them at 15-16x, behind LiteRT, and rejected them for top-1 agreement 0.29: the
@@ -182,9 +182,9 @@ by all developers' jobs; the worker held 4.9 GB), the OpenVINO group 22:42-22:49
 pays a TensorFlow import: 13.7 CPU seconds, 125-163 s wall at load 10-23
 (``python -X importtime -c "import tensorflow"``; keras alone imports scikit-learn, 24 s wall).
 Changed since: the four LiteRT flavours build in one worker (one import, one load of the model,
-one converter source: :func:`optimizer.candidates.planned_builds`); on a model of 32 MB or more
+one converter source: :func:`optimizer.candidates.build.planned_builds`); on a model of 32 MB or more
 ``litert_fp16`` and ``onnx_fp32``, which cannot beat ``litert_fp32`` and ``onnx_optimized``, are
-not built (:data:`optimizer.candidates.DOMINATED`), which also takes two of 16 models out of
+not built (:data:`optimizer.candidates.build.DOMINATED`), which also takes two of 16 models out of
 every benchmark round; the ONNX int8 flavours share one quantization pre-processing. The
 per-group figures after the change (``benchmarks/candidate_builds.py``, CPU seconds) were not
 measured: the runs were stopped to leave the CPUs to this row.
@@ -321,7 +321,7 @@ class Family:
     eval_data: str | None = None  # file name in the family workdir, labelled (x, y)
 
     def feeds(self, signature, seed: int) -> dict:
-        from optimizer.inputs import make_inputs
+        from optimizer.inputs.generated import make_inputs
 
         return make_inputs(signature, 1, seed, self.int_ranges,
                            vocabularies=self.vocabularies() if self.vocabularies else None)
@@ -862,7 +862,7 @@ def main() -> int:
     if args.quick:
         args.seconds, args.rounds = min(args.seconds, 3.0), min(args.rounds, 5)
 
-    from optimizer.benchmark.runtime import apply_runtime_settings, default_runtime_settings
+    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     runtime = apply_runtime_settings(default_runtime_settings())  # before TensorFlow starts
     from optimizer.tf_runtime import import_tensorflow

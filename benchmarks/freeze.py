@@ -27,11 +27,11 @@ def main() -> int:
     args = parser.parse_args()
 
     from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.equivalence import compare
-    from optimizer.export import write_saved_model
-    from optimizer.freeze import freeze
-    from optimizer.inputs import make_inputs
+    from optimizer.inputs.generated import make_inputs
+    from optimizer.model.export import write_saved_model
+    from optimizer.model.freeze import freeze
     from optimizer.runtime import load_runner
+    from optimizer.verify.equivalence import compare
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="tfopt-bench-freeze-"))
     rows = []

@@ -123,10 +123,10 @@ def _optimized_pair(source: Path, workdir: Path, runtime) -> tuple[Path, Path, f
     from benchmark_testing import with_output_neutral_work
 
     from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-    from optimizer.export import write_saved_model
-    from optimizer.freeze import freeze
-    from optimizer.optimize import apply_recipe
-    from optimizer.recipe import DEPLOYMENT_RECIPE, Recipe
+    from optimizer.model.export import write_saved_model
+    from optimizer.model.freeze import freeze
+    from optimizer.optimize.flow import apply_recipe
+    from optimizer.optimize.recipe import DEPLOYMENT_RECIPE, Recipe
 
     frozen = freeze(source)
     optimized = apply_recipe(frozen, Recipe.from_string(DEPLOYMENT_RECIPE)).model
@@ -159,7 +159,7 @@ def _repeat(name: str, baseline: Path, candidate: Path, repeats: int, runtime,
             busy: bool = False) -> dict:
     from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
     from optimizer.benchmark.stats import twin_discrepancy
-    from optimizer.gate import evaluate_gate
+    from optimizer.gate.verdict import evaluate_gate
 
     runs = []
     for i in range(repeats):
@@ -255,7 +255,7 @@ def main() -> int:
     if unknown := [s for s in chosen if s not in SCENARIOS]:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}")
 
-    from optimizer.benchmark.runtime import apply_runtime_settings, default_runtime_settings
+    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     runtime = apply_runtime_settings(default_runtime_settings())  # before TF starts, as a step
     workdir = work_directory(args.workdir, "tfopt-gate-power-")
@@ -274,8 +274,8 @@ def main() -> int:
             outcome[name] = _repeat(name, slowed, fast, args.repeats, runtime)
             outcome[name]["neutral_work"] = {"model": slowed.name, "quick_ratio": measured}
         else:
-            from optimizer.export import write_saved_model
-            from optimizer.freeze import freeze
+            from optimizer.model.export import write_saved_model
+            from optimizer.model.freeze import freeze
 
             stock = export_keras_application("ResNet50", workdir)
             frozen = workdir / "ResNet50_frozen"

@@ -12,8 +12,8 @@ every BiasAdd of the frozen graph a bias drawn from N(0, 0.05), seeded, to stand
 model; ``--biases zeros`` keeps them.
 
 Two variants of that frozen graph, written as SavedModels and loaded as TF Serving loads them:
-``gtt`` through :data:`optimizer.recipe.GTT_INFERENCE_RECIPE`, ``default`` through
-:data:`optimizer.recipe.INFERENCE_RECIPE`. Printed per variant: how many ``_FusedMatMul`` nodes
+``gtt`` through :data:`optimizer.optimize.recipe.GTT_INFERENCE_RECIPE`, ``default`` through
+:data:`optimizer.optimize.recipe.INFERENCE_RECIPE`. Printed per variant: how many ``_FusedMatMul`` nodes
 Grappler makes with the passes TensorFlow runs at load (``grappler`` transform, nodes on the
 CPU) and what they fuse, the p50 of blocks of 10 calls (:func:`optimizer.benchmark.interleaved.
 time_interleaved`, order rotating every round) and its ratio to ``gtt``, and the largest output
@@ -80,16 +80,21 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
 
-    from optimizer.benchmark.runtime import apply_runtime_settings, default_runtime_settings
+    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     apply_runtime_settings(default_runtime_settings())  # before TensorFlow starts
     from families import BERT_VOCABULARY, export_encoder
 
     from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.export import write_saved_model
-    from optimizer.freeze import freeze
-    from optimizer.inputs import make_inputs
-    from optimizer.recipe import GTT_INFERENCE_RECIPE, INFERENCE_RECIPE, Recipe, build_transforms
+    from optimizer.inputs.generated import make_inputs
+    from optimizer.model.export import write_saved_model
+    from optimizer.model.freeze import freeze
+    from optimizer.optimize.recipe import (
+        GTT_INFERENCE_RECIPE,
+        INFERENCE_RECIPE,
+        Recipe,
+        build_transforms,
+    )
     from optimizer.runtime import load_runner
     from optimizer.transforms.pipeline import run_transforms
 

@@ -5,7 +5,7 @@
 Each ``keras.applications`` model (``weights=None``, random BatchNorm statistics so that folding
 them is not a no-op, ``classifier_activation=None`` so that the outputs compared are logits) is
 exported with ``model.export``, frozen, and run through
-:data:`optimizer.recipe.INFERENCE_RECIPE` by the Python transforms and by native GTT. Printed
+:data:`optimizer.optimize.recipe.INFERENCE_RECIPE` by the Python transforms and by native GTT. Printed
 per model: the op counts before / after ours / after native, the batch-norm arithmetic left
 after convolutions (a Mul reading a conv or its BiasAdd, an AddV2 reading such a Mul), and the
 max |diff| of each result against the original and against each other on one batch of 2.
@@ -61,10 +61,10 @@ def max_abs_diff(a: dict, b: dict) -> float:
 
 
 def measure(name: str, workdir: Path) -> dict:
-    from optimizer.freeze import freeze
-    from optimizer.inputs import make_inputs
-    from optimizer.native_gtt import run_native_recipe
-    from optimizer.recipe import INFERENCE_RECIPE, Recipe, build_transforms
+    from optimizer.inputs.generated import make_inputs
+    from optimizer.model.freeze import freeze
+    from optimizer.optimize.native_gtt import run_native_recipe
+    from optimizer.optimize.recipe import INFERENCE_RECIPE, Recipe, build_transforms
     from optimizer.runtime import load_runner
     from optimizer.transforms.pipeline import run_transforms
 

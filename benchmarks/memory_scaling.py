@@ -9,7 +9,7 @@ ResNet50 (keras.applications, weights=None, 98 MB), in one run on one machine:
 
 Each figure is the peak of the whole process tree's resident memory (the process and every
 worker it starts: what a pod's memory limit counts), sampled every 0.2 s
-(:class:`optimizer.process_tree.TreeMeter`), and wall time. The ratio column is tfopt's peak over
+(:class:`optimizer.system.process_tree.TreeMeter`), and wall time. The ratio column is tfopt's peak over
 the by-hand conversion's, the issue's target being at most 2x on every row.
 
 Every child runs in a memory cgroup capped at ``--cap-gb`` when the machine lets this process
@@ -63,7 +63,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import write_result
-from optimizer.process_tree import TreeMeter
+from optimizer.system.process_tree import TreeMeter
 
 GIB = 2**30
 TFOPT = Path(sys.executable).parent / "tfopt"

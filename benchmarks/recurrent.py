@@ -71,11 +71,11 @@ def export_tagger(workdir: Path) -> Path:
 
 def build_variants(stock: Path, workdir: Path) -> tuple[dict[str, tuple[str, Path]], list]:
     """label -> (format, path), and the candidates derive_candidates skipped."""
-    from optimizer.candidates import CandidateSettings, derive_candidates
-    from optimizer.export import write_saved_model
-    from optimizer.freeze import freeze
-    from optimizer.optimize import apply_recipe
-    from optimizer.recipe import INFERENCE_RECIPE, RECURRENT_RECIPE, Recipe
+    from optimizer.candidates.build import CandidateSettings, derive_candidates
+    from optimizer.model.export import write_saved_model
+    from optimizer.model.freeze import freeze
+    from optimizer.optimize.flow import apply_recipe
+    from optimizer.optimize.recipe import INFERENCE_RECIPE, RECURRENT_RECIPE, Recipe
 
     frozen = freeze(stock)
     variants = {"frozen": frozen, "frozen, lowered": freeze(stock, lower_control_flow=True)}
@@ -96,12 +96,12 @@ def build_variants(stock: Path, workdir: Path) -> tuple[dict[str, tuple[str, Pat
 
 def measure(args) -> dict:
     from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.benchmark.runtime import apply_runtime_settings, default_runtime_settings
     from optimizer.benchmark.stats import p50_ratio_interval
     from optimizer.benchmark.thread_choice import choose_threads
-    from optimizer.equivalence import compare
-    from optimizer.inputs import make_inputs
+    from optimizer.inputs.generated import make_inputs
     from optimizer.runtime import load_runner
+    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+    from optimizer.verify.equivalence import compare
 
     runtime = apply_runtime_settings(default_runtime_settings())  # before TensorFlow starts
     cpus = runtime.cpus.available

@@ -25,11 +25,11 @@ CALIBRATION_ROWS = 32
 
 
 def _candidates(source: Path, workdir: Path, say) -> tuple[list, list]:
-    from optimizer.calibration import SYNTHETIC, Calibration
-    from optimizer.candidates import CandidateSettings, derive_candidates
-    from optimizer.freeze import freeze
-    from optimizer.inputs import make_inputs
-    from optimizer.savedmodel import get_signature
+    from optimizer.candidates.build import CandidateSettings, derive_candidates
+    from optimizer.inputs.calibration import SYNTHETIC, Calibration
+    from optimizer.inputs.generated import make_inputs
+    from optimizer.model.freeze import freeze
+    from optimizer.model.savedmodel import get_signature
 
     signature = get_signature(source)
     calibration = Calibration(tuple(make_inputs(signature, 1, seed=i)
@@ -50,7 +50,7 @@ def main() -> int:
     names = model_names(parser, args.models)
 
     from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-    from optimizer.benchmark.runtime import apply_runtime_settings, default_runtime_settings
+    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     # Before the converters start TensorFlow: its pools are sized once, as the pipeline sizes
     # them (intra-op = the CPUs available, inter-op = 1).

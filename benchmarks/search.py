@@ -20,7 +20,7 @@ Models:
   statistics and no final softmax (see ``export_keras_application``).
 
 Variants of each: ``input`` (the frozen graph), ``greedy`` (alpha 1), ``relaxed_1.05`` and
-``relaxed_1.1``, each made by :func:`optimizer.optimize.search_candidate` with the op cost model
+``relaxed_1.1``, each made by :func:`optimizer.optimize.flow.search_candidate` with the op cost model
 (one cache file in the workdir, shared by all searches of a run, so they see the same per-op
 timings) and the library's end-to-end re-measurement of the best few graphs
 (``--remeasure-top``). Every variant is written as a SavedModel and loaded with
@@ -93,10 +93,10 @@ def source_of(name: str, workdir: Path) -> Path:
 
 def build_variants(name: str, workdir: Path, args) -> tuple[dict[str, Path], dict[str, dict]]:
     """Variant -> written SavedModel, and variant -> what its search did (or why it failed)."""
-    from optimizer.export import write_saved_model
-    from optimizer.freeze import freeze
-    from optimizer.optimize import search_candidate
-    from optimizer.tolerance import Tolerance
+    from optimizer.model.export import write_saved_model
+    from optimizer.model.freeze import freeze
+    from optimizer.optimize.flow import search_candidate
+    from optimizer.verify.tolerance import Tolerance
 
     frozen = freeze(source_of(name, workdir))
     paths = {"input": write_saved_model(frozen, workdir / f"{name}_input", overwrite=True)}
@@ -143,7 +143,7 @@ def max_abs_diff(a: dict, b: dict) -> float:
 def time_model(name: str, paths: dict[str, Path], info: dict[str, dict], args) -> list[dict]:
     from optimizer.benchmark.interleaved import time_interleaved
     from optimizer.benchmark.stats import p50_ratio_interval
-    from optimizer.inputs import make_inputs
+    from optimizer.inputs.generated import make_inputs
     from optimizer.runtime import load_runner
 
     runners = {variant: load_runner(path) for variant, path in paths.items()}
@@ -263,7 +263,7 @@ def main() -> int:
         parser.error(f"unknown model(s) {', '.join(unknown)}")
     workdir = work_directory(args.workdir, "tfopt-bench-search-")
 
-    from optimizer.cpu_features import cpu_model
+    from optimizer.system.cpu_features import cpu_model
     from optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()

@@ -9,19 +9,19 @@ of ``--vocabulary`` - 1 tokens and the out-of-vocabulary index) -> ``Embedding(v
 ``model.export``. Variants:
 
 - ``stock``: the exported SavedModel (its table is a ``HashTableV2`` behind a function call);
-- ``frozen``: :func:`optimizer.freeze.freeze`, the table folded into constants
+- ``frozen``: :func:`optimizer.model.freeze.freeze`, the table folded into constants
   (:mod:`optimizer.graph.lookup_tables`) and, as the lookup only indexes the embedding, into one
   gather of the embedding's rows (:mod:`optimizer.graph.lookup_gathers`), written back as a
   SavedModel;
-- ``optimized``: frozen + :data:`optimizer.recipe.INFERENCE_RECIPE`;
+- ``optimized``: frozen + :data:`optimizer.optimize.recipe.INFERENCE_RECIPE`;
 - ``table_kept``: what folding is weighed against: the frozen graph with its table kept as a
   ``HashTableV2`` filled from constants (the SavedModel the LiteRT converter reads,
-  :mod:`optimizer.litert.constant_tables`), run by TensorFlow;
+  :mod:`optimizer.candidates.litert.constant_tables`), run by TensorFlow;
 - ``litert_fp32``: the LiteRT fp32 candidate (its table as LiteRT's hash-table builtins), run by
   ai-edge-litert with XNNPACK on every CPU this process may use, and ``litert_fp32_1t`` on one.
 
 Inputs are tokens drawn from the model's own vocabulary with a quarter out of it
-(:func:`optimizer.inputs.make_inputs`). All variants of one batch size are timed interleaved in
+(:func:`optimizer.inputs.generated.make_inputs`). All variants of one batch size are timed interleaved in
 this one process (:func:`benchmarks.transforms.time_model`, which calls each model's
 ``ModelRunner.call``: a TensorFlow signature by keyword, as a Python user calls it, where the
 gate's benchmark and ``benchmarks/families.py`` time the bound call); each speedup is ``p50(stock) /
@@ -63,12 +63,12 @@ def export_classifier(path: Path, vocabulary: int, length: int) -> list[str]:
 
 
 def build_variants(workdir: Path, vocabulary: int, length: int):
-    from optimizer.export import write_saved_model
-    from optimizer.litert.constant_tables import litert_source
-    from optimizer.litert.convert import convert_to_litert
-    from optimizer.optimize import optimize, write_optimized
-    from optimizer.recipe import INFERENCE_RECIPE
-    from optimizer.vocabulary import infer_vocabularies
+    from optimizer.candidates.litert.constant_tables import litert_source
+    from optimizer.candidates.litert.convert import convert_to_litert
+    from optimizer.inputs.vocabulary import infer_vocabularies
+    from optimizer.model.export import write_saved_model
+    from optimizer.optimize.flow import optimize, write_optimized
+    from optimizer.optimize.recipe import INFERENCE_RECIPE
 
     stock = workdir / "stock"
     export_classifier(stock, vocabulary, length)
@@ -99,7 +99,7 @@ def main() -> int:
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     workdir = work_directory(args.workdir, "tfopt-bench-strings-")
 
-    from optimizer.inputs import make_inputs
+    from optimizer.inputs.generated import make_inputs
     from optimizer.runtime import load_runner
 
     print(f"StringLookup({args.vocabulary}) -> Embedding({args.vocabulary}x64) -> pooling -> "

@@ -8,8 +8,8 @@ and no final softmax, so that max|diff| measures something; see ``export_keras_a
 exported with ``model.export``:
 
 - ``stock``: the exported SavedModel;
-- ``frozen``: :func:`optimizer.freeze.freeze`, written back as a SavedModel;
-- ``gtt``: frozen + :data:`optimizer.recipe.INFERENCE_RECIPE` by this package's transforms;
+- ``frozen``: :func:`optimizer.model.freeze.freeze`, written back as a SavedModel;
+- ``gtt``: frozen + :data:`optimizer.optimize.recipe.INFERENCE_RECIPE` by this package's transforms;
 - ``grappler``: frozen + the ``grappler`` transform with its default float32 passes (incl. the
   remapper's Conv2D + BiasAdd + activation fusions);
 - ``grappler_bf16``: frozen + ``auto_mixed_precision_onednn_bfloat16`` with the default passes
@@ -61,17 +61,17 @@ def variant_errors() -> tuple[type[BaseException], ...]:
 
 
 def bf16_optimizers() -> list[str]:
-    from optimizer.bf16 import BF16_PASSES
+    from optimizer.candidates.bf16 import BF16_PASSES
 
     return list(BF16_PASSES)
 
 
 def build_variants(name: str, workdir: Path) -> tuple[dict[str, Path], dict[str, str]]:
     """Variant -> SavedModel directory, and variant -> why it could not be built."""
-    from optimizer.export import write_saved_model
-    from optimizer.freeze import freeze
-    from optimizer.optimize import apply_recipe
-    from optimizer.recipe import INFERENCE_RECIPE, Recipe
+    from optimizer.model.export import write_saved_model
+    from optimizer.model.freeze import freeze
+    from optimizer.optimize.flow import apply_recipe
+    from optimizer.optimize.recipe import INFERENCE_RECIPE, Recipe
     from optimizer.transforms.pipeline import run_transforms
     from optimizer.transforms.registry import make_transform
 
@@ -113,7 +113,7 @@ def time_model(name: str, paths: dict[str, Path], failures: dict[str, str],
     a path ending in ``.tflite`` runs in LiteRT."""
     from optimizer.benchmark.interleaved import time_interleaved
     from optimizer.benchmark.stats import p50_ratio_interval
-    from optimizer.inputs import make_inputs
+    from optimizer.inputs.generated import make_inputs
     from optimizer.runtime import load_runner
 
     runners = {}
@@ -183,7 +183,7 @@ def print_results(rows: list[dict], target: Path) -> None:
 
 def write_rows(name: str, rows: list[dict], **fields) -> Path:
     """``benchmarks/results/<name>.json``: this machine and TF, ``fields``, and the rows."""
-    from optimizer.cpu_features import cpu_model, isa_support
+    from optimizer.system.cpu_features import cpu_model, isa_support
     from optimizer.tf_runtime import import_tensorflow
 
     return write_result(name, {"tensorflow": import_tensorflow().__version__,

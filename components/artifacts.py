@@ -61,7 +61,7 @@ class ChampionModel(Record):
 class CandidateModel(Record):
     """A model made from the source. The frozen and optimized float32 SavedModels were checked
     for equivalence before they were written; the ones derived from the optimized one (bf16,
-    XLA, LiteRT: ``derived`` of the optimize step's output, see optimizer/candidates.py) are
+    XLA, LiteRT: ``derived`` of the optimize step's output, see optimizer/candidates/build.py) are
     judged by the evaluation's accuracy instead."""
 
     label: str
@@ -83,12 +83,12 @@ class CandidateModel(Record):
     @property
     def artifact_dir(self) -> str:
         """The directory holding everything of this candidate: what gets published."""
-        from optimizer.candidates import artifact_dir
+        from optimizer.candidates.build import artifact_dir
 
         return str(artifact_dir(self.path, self.format))
 
     def tag(self) -> dict[str, str | None]:
-        """What the candidate is, as :class:`optimizer.candidates.Candidate` fields: carried
+        """What the candidate is, as :class:`optimizer.candidates.build.Candidate` fields: carried
         by the benchmark and evaluate records so the gate's table says it, not a guess."""
         return {"label": self.label, "target": self.target, "variant": self.variant,
                 "format": self.format, "runtime": self.runtime, "path": self.path,

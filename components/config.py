@@ -25,8 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from optimizer.benchmark.harness import BenchmarkConfig
 from optimizer.errors import TfoptError, validation_error_line
-from optimizer.gate import GateConfig
-from optimizer.recipe import INFERENCE_RECIPE, default_recipe
+from optimizer.gate.verdict import GateConfig
+from optimizer.optimize.recipe import INFERENCE_RECIPE, default_recipe
 from optimizer.search.settings import DEFAULT_ALPHA, DEFAULT_BUDGET, DEFAULT_TIME_BUDGET_SECONDS
 
 
@@ -107,7 +107,7 @@ class EvaluationConfig(_Section):
 
 
 class CalibrationConfig(_Section):
-    """Representative inputs for int8 candidates (optimizer/calibration.py): no labels needed."""
+    """Representative inputs for int8 candidates (optimizer/inputs/calibration.py): no labels needed."""
 
     data: str | None = Field(
         None, description=".npz of inputs (x, or one array per input key) or a TFRecord of "
@@ -196,7 +196,7 @@ class ScheduleConfig(_Section):
 
 
 class CandidatesConfig(_Section):
-    """Which runtimes the result may need; optimizer/candidates.py builds the candidates."""
+    """Which runtimes the result may need; optimizer/candidates/build.py builds the candidates."""
 
     targets: list[Literal["savedmodel", "litert", "onnx", "openvino"]] = Field(
         default_factory=lambda: ["savedmodel"],
@@ -227,7 +227,7 @@ class CandidatesConfig(_Section):
         return value
 
     def settings(self):
-        from optimizer.candidates import CandidateSettings
+        from optimizer.candidates.build import CandidateSettings
 
         return CandidateSettings(targets=tuple(self.targets),
                                  savedmodel_variants=tuple(self.savedmodel_variants),
@@ -253,7 +253,7 @@ class TuningConfig(_Section):
 
 
 class SecurityConfig(_Section):
-    """What a model from outside may be; optimizer/op_scan.py lists the refused op types."""
+    """What a model from outside may be; optimizer/model/op_scan.py lists the refused op types."""
 
     extra_denied_ops: list[str] = Field(
         default_factory=list, description="op types refused besides the built-in list")
@@ -274,7 +274,7 @@ class SecurityConfig(_Section):
     @field_validator("allow_ops")
     @classmethod
     def _deniable(cls, value: list[str], info) -> list[str]:
-        from optimizer.op_scan import ScanPolicy, ScanPolicyError
+        from optimizer.model.op_scan import ScanPolicy, ScanPolicyError
 
         try:
             ScanPolicy.create(value, info.data.get("extra_denied_ops", ()))
@@ -283,7 +283,7 @@ class SecurityConfig(_Section):
         return value
 
     def scan_policy(self):
-        from optimizer.op_scan import MIB, ScanPolicy
+        from optimizer.model.op_scan import MIB, ScanPolicy
 
         return ScanPolicy.create(self.allow_ops, self.extra_denied_ops,
                                  max_pb_bytes=self.max_saved_model_mb * MIB,
@@ -398,7 +398,7 @@ def config_from_mapping(data: Any, where: str = "config",
 def load_config(path: str | os.PathLike | None, overrides: list[str] | dict | None = None
                 ) -> PipelineConfig:
     """Read YAML with ``yaml.safe_load`` (no Python tags, no code), validate, apply overrides."""
-    from optimizer.yaml_files import read_yaml_file
+    from optimizer.files.yaml_files import read_yaml_file
 
     if path is None:
         return config_from_mapping({}, "defaults", overrides)

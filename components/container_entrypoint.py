@@ -6,7 +6,7 @@ worth of quota, throttled by the scheduler every period. They read their sizes f
 environment once, at start-up (``OMP_NUM_THREADS``; ``TF_NUM_INTRAOP_THREADS`` and
 ``TF_NUM_INTEROP_THREADS`` when TF creates its runtime), so the values have to be there before
 the process that imports TensorFlow starts. This wrapper derives them with
-:mod:`optimizer.benchmark.runtime` (affinity mask and cgroup v1/v2 quota, the same numbers the
+:mod:`optimizer.system.cpu_threads` (affinity mask and cgroup v1/v2 quota, the same numbers the
 benchmark records), fills them into the environment and replaces itself with the command
 (``execvp``), which keeps the command's PID, signals and exit code.
 
@@ -16,7 +16,7 @@ filled in, so an operator can always pin threads by hand.
     python -m components.container_entrypoint tfopt step benchmark --config pipeline.yaml
 
 This module must stay light: it runs before every command in the image and imports no
-TensorFlow, only the standard library and ``optimizer.benchmark.runtime``.
+TensorFlow, only the standard library and ``optimizer.system.cpu_threads``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from optimizer.benchmark.runtime import (
+from optimizer.system.cpu_threads import (
     CGROUP_ROOT,
     PROC_SELF_CGROUP,
     CpuAvailability,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.atomic import atomic_directory, atomic_file
+from optimizer.files.atomic import atomic_directory, atomic_file
 
 
 @dataclass(frozen=True)

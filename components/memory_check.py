@@ -1,8 +1,8 @@
 """Refuse, before any work, a model the step's memory budget cannot hold.
 
 The budget is the pod's cgroup limit when there is one, else ``resources.memory_gb``, else the
-machine's memory (:func:`optimizer.memory_budget.memory_budget`). A model estimated not to fit
-(:func:`optimizer.benchmark.footprint.optimizing_bytes`) is refused with one line giving the
+machine's memory (:func:`optimizer.system.memory_budget.memory_budget`). A model estimated not to fit
+(:func:`optimizer.model.footprint.optimizing_bytes`) is refused with one line giving the
 estimate and the budget, exit 7, rather than killed by the kernel midway.
 """
 
@@ -13,8 +13,8 @@ from components.config import PipelineConfig
 
 
 def require_model_fits(config: PipelineConfig, pulled: PulledModel, step: str) -> None:
-    from optimizer.benchmark.footprint import disk_bytes, optimizing_bytes
-    from optimizer.memory_budget import GIB, memory_budget
+    from optimizer.model.footprint import disk_bytes, optimizing_bytes
+    from optimizer.system.memory_budget import GIB, memory_budget
 
     memory_budget(config.resources.memory_gb).require(
         optimizing_bytes(pulled.path),

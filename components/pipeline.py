@@ -45,7 +45,7 @@ class PipelineOutcome:
     gate: GateOutput
     publish: PublishOutput | None
     workspace: str
-    costs: dict[str, dict] | None = None  # step -> optimizer.process_tree.Cost.to_dict()
+    costs: dict[str, dict] | None = None  # step -> optimizer.system.process_tree.Cost.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         return {"pull": self.pulled.to_dict(),
@@ -60,8 +60,8 @@ def run_pipeline(config: PipelineConfig, run_context: dict[str, Any] | None = No
                  publish_results: bool = True) -> PipelineOutcome:
     """Every step; without ``publish_results``, no registry is asked: the candidates are
     judged against the input and nothing is published."""
-    from optimizer.free_memory import return_freed_memory
-    from optimizer.op_scan import using_policy
+    from optimizer.model.op_scan import using_policy
+    from optimizer.system.free_memory import return_freed_memory
 
     steps = NAMES if publish_results else NAMES[:NAMES.index("publish")]
     started = time.perf_counter()

@@ -19,8 +19,8 @@ from optimizer.benchmark.result import (
     ModelMeasurement,
     Quality,
 )
-from optimizer.benchmark.runtime import AppliedRuntime, CpuAvailability, RuntimeSettings
 from optimizer.benchmark.stats import LatencySummary, p50_ratio_interval, round_figures
+from optimizer.system.cpu_threads import AppliedRuntime, CpuAvailability, RuntimeSettings
 
 
 def fake_environment() -> Environment:
@@ -105,7 +105,7 @@ def with_output_neutral_work(model, size: int = 256, steps: int = 4):
 
     The chain starts from the input (its mean), so it cannot be constant-folded away.
     """
-    from optimizer.frozen import FrozenModel
+    from optimizer.model.frozen import FrozenModel
     from optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()

@@ -41,8 +41,8 @@ def savedmodel_candidate(path, label: str = "optimized") -> CandidateModel:
 
 def litert_candidate(source, folder, flavour: str = "fp32") -> CandidateModel:
     """``source`` converted to LiteRT into ``folder``, as the optimize step derives it."""
-    from optimizer.litert.convert import convert_to_litert
-    from optimizer.litert.manifest import load_snippet
+    from optimizer.candidates.litert.convert import convert_to_litert
+    from optimizer.candidates.litert.manifest import load_snippet
     from optimizer.runtime import read_signature
 
     folder = Path(folder)
@@ -66,8 +66,8 @@ def requirement_names(directory) -> list[str]:
 
 def converted_candidate(source, folder, target: str, flavour: str = "fp32") -> CandidateModel:
     """``source`` converted to ONNX or OpenVINO into ``folder``, as the optimize step does."""
-    from optimizer.onnx.convert import convert_to_onnx
-    from optimizer.openvino.convert import convert_to_openvino
+    from optimizer.candidates.onnx.convert import convert_to_onnx
+    from optimizer.candidates.openvino.convert import convert_to_openvino
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

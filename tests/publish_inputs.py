@@ -64,11 +64,11 @@ def judge(root: Path, baseline: Path, candidates: list, gate_config=None, **benc
     the evaluate and gate steps write them."""
     from components.artifacts import EvaluationOutput, GateOutput
     from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-    from optimizer.candidates import Candidate
-    from optimizer.gate import GateConfig, evaluate_gate
+    from optimizer.candidates.build import Candidate
+    from optimizer.gate.selection import candidate_rows
+    from optimizer.gate.verdict import GateConfig, evaluate_gate
     from optimizer.report.write import write_report
     from optimizer.runtime import read_signature
-    from optimizer.selection import candidate_rows
 
     # enough rounds that a burst of load from the other test worker cannot hide a win:
     # 40 blocks of 10 calls time each model twice as long as 200 single calls did
@@ -106,10 +106,10 @@ def _build(root: Path, source: Path) -> dict[str, dict]:
 
     from components.artifacts import CandidateModel, PulledModel
     from optimizer.benchmark.environment import model_digest
-    from optimizer.export import write_saved_model
-    from optimizer.freeze import freeze
-    from optimizer.optimize import apply_recipe
-    from optimizer.recipe import DEPLOYMENT_RECIPE, Recipe
+    from optimizer.model.export import write_saved_model
+    from optimizer.model.freeze import freeze
+    from optimizer.optimize.flow import apply_recipe
+    from optimizer.optimize.recipe import DEPLOYMENT_RECIPE, Recipe
 
     frozen = freeze(source)
     optimized = apply_recipe(frozen, Recipe.from_string(DEPLOYMENT_RECIPE))

@@ -2,8 +2,8 @@
 
 import pytest
 
-from optimizer.atomic import atomic_directory, atomic_file
 from optimizer.errors import DestinationError
+from optimizer.files.atomic import atomic_directory, atomic_file
 
 
 def test_success_renames_the_staging_directory_into_place(tmp_path):

@@ -8,8 +8,8 @@ from benchmark_testing import dense_stack
 from cli_testing import assert_clean_failure, run_tfopt
 
 from optimizer.benchmark.result import load_result
-from optimizer.export import write_saved_model
-from optimizer.freeze import freeze
+from optimizer.model.export import write_saved_model
+from optimizer.model.freeze import freeze
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

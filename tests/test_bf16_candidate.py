@@ -14,23 +14,23 @@ import pytest
 from graph_testing import build_graph, tf
 
 import optimizer.transforms.grappler as grappler_module
-from optimizer.bf16 import (
+from optimizer.candidates.bf16 import (
     BF16_PASSES,
     BF16_PROVENANCE,
     Bf16Refused,
     bf16_mixed_precision,
     bfloat16_nodes,
 )
-from optimizer.cpu_features import cpu_supports_bf16
-from optimizer.equivalence import compare
-from optimizer.evaluation import evaluate, load_labelled_data
-from optimizer.export import read_provenance, write_saved_model
-from optimizer.freeze import freeze
-from optimizer.frozen import FrozenModel
-from optimizer.inputs import make_inputs
+from optimizer.inputs.generated import make_inputs
+from optimizer.model.export import read_provenance, write_saved_model
+from optimizer.model.freeze import freeze
+from optimizer.model.frozen import FrozenModel
+from optimizer.model.savedmodel import get_signature
+from optimizer.model.signature import SignatureInfo, TensorSpecInfo
 from optimizer.runtime import load_runner
-from optimizer.savedmodel import get_signature
-from optimizer.signature import SignatureInfo, TensorSpecInfo
+from optimizer.system.cpu_features import cpu_supports_bf16
+from optimizer.verify.equivalence import compare
+from optimizer.verify.evaluation import evaluate, load_labelled_data
 
 needs_bf16_cpu = pytest.mark.skipif(
     not cpu_supports_bf16(), reason="needs a CPU with native bfloat16 (avx512_bf16/amx_bf16); "

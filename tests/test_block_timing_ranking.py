@@ -7,11 +7,11 @@ import pytest
 
 from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
 from optimizer.benchmark.interleaved import time_interleaved
-from optimizer.calibration import synthetic
-from optimizer.inputs import make_inputs
-from optimizer.litert.convert import convert_to_litert
+from optimizer.candidates.litert.convert import convert_to_litert
+from optimizer.inputs.calibration import synthetic
+from optimizer.inputs.generated import make_inputs
+from optimizer.model.savedmodel import get_signature
 from optimizer.runtime import load_runner
-from optimizer.savedmodel import get_signature
 
 
 @pytest.fixture(scope="module")

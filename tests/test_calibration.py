@@ -4,14 +4,14 @@ generated from the signature, each saying what it is."""
 import numpy as np
 import pytest
 
-from optimizer.calibration import (
+from optimizer.errors import InvalidInputsError
+from optimizer.inputs.calibration import (
     Calibration,
     choose_calibration,
     from_rows,
     read_inputs,
 )
-from optimizer.errors import InvalidInputsError
-from optimizer.signature import SignatureInfo, TensorSpecInfo
+from optimizer.model.signature import SignatureInfo, TensorSpecInfo
 
 
 def signature(*inputs: tuple[str, str, tuple]) -> SignatureInfo:

@@ -23,7 +23,7 @@ from components.tracking import TrackingError
 from components.tracking.champion import ChampionUnusableError, find_champion
 from optimizer.benchmark.environment import model_digest
 from optimizer.errors import SourceNotFoundError
-from optimizer.inputs import make_inputs
+from optimizer.inputs.generated import make_inputs
 from optimizer.runtime import RUNTIMES, load_runner
 
 pytest_plugins = ["mlflow_server"]  # the mlflow_server fixture
@@ -163,7 +163,7 @@ def test_a_version_that_records_no_format_and_is_no_saved_model_is_unusable(
 @pytest.fixture(scope="module")
 def litert_folder(model_dir, tmp_path_factory):
     """A LiteRT version's folder as publish logs it: the file, its sidecar, tuned settings."""
-    from optimizer.litert.convert import convert_to_litert
+    from optimizer.candidates.litert.convert import convert_to_litert
 
     folder = tmp_path_factory.mktemp("litert_version")
     convert_to_litert(model_dir("keras_cnn"), folder / "model.tflite", "fp32")
@@ -176,8 +176,8 @@ def litert_folder(model_dir, tmp_path_factory):
 def converted_folders(model_dir, tmp_path_factory):
     """An ONNX and an OpenVINO version's folders as publish logs them: the model file(s), the
     sidecar, tuned settings."""
-    from optimizer.onnx.convert import convert_to_onnx
-    from optimizer.openvino.convert import convert_to_openvino
+    from optimizer.candidates.onnx.convert import convert_to_onnx
+    from optimizer.candidates.openvino.convert import convert_to_openvino
 
     folders = {"onnx": tmp_path_factory.mktemp("onnx_version"),
                "openvino": tmp_path_factory.mktemp("openvino_version")}

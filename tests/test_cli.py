@@ -5,8 +5,8 @@ import json
 import numpy as np
 
 from components.cli import main
-from optimizer.equivalence import compare
-from optimizer.savedmodel import list_signatures
+from optimizer.model.savedmodel import list_signatures
+from optimizer.verify.equivalence import compare
 
 
 def test_inspect_lists_signatures_ops_size_and_variables(model_dir, capsys):

@@ -15,7 +15,7 @@ from components.container_entrypoint import (
     main,
     thread_environment,
 )
-from optimizer.benchmark.runtime import CpuAvailability, available_cpus
+from optimizer.system.cpu_threads import CpuAvailability, available_cpus
 
 REPO = Path(__file__).resolve().parents[1]
 THREAD_VARS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from graph_testing import build_graph, tf
 
-from optimizer.frozen import FrozenModel
+from optimizer.model.frozen import FrozenModel
+from optimizer.model.signature import SignatureInfo, TensorSpecInfo
 from optimizer.search.cost import MeasuredCost, OpCostModel, rank_correlation
-from optimizer.signature import SignatureInfo, TensorSpecInfo
 
 
 def _conv_graph(size, channels, name_prefix=""):

@@ -81,7 +81,7 @@ def _assert_disk_full_error(exc: BaseException, names: Path | str) -> None:
 
 @pytest.fixture(scope="module")
 def frozen_cnn(model_dir):
-    from optimizer.freeze import freeze
+    from optimizer.model.freeze import freeze
 
     return freeze(model_dir("keras_cnn"))
 
@@ -90,14 +90,14 @@ def frozen_cnn(model_dir):
 
 
 def _graph_bytes(frozen, tmp_path) -> int:
-    from optimizer.export import write_saved_model
+    from optimizer.model.export import write_saved_model
 
     return (write_saved_model(frozen, tmp_path / "sized") / "saved_model.pb").stat().st_size
 
 
 @pytest.mark.parametrize("room", ["none", "graph_only"])
 def test_a_savedmodel_export_on_a_full_disk_leaves_nothing(frozen_cnn, disk, tmp_path, room):
-    from optimizer.export import write_saved_model
+    from optimizer.model.export import write_saved_model
 
     # "graph_only": TensorFlow writes saved_model.pb, then the provenance file finds no room.
     disk.leave(0 if room == "none" else _graph_bytes(frozen_cnn, tmp_path))
@@ -225,7 +225,7 @@ def test_an_s3_archive_with_no_room_to_extract_leaves_no_partial_source(s3, mode
 def test_a_report_on_a_full_disk_leaves_no_partial_report(disk, room):
     from benchmark_testing import noisy_samples, synthetic_result
 
-    from optimizer.gate import GateConfig, evaluate_gate
+    from optimizer.gate.verdict import GateConfig, evaluate_gate
     from optimizer.report.write import write_report
 
     result = synthetic_result({1: noisy_samples(0.010, 40, seed=1)},

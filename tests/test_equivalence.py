@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from graph_testing import build_graph, tf
 
-from optimizer.equivalence import compare
 from optimizer.errors import EquivalenceError
-from optimizer.frozen import FrozenModel
 from optimizer.graph.consts import values_from_const
-from optimizer.signature import SignatureInfo, TensorSpecInfo
+from optimizer.model.frozen import FrozenModel
+from optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from optimizer.verify.equivalence import compare
 
 
 def _linear_model(weights):

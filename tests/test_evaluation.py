@@ -5,7 +5,10 @@ import pytest
 from benchmark_testing import dense_stack
 
 from optimizer.errors import InvalidInputsError
-from optimizer.evaluation import (
+from optimizer.model.savedmodel import get_signature
+from optimizer.runtime import load_runner
+from optimizer.tf_runtime import import_tensorflow
+from optimizer.verify.evaluation import (
     METRICS,
     evaluate,
     get_metric,
@@ -14,9 +17,6 @@ from optimizer.evaluation import (
     register_metric,
     top1_accuracy,
 )
-from optimizer.runtime import load_runner
-from optimizer.savedmodel import get_signature
-from optimizer.tf_runtime import import_tensorflow
 
 
 @pytest.fixture(scope="module")

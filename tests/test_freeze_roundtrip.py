@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from optimizer.equivalence import compare
-from optimizer.export import read_provenance, write_saved_model
-from optimizer.freeze import freeze
-from optimizer.inputs import infer_int_ranges, make_inputs
-from optimizer.savedmodel import list_signatures
+from optimizer.inputs.generated import infer_int_ranges, make_inputs
+from optimizer.model.export import read_provenance, write_saved_model
+from optimizer.model.freeze import freeze
+from optimizer.model.savedmodel import list_signatures
 from optimizer.tf_runtime import import_tensorflow
+from optimizer.verify.equivalence import compare
 
 tf = import_tensorflow()
 

@@ -7,8 +7,6 @@ import pytest
 from control_flow_graphs import counted_loop_graph
 from graph_testing import build_graph, tf
 
-from optimizer.equivalence import compare
-from optimizer.freeze import freeze
 from optimizer.graph.functional_control_flow import (
     LOWERING_ATTR,
     functional_nodes,
@@ -18,8 +16,10 @@ from optimizer.graph.functional_control_flow import (
     rename_changed_functions,
 )
 from optimizer.graph.validate import InvalidGraphError, validate_graph
+from optimizer.model.freeze import freeze
 from optimizer.transforms.pipeline import run_transforms
 from optimizer.transforms.registry import make_transform
+from optimizer.verify.equivalence import compare
 
 
 def _loop_graph():

@@ -180,7 +180,7 @@ def test_the_fuzz_targets_do_load_valid_configs():
 
 
 # Each crashed (a traceback) or broke its message over lines before the fixes in
-# components/config.py, components/cli/run_command.py and optimizer/yaml_files.py; found by the
+# components/config.py, components/cli/run_command.py and optimizer/files/yaml_files.py; found by the
 # tests above or by probing YAML's corners (YAML_CORNERS) while writing them.
 REGRESSIONS = [
     ("source: &a [*a]\n", [], "not plain data (Circular reference detected)"),

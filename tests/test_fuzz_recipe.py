@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from optimizer.errors import TfoptError
-from optimizer.recipe import (
+from optimizer.optimize.recipe import (
     EIGHT_BIT_RECIPE,
     INFERENCE_RECIPE,
     RECIPE_FILE_KEYS,
@@ -127,7 +127,7 @@ def test_the_fuzz_targets_do_parse_valid_recipes(tmp_path):
 # The first was found by test_any_recipe_file_loads_or_is_a_one_line_error (a key "\r" broke
 # the message over two lines); the others share its cause (a name from YAML put in a message as
 # it is) and were fixed with it; the last is the config fuzzing's deep-nesting find, which
-# recipes share through optimizer/yaml_files.py.
+# recipes share through optimizer/files/yaml_files.py.
 RECIPE_REGRESSIONS = [
     ('"\\r": null\n', "unknown key(s) \\r;"),
     ('transforms: [strip_unused_nodes]\ntolerance: {"a\\nb": 1}\n', "unknown key(s) a\\nb;"),

@@ -23,9 +23,15 @@ from pydantic import ValidationError
 from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
 from optimizer.benchmark.result import CHAMPION, Fidelity, Quality
 from optimizer.errors import GateConfigError
-from optimizer.export import write_saved_model
-from optimizer.freeze import freeze
-from optimizer.gate import EXIT_PROMOTE, EXIT_REJECT, GateConfig, evaluate_gate, load_gate_config
+from optimizer.gate.verdict import (
+    EXIT_PROMOTE,
+    EXIT_REJECT,
+    GateConfig,
+    evaluate_gate,
+    load_gate_config,
+)
+from optimizer.model.export import write_saved_model
+from optimizer.model.freeze import freeze
 
 N = 200  # rounds in the synthetic results
 

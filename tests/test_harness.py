@@ -8,9 +8,9 @@ from optimizer.benchmark.environment import model_digest
 from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
 from optimizer.benchmark.result import CHAMPION, load_result
 from optimizer.errors import InvalidInputsError
-from optimizer.export import write_saved_model
-from optimizer.freeze import freeze
-from optimizer.savedmodel import directory_size
+from optimizer.model.export import write_saved_model
+from optimizer.model.freeze import freeze
+from optimizer.model.savedmodel import directory_size
 
 QUICK = BenchmarkConfig(batch_sizes=(1,), warmup=3, min_runs=20, min_seconds=0.2)
 
@@ -125,7 +125,7 @@ def test_a_candidate_whose_interval_straddles_the_bound_is_timed_on():
 
 
 def test_blocks_shrink_to_one_call_when_a_call_lasts_block_seconds(models):
-    from optimizer.gate import evaluate_gate
+    from optimizer.gate.verdict import evaluate_gate
 
     config = BenchmarkConfig(batch_sizes=(1,), warmup=3, min_runs=20, min_seconds=0.2,
                              block_seconds=1e-9, max_seconds=0)

@@ -8,8 +8,8 @@ import pytest
 import string_models
 from string_models import OUT_OF_VOCABULARY, tokens
 
-from optimizer.litert.constant_tables import litert_source
-from optimizer.litert.convert import convert_to_litert
+from optimizer.candidates.litert.constant_tables import litert_source
+from optimizer.candidates.litert.convert import convert_to_litert
 from optimizer.runtime import load_runner
 from optimizer.tf_runtime import import_tensorflow
 
@@ -70,7 +70,7 @@ def test_a_lookup_straight_to_the_output_is_still_pinned_to_the_signature_shape(
 
 @pytest.mark.parametrize("op, pinned", [("MatMul", False), ("Mean", True)])
 def test_an_output_is_pinned_unless_an_op_setting_the_rank_follows_the_lookup(op, pinned):
-    from optimizer.litert.constant_tables import lookup_shaped_outputs
+    from optimizer.candidates.litert.constant_tables import lookup_shaped_outputs
 
     graph = tf.Graph()
     with graph.as_default():

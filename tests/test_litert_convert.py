@@ -20,20 +20,20 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from optimizer.errors import DestinationError, InvalidInputsError
-from optimizer.evaluation import top1_accuracy
-from optimizer.litert.convert import (
+from optimizer.candidates.litert.convert import (
     FLAVOURS,
     LiteRTConversionError,
     calibration_feeds,
     condense_converter_error,
     convert_to_litert,
 )
-from optimizer.litert.manifest import read_manifest
+from optimizer.candidates.litert.manifest import read_manifest
+from optimizer.errors import DestinationError, InvalidInputsError
+from optimizer.model.savedmodel import get_signature
 from optimizer.runtime import load_runner
 from optimizer.runtime.litert import LiteRTRunner
-from optimizer.savedmodel import get_signature
 from optimizer.tf_runtime import import_tensorflow
+from optimizer.verify.evaluation import top1_accuracy
 
 MAX_ABS = {"fp32": 1e-4, "fp16": 2e-3, "dynamic_int8": 3e-2, "full_int8": 8e-2}
 MAX_TOP1_DROP = {"fp32": 0.005, "fp16": 0.005, "dynamic_int8": 0.005, "full_int8": 0.015}
@@ -157,7 +157,7 @@ def test_a_successful_conversion_prints_and_warns_nothing_but_logs_at_debug(mode
     import_tensorflow()
     capfd.readouterr()
     with warnings.catch_warnings(record=True) as warned, \
-            caplog.at_level(logging.DEBUG, "optimizer.litert.convert"):
+            caplog.at_level(logging.DEBUG, "optimizer.candidates.litert.convert"):
         warnings.simplefilter("always")
         convert_to_litert(source, tmp_path / "cnn.tflite", "full_int8", representative_data=feeds)
     captured = capfd.readouterr()

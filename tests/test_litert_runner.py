@@ -8,11 +8,11 @@ import pytest
 
 from optimizer.benchmark.environment import model_digest
 from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-from optimizer.benchmark.runtime import available_cpus
+from optimizer.candidates.litert.convert import convert_to_litert
 from optimizer.errors import InvalidInputsError, SourceNotFoundError, UnknownSignatureError
-from optimizer.litert.convert import convert_to_litert
 from optimizer.runtime import load_runner, read_signature
 from optimizer.runtime.litert import CorruptLiteRTModelError, LiteRTRunner
+from optimizer.system.cpu_threads import available_cpus
 
 QUICK = BenchmarkConfig(batch_sizes=(1, 4), warmup=3, min_runs=20, min_seconds=0.2)
 
@@ -70,7 +70,7 @@ def test_batch_1_and_batch_64_go_through_the_same_runner(cnn):
 def test_a_bound_call_returns_what_call_returns_for_every_runtime_convention(cnn):
     source, tflite = cnn
     feeds = {"image": images(1, seed=3)}
-    from optimizer.freeze import freeze
+    from optimizer.model.freeze import freeze
     from optimizer.runtime.tensorflow import frozen_runner
 
     # by keyword (LiteRT, the SavedModel's signature), positional (a frozen graph)

@@ -8,8 +8,8 @@ import numpy as np
 import string_models
 from string_models import OUT_OF_VOCABULARY, tokens
 
-from optimizer.freeze import freeze
 from optimizer.graph.lookup_gathers import ROWS
+from optimizer.model.freeze import freeze
 from optimizer.runtime import load_runner
 from optimizer.runtime.tensorflow import frozen_runner
 from optimizer.tf_runtime import import_tensorflow

@@ -11,12 +11,12 @@ import pytest
 import string_models
 from string_models import OUT_OF_VOCABULARY, STRING_VOCABULARY, tokens
 
-from optimizer.export import write_saved_model
-from optimizer.freeze import freeze
 from optimizer.graph.lookup_gathers import ROWS
 from optimizer.graph.lookup_tables import TableNotFoldable
-from optimizer.optimize import optimize, write_optimized
-from optimizer.recipe import INFERENCE_RECIPE
+from optimizer.model.export import write_saved_model
+from optimizer.model.freeze import freeze
+from optimizer.optimize.flow import optimize, write_optimized
+from optimizer.optimize.recipe import INFERENCE_RECIPE
 from optimizer.runtime import load_runner
 from optimizer.tf_runtime import import_tensorflow
 

@@ -21,10 +21,10 @@ from cli_testing import assert_clean_failure, run_tfopt
 
 from components.config import config_from_mapping
 from components.step_runner import run_step
-from optimizer import bounded_parse
 from optimizer.errors import CorruptSavedModelError, OversizedSavedModelError, TfoptError
-from optimizer.op_scan import MIB, ScanPolicy
-from optimizer.savedmodel import describe, read_saved_model_proto
+from optimizer.files import bounded_parse
+from optimizer.model.op_scan import MIB, ScanPolicy
+from optimizer.model.savedmodel import describe, read_saved_model_proto
 
 GIB = 1 << 30
 
@@ -285,7 +285,7 @@ def test_the_child_is_a_fresh_interpreter_not_a_fork_of_a_threaded_process(tmp_p
     busy.set()
     assert "Wire format" in message  # parsed (and refused) by the child
     assert forks == [] and started and started[0][:3] == [sys.executable, "-m",
-                                                            "optimizer.bounded_parse"]
+                                                            "optimizer.files.bounded_parse"]
 
 
 def test_a_large_real_savedmodel_passes_the_child_and_parses_here(tmp_path, real_pb, monkeypatch):

@@ -6,13 +6,13 @@ import shutil
 import pytest
 from cli_testing import assert_clean_failure, run_tfopt
 
-from optimizer.benchmark.footprint import PROCESS_BYTES, loaded_bytes
 from optimizer.benchmark.harness import BenchmarkConfig, Subject
 from optimizer.benchmark.memory_groups import plan_groups, run_benchmark_within
-from optimizer.candidates import CandidateSettings, derive_candidates
-from optimizer.gate import GateConfig, evaluate_gate
-from optimizer.memory_budget import GIB, MemoryBudget, MemoryBudgetError
-from optimizer.process_tree import _children, tree_rss_bytes
+from optimizer.candidates.build import CandidateSettings, derive_candidates
+from optimizer.gate.verdict import GateConfig, evaluate_gate
+from optimizer.model.footprint import PROCESS_BYTES, loaded_bytes
+from optimizer.system.memory_budget import GIB, MemoryBudget, MemoryBudgetError
+from optimizer.system.process_tree import _children, tree_rss_bytes
 
 QUICK = BenchmarkConfig(warmup=2, min_runs=8, min_seconds=0.2, block_size=2, resamples=200)
 
@@ -72,8 +72,8 @@ def test_a_model_too_big_for_the_budget_is_refused_in_one_line_with_exit_7(model
 def test_candidate_workers_exit_and_give_their_memory_back(model_dir, tmp_path):
     import os
 
-    from optimizer.freeze import freeze
-    from optimizer.process_tree import PROC
+    from optimizer.model.freeze import freeze
+    from optimizer.system.process_tree import PROC
 
     source = model_dir("keras_cnn")
     frozen = freeze(source)
@@ -93,7 +93,7 @@ def test_candidate_workers_exit_and_give_their_memory_back(model_dir, tmp_path):
 
 
 def test_workers_are_for_models_whose_builds_outweigh_a_tensorflow_import(model_dir, tmp_path):
-    from optimizer.benchmark.footprint import WORKERS_FROM_BYTES, builds_in_workers
+    from optimizer.model.footprint import WORKERS_FROM_BYTES, builds_in_workers
 
     source = model_dir("keras_cnn")
     assert not builds_in_workers(source)  # a few hundred KB: built in this process
@@ -117,7 +117,7 @@ def test_a_big_models_groups_aim_at_the_working_set_and_one_over_it_is_timed_alo
 
 def test_a_candidate_build_that_cannot_fit_the_budget_is_skipped_with_its_estimate(
         model_dir, tmp_path):
-    from optimizer.freeze import freeze
+    from optimizer.model.freeze import freeze
 
     source = model_dir("keras_cnn")
     made, skipped = derive_candidates(
@@ -133,7 +133,7 @@ def test_a_candidate_build_that_cannot_fit_the_budget_is_skipped_with_its_estima
 def _padded(source, tmp_path):
     """``source`` copied with padding beside its variables: as big on disk as a model that
     gets worker processes, loading as fast as the original."""
-    from optimizer.benchmark.footprint import WORKERS_FROM_BYTES
+    from optimizer.model.footprint import WORKERS_FROM_BYTES
 
     big = tmp_path / "big"
     shutil.copytree(source, big)
@@ -145,10 +145,10 @@ def test_a_big_model_is_optimized_in_a_worker_to_the_same_result(model_dir, tmp_
     import gc
     from pathlib import Path
 
-    from optimizer.equivalence import compare
-    from optimizer.optimize import optimize, write_optimized
-    from optimizer.optimize_worker import OutlinedModel, full_model
-    from optimizer.recipe import INFERENCE_RECIPE
+    from optimizer.optimize.flow import optimize, write_optimized
+    from optimizer.optimize.recipe import INFERENCE_RECIPE
+    from optimizer.optimize.worker import OutlinedModel, full_model
+    from optimizer.verify.equivalence import compare
 
     source = _padded(model_dir("keras_cnn"), tmp_path)
     here = optimize(source, INFERENCE_RECIPE, in_worker=False)
@@ -177,8 +177,8 @@ def test_a_big_model_is_optimized_in_a_worker_to_the_same_result(model_dir, tmp_
 
 def test_a_refusal_in_the_optimize_worker_is_the_same_typed_one_line_error(model_dir):
     from optimizer.errors import UnknownSignatureError
-    from optimizer.optimize import optimize
-    from optimizer.recipe import INFERENCE_RECIPE
+    from optimizer.optimize.flow import optimize
+    from optimizer.optimize.recipe import INFERENCE_RECIPE
 
     with pytest.raises(UnknownSignatureError, match="signature 'nope' not found"):
         optimize(model_dir("keras_cnn"), INFERENCE_RECIPE, signature_name="nope",

@@ -17,9 +17,9 @@ import string_models
 
 from optimizer.errors import DangerousOpError
 from optimizer.graph.rewrite import make_const
-from optimizer.model_assets import TEXT_FILE_TABLE_OPS, resolve_asset
-from optimizer.op_scan import find_dangerous_ops
-from optimizer.savedmodel import read_saved_model_proto
+from optimizer.model.assets import TEXT_FILE_TABLE_OPS, resolve_asset
+from optimizer.model.op_scan import find_dangerous_ops
+from optimizer.model.savedmodel import read_saved_model_proto
 from optimizer.tf_runtime import import_tensorflow
 
 tf = import_tensorflow()

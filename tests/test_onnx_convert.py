@@ -17,13 +17,13 @@ from converter_testing import (
     run_load_snippet,
 )
 
-from optimizer.calibration import Calibration
-from optimizer.conversion import ConversionError
+from optimizer.candidates.conversion import ConversionError
+from optimizer.candidates.onnx.convert import FLAVOURS, OnnxExport, convert_to_onnx
 from optimizer.errors import DestinationError, InvalidInputsError
-from optimizer.inputs import make_inputs
-from optimizer.onnx.convert import FLAVOURS, OnnxExport, convert_to_onnx
+from optimizer.inputs.calibration import Calibration
+from optimizer.inputs.generated import make_inputs
+from optimizer.model.savedmodel import get_signature
 from optimizer.runtime import load_runner
-from optimizer.savedmodel import get_signature
 
 INT8_ATOL = 0.05
 

@@ -7,12 +7,12 @@ import json
 import pytest
 from converter_testing import assert_outputs_match_at_any_batch
 
+from optimizer.candidates.onnx.convert import convert_to_onnx
 from optimizer.errors import SourceNotFoundError
-from optimizer.onnx.convert import convert_to_onnx
+from optimizer.model.savedmodel import get_signature
+from optimizer.model.sidecar import SidecarError
 from optimizer.runtime import CorruptModelError, detect_format, load_runner, read_signature
 from optimizer.runtime.onnx import OnnxRunner
-from optimizer.savedmodel import get_signature
-from optimizer.sidecar import SidecarError
 
 
 @pytest.fixture(scope="module")

@@ -20,9 +20,9 @@ from s3_server import moto_endpoint_fixture, s3_fixture  # noqa: F401
 from components.config import config_from_mapping
 from components.step_runner import run_step
 from optimizer.errors import DangerousOpError
-from optimizer.export import write_saved_model
-from optimizer.freeze import freeze
-from optimizer.op_scan import (
+from optimizer.model.export import write_saved_model
+from optimizer.model.freeze import freeze
+from optimizer.model.op_scan import (
     CONDITIONAL_OPS,
     DENIED_OPS,
     ScanPolicy,
@@ -30,7 +30,7 @@ from optimizer.op_scan import (
     find_dangerous_ops,
     using_policy,
 )
-from optimizer.savedmodel import read_saved_model_proto
+from optimizer.model.savedmodel import read_saved_model_proto
 from optimizer.tf_runtime import import_tensorflow
 
 tf = import_tensorflow()
@@ -323,7 +323,7 @@ def test_allowing_the_op_lets_a_trusted_model_through(hostile):
 def test_processes_started_under_a_policy_apply_it_and_others_do_not():
     """Runtime-tuning probes and other workers read models in processes of their own."""
     code = ("from types import SimpleNamespace as Node; "
-            "from optimizer.op_scan import current_policy; "
+            "from optimizer.model.op_scan import current_policy; "
             "print(current_policy().refusal(Node(op='ReadFile', attr={})))")
     probe = [sys.executable, "-c", code]
     with using_policy(ScanPolicy.create(["ReadFile"])):
@@ -367,7 +367,7 @@ def test_the_hostile_model_really_writes_when_tensorflow_loads_it(writes_on_load
 
 
 def test_freeze_refuses_a_model_that_writes_on_call_and_nothing_runs(hostile):
-    from optimizer.freeze import freeze
+    from optimizer.model.freeze import freeze
 
     path, _ = hostile("write_file")
     with pytest.raises(DangerousOpError, match="op WriteFile"):

@@ -8,11 +8,11 @@ import pytest
 from cli_testing import assert_clean_failure, run_tfopt
 
 from components.cli import main
-from optimizer.equivalence import compare
-from optimizer.export import read_provenance
-from optimizer.recipe import INFERENCE_RECIPE
-from optimizer.savedmodel import list_signatures
+from optimizer.model.export import read_provenance
+from optimizer.model.savedmodel import list_signatures
+from optimizer.optimize.recipe import INFERENCE_RECIPE
 from optimizer.transforms import registry
+from optimizer.verify.equivalence import compare
 
 
 @pytest.fixture

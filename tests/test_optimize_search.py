@@ -15,10 +15,10 @@ from cli_testing import assert_clean_failure, run_tfopt
 from graph_testing import op_counts, tf
 
 from components.cli import main
-from optimizer.equivalence import compare
-from optimizer.export import read_provenance
-from optimizer.freeze import freeze
-from optimizer.savedmodel import list_signatures
+from optimizer.model.export import read_provenance
+from optimizer.model.freeze import freeze
+from optimizer.model.savedmodel import list_signatures
+from optimizer.verify.equivalence import compare
 
 SIZE, CHANNELS, FILTERS = 14, 256, 8
 ATOL = 1e-4  # the merged conv sums the same products; only float reassociation differs

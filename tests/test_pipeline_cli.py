@@ -7,7 +7,7 @@ import pytest
 from cli_testing import assert_chosen_is_the_fastest_or_a_more_precise_tie
 
 from components.cli import main
-from optimizer.savedmodel import list_signatures
+from optimizer.model.savedmodel import list_signatures
 
 
 @pytest.fixture

@@ -37,11 +37,11 @@ from components.tracking.champion import find_champion
 from components.workspace import Workspace
 from optimizer.benchmark.environment import model_digest
 from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-from optimizer.export import write_saved_model
-from optimizer.freeze import freeze
-from optimizer.gate import GateConfig, evaluate_gate
-from optimizer.optimize import apply_recipe
-from optimizer.recipe import DEPLOYMENT_RECIPE, Recipe
+from optimizer.gate.verdict import GateConfig, evaluate_gate
+from optimizer.model.export import write_saved_model
+from optimizer.model.freeze import freeze
+from optimizer.optimize.flow import apply_recipe
+from optimizer.optimize.recipe import DEPLOYMENT_RECIPE, Recipe
 from optimizer.report.write import write_report
 
 pytest_plugins = ["mlflow_server"]  # the mlflow_server fixture
@@ -581,7 +581,7 @@ def test_a_candidate_tf_serving_cannot_load_is_refused_before_anything_is_logged
     # Issue 15, 2e: TF2 loads it; TF Serving's loader (tag 'serve', TF1 Session) does not.
     from tensorflow.core.protobuf import saved_model_pb2
 
-    from optimizer.servability import NotServableError
+    from optimizer.verify.servability import NotServableError
 
     broken = tmp_path / "untagged"
     shutil.copytree(made["candidates"][0].path, broken)

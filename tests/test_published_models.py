@@ -39,7 +39,7 @@ from components.tracking.champion import find_champion
 from components.workspace import Workspace
 from optimizer.benchmark.environment import model_digest
 from optimizer.errors import NotASavedModelError
-from optimizer.inputs import make_inputs
+from optimizer.inputs.generated import make_inputs
 from optimizer.runtime import load_runner, read_signature
 
 pytest_plugins = ["mlflow_server"]
@@ -70,10 +70,10 @@ def source(model_dir):
 
 @pytest.fixture(scope="module")
 def published(source, mlflow_server, tmp_path_factory) -> dict[str, Published]:
-    from optimizer.export import write_saved_model
-    from optimizer.freeze import freeze
-    from optimizer.optimize import apply_recipe
-    from optimizer.recipe import DEPLOYMENT_RECIPE, Recipe
+    from optimizer.model.export import write_saved_model
+    from optimizer.model.freeze import freeze
+    from optimizer.optimize.flow import apply_recipe
+    from optimizer.optimize.recipe import DEPLOYMENT_RECIPE, Recipe
     from optimizer.runtime_tuning import RUNTIME_SETTINGS_FILE, tune_runtime
 
     root = tmp_path_factory.mktemp("published")

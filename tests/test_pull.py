@@ -22,7 +22,7 @@ from components.storage.archive import UnsafeArchiveError
 from components.storage.s3 import ChecksumMismatchError, UnsafeKeyError, make_client
 from optimizer.benchmark.environment import model_digest
 from optimizer.errors import NotASavedModelError, SourceNotFoundError, TfoptError
-from optimizer.savedmodel import list_signatures
+from optimizer.model.savedmodel import list_signatures
 
 PREFIX = "models/cnn"
 

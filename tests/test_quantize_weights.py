@@ -9,15 +9,15 @@ from graph_testing import (
     tf,
 )
 
-from optimizer.equivalence import compare
-from optimizer.export import write_saved_model
-from optimizer.freeze import freeze
 from optimizer.graph.consts import values_from_const
 from optimizer.graph.quantization import dequantize_min_first, min_first_range, step_size
 from optimizer.graph.traversal import nodes_by_name
+from optimizer.model.export import write_saved_model
+from optimizer.model.freeze import freeze
 from optimizer.transforms.pipeline import context_for
 from optimizer.transforms.quantize_weights import size_report
 from optimizer.transforms.registry import make_transform
+from optimizer.verify.equivalence import compare
 
 RNG = np.random.default_rng(0)
 WEIGHTS = RNG.standard_normal((64, 64)).astype(np.float32)

@@ -5,7 +5,7 @@ import pytest
 from graph_testing import build_graph, context, run_graph, tf
 
 from optimizer.errors import TfoptError
-from optimizer.recipe import (
+from optimizer.optimize.recipe import (
     DEPLOYMENT_RECIPE,
     GTT_INFERENCE_RECIPE,
     INFERENCE_RECIPE,
@@ -19,9 +19,9 @@ from optimizer.recipe import (
     parse_transforms,
     parse_yaml_transforms,
 )
-from optimizer.tolerance import Tolerance, ToleranceError
 from optimizer.transforms import registry
 from optimizer.transforms.base import TransformConfigError
+from optimizer.verify.tolerance import Tolerance, ToleranceError
 
 README_DEPLOYMENT = [
     TransformSpec("strip_unused_nodes", {"type": ["float"], "shape": ["1,299,299,3"]}),

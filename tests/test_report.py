@@ -8,14 +8,14 @@ import pytest
 from benchmark_testing import noisy_samples, synthetic_result, top1_fidelity
 
 from optimizer.benchmark.result import Quality
-from optimizer.export import write_saved_model
-from optimizer.freeze import freeze
-from optimizer.gate import evaluate_gate
-from optimizer.inputs import make_inputs
+from optimizer.gate.verdict import evaluate_gate
+from optimizer.inputs.generated import make_inputs
+from optimizer.model.export import write_saved_model
+from optimizer.model.freeze import freeze
+from optimizer.model.savedmodel import get_signature
 from optimizer.report.markdown import ratio_comment, render_markdown
 from optimizer.report.profile import OpProfile, OpTime, aggregate_step_stats, profile_ops
 from optimizer.report.write import LATENCY_CHART, SPEEDUP_CHART, write_report
-from optimizer.savedmodel import get_signature
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 N = 120

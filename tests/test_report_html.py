@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 from benchmark_testing import noisy_samples, synthetic_result, top1_fidelity
 
-from optimizer.gate import evaluate_gate
+from optimizer.gate.verdict import evaluate_gate
 from optimizer.report.html import render_html
 from optimizer.report.write import write_report
 

@@ -8,7 +8,7 @@ folds compound (the same bound the fold_batch_norms transform's real-model test 
 import numpy as np
 from graph_testing import assert_same_outputs, build_graph, context, op_counts, run_graph, tf
 
-from optimizer.freeze import freeze
+from optimizer.model.freeze import freeze
 from optimizer.search.rules import rule_class
 
 RNG = np.random.default_rng(0)

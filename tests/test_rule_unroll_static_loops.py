@@ -5,10 +5,10 @@ import numpy as np
 from control_flow_graphs import counted_loop_graph, input_bounded_loop_graph
 from graph_testing import assert_same_outputs, context, op_counts
 
-from optimizer.frozen import FrozenModel
+from optimizer.model.frozen import FrozenModel
+from optimizer.model.signature import SignatureInfo, TensorSpecInfo
 from optimizer.search.rules import rule_class
 from optimizer.search.search import relaxed_search
-from optimizer.signature import SignatureInfo, TensorSpecInfo
 
 RULE = rule_class("unroll_static_loops")()
 

@@ -11,14 +11,14 @@ one digit of 450).
 import pytest
 
 from optimizer.benchmark.harness import BenchmarkConfig
-from optimizer.calibration import from_rows
-from optimizer.candidates import CandidateSettings, derive_candidates, parse_targets
-from optimizer.cpu_features import cpu_supports_bf16
-from optimizer.evaluation import load_labelled_data
-from optimizer.freeze import freeze
-from optimizer.gate import GateConfig
-from optimizer.savedmodel import get_signature
-from optimizer.selection import select_candidate
+from optimizer.candidates.build import CandidateSettings, derive_candidates, parse_targets
+from optimizer.gate.selection import select_candidate
+from optimizer.gate.verdict import GateConfig
+from optimizer.inputs.calibration import from_rows
+from optimizer.model.freeze import freeze
+from optimizer.model.savedmodel import get_signature
+from optimizer.system.cpu_features import cpu_supports_bf16
+from optimizer.verify.evaluation import load_labelled_data
 
 BUDGET = 0.005
 QUICK = BenchmarkConfig(batch_sizes=(1,), warmup=3, min_runs=30, min_seconds=0.5)

@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 from graph_testing import build_graph, op_counts, run_graph, tf
 
-from optimizer.frozen import FrozenModel
+from optimizer.model.frozen import FrozenModel
+from optimizer.model.signature import SignatureInfo, TensorSpecInfo
 from optimizer.search.cost import OpCostModel
 from optimizer.search.rules import rule_class
 from optimizer.search.search import greedy_search, relaxed_search
-from optimizer.signature import SignatureInfo, TensorSpecInfo
 from optimizer.transforms.pipeline import context_for
 
 SIZE, CHANNELS, FILTERS = 14, 256, 8

@@ -7,13 +7,13 @@ import pytest
 from benchmark_testing import noisy_samples, synthetic_result, top1_fidelity, with_damaged_weights
 
 from optimizer.benchmark.harness import BenchmarkConfig
-from optimizer.candidates import Candidate
-from optimizer.export import write_saved_model
-from optimizer.freeze import freeze
-from optimizer.gate import GateConfig, evaluate_gate
-from optimizer.litert.convert import convert_to_litert
-from optimizer.near_ties import precision_rank
-from optimizer.selection import select_candidate
+from optimizer.candidates.build import Candidate
+from optimizer.candidates.litert.convert import convert_to_litert
+from optimizer.gate.near_ties import precision_rank
+from optimizer.gate.selection import select_candidate
+from optimizer.gate.verdict import GateConfig, evaluate_gate
+from optimizer.model.export import write_saved_model
+from optimizer.model.freeze import freeze
 
 # no twin of the baseline: these tests need the frozen digits model (~1.25x) chosen at
 # min_speedup 1.0, and under a heavy load two loads of a small model were measured up to 1.4x

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from optimizer.servability import NotServableError, check_servable
+from optimizer.verify.servability import NotServableError, check_servable
 
 
 @pytest.fixture

@@ -106,7 +106,7 @@ def _dense_savedmodel(path: Path, width: int) -> int:
     """A one-layer model of ``width`` x ``width`` float32 weights; returns its bytes on disk."""
     from benchmark_testing import dense_stack
 
-    from optimizer.benchmark.footprint import disk_bytes
+    from optimizer.model.footprint import disk_bytes
 
     dense_stack(path, layers=1, width=width)
     return disk_bytes(path)

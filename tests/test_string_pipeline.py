@@ -17,11 +17,11 @@ import yaml
 from cli_testing import run_tfopt
 from string_models import OUT_OF_VOCABULARY, tokens
 
-from optimizer.calibration import from_rows
-from optimizer.candidates import CandidateSettings, derive_candidates
-from optimizer.freeze import freeze
+from optimizer.candidates.build import CandidateSettings, derive_candidates
+from optimizer.inputs.calibration import from_rows
+from optimizer.model.freeze import freeze
+from optimizer.model.savedmodel import get_signature
 from optimizer.runtime import load_runner
-from optimizer.savedmodel import get_signature
 
 BUILDERS = {"string_lookup": (string_models.keras_string_lookup, 5),
             "asset_vocabulary": (string_models.asset_vocabulary_lookup, 3)}
@@ -81,7 +81,7 @@ def test_the_onnx_candidate_keeps_the_tables_and_gives_the_stock_outputs(models,
     lookups become ONNX constants, and ONNX Runtime loads the model (it refused HashTableV2)."""
     import onnx
 
-    from optimizer.onnx.convert import convert_to_onnx
+    from optimizer.candidates.onnx.convert import convert_to_onnx
 
     stock, eval_data = models[name]
     x = np.load(eval_data)["x"]

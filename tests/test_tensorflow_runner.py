@@ -3,8 +3,8 @@ the function's signature once, not on every call."""
 
 import numpy as np
 
-from optimizer.freeze import freeze
-from optimizer.inputs import make_inputs
+from optimizer.inputs.generated import make_inputs
+from optimizer.model.freeze import freeze
 from optimizer.runtime import load_runner
 from optimizer.runtime.tensorflow import frozen_runner
 

@@ -12,11 +12,11 @@ import pytest
 from control_flow_graphs import counted_loop_graph, input_bounded_loop_graph
 from graph_testing import assert_idempotent, assert_same_outputs, context, op_counts
 
-from optimizer.equivalence import compare
-from optimizer.freeze import freeze
 from optimizer.graph.functional_control_flow import FUNCTIONAL_CONTROL_FLOW_OPS
+from optimizer.model.freeze import freeze
 from optimizer.transforms.pipeline import run_transforms
 from optimizer.transforms.registry import make_transform
+from optimizer.verify.equivalence import compare
 
 TENSOR_LIST_OPS = {"TensorListReserve", "TensorListFromTensor", "TensorListGetItem",
                    "TensorListSetItem", "TensorListStack"}

@@ -58,7 +58,7 @@ def test_a_step_two_runs_start_at_once_runs_once_and_both_get_its_output(tmp_pat
     import threading
     import time
 
-    from optimizer.atomic import atomic_directory
+    from optimizer.files.atomic import atomic_directory
 
     ws = Workspace(tmp_path / "run")
     calls, results = [], []

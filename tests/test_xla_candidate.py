@@ -15,21 +15,21 @@ import numpy as np
 import pytest
 from graph_testing import build_graph, tf
 
-from optimizer.equivalence import compare
-from optimizer.export import read_provenance
-from optimizer.freeze import freeze
-from optimizer.frozen import FrozenModel
-from optimizer.inputs import make_inputs
-from optimizer.runtime import load_runner
-from optimizer.savedmodel import get_signature, read_saved_model_proto, serving_meta_graph
-from optimizer.signature import SignatureInfo, TensorSpecInfo
-from optimizer.xla import (
+from optimizer.candidates.xla import (
     XlaRefused,
     must_compile_functions,
     write_xla_saved_model,
     xla_compiled,
     xla_partition,
 )
+from optimizer.inputs.generated import make_inputs
+from optimizer.model.export import read_provenance
+from optimizer.model.freeze import freeze
+from optimizer.model.frozen import FrozenModel
+from optimizer.model.savedmodel import get_signature, read_saved_model_proto, serving_meta_graph
+from optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from optimizer.runtime import load_runner
+from optimizer.verify.equivalence import compare
 
 
 @pytest.fixture(scope="module")

@@ -77,8 +77,8 @@ def add_parser(sub) -> None:
 def _check_inputs(args) -> None:
     """Fail on bad paths and options before TensorFlow starts or anything is timed."""
     from optimizer.errors import InvalidInputsError
-    from optimizer.evaluation import get_metric
-    from optimizer.savedmodel import get_signature
+    from optimizer.model.savedmodel import get_signature
+    from optimizer.verify.evaluation import get_metric
 
     baseline = get_signature(args.baseline, args.signature)
     for path in args.candidates:
@@ -102,7 +102,7 @@ def _progress(message: str) -> None:
 
 
 def run(args) -> int:
-    from optimizer.benchmark.runtime import (
+    from optimizer.system.cpu_threads import (
         apply_runtime_settings,
         default_runtime_settings,
         export_env,
@@ -113,9 +113,9 @@ def run(args) -> int:
                                         onednn=onednn)
     export_env(settings)  # before the checks below import TensorFlow
 
-    from optimizer.evaluation import load_labelled_data
-    from optimizer.gate import GateConfig, load_gate_config
-    from optimizer.savedmodel import get_signature
+    from optimizer.gate.verdict import GateConfig, load_gate_config
+    from optimizer.model.savedmodel import get_signature
+    from optimizer.verify.evaluation import load_labelled_data
 
     _check_inputs(args)
     gate_config = load_gate_config(args.gate_config) if args.gate_config else GateConfig()
@@ -126,7 +126,7 @@ def run(args) -> int:
     runtime = apply_runtime_settings(settings)
 
     from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-    from optimizer.gate import evaluate_gate
+    from optimizer.gate.verdict import evaluate_gate
 
     config = BenchmarkConfig(batch_sizes=args.batch_sizes, warmup=args.warmup,
                              min_runs=args.min_runs, min_seconds=args.min_seconds,
@@ -152,9 +152,9 @@ def run(args) -> int:
 
 
 def _profiles(result, decision, eval_data):
-    from optimizer.inputs import make_inputs
+    from optimizer.inputs.generated import make_inputs
+    from optimizer.model.savedmodel import get_signature
     from optimizer.report.profile import profile_baseline_and_candidate
-    from optimizer.savedmodel import get_signature
 
     target = decision.chosen or max(decision.verdicts, key=lambda v: v.speedup or 0).candidate
     signature = get_signature(result.baseline.path, result.settings.signature)

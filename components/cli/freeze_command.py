@@ -23,12 +23,12 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from optimizer.atomic import check_writable
-    from optimizer.equivalence import compare
     from optimizer.errors import EquivalenceError
-    from optimizer.export import write_saved_model
-    from optimizer.freeze import freeze
-    from optimizer.savedmodel import directory_size
+    from optimizer.files.atomic import check_writable
+    from optimizer.model.export import write_saved_model
+    from optimizer.model.freeze import freeze
+    from optimizer.model.savedmodel import directory_size
+    from optimizer.verify.equivalence import compare
 
     check_writable(args.dst, args.overwrite)
     frozen = freeze(args.src, args.signature)

@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from optimizer.benchmark.result import load_result
-    from optimizer.gate import GateConfig, evaluate_gate, load_gate_config
+    from optimizer.gate.verdict import GateConfig, evaluate_gate, load_gate_config
 
     config = load_gate_config(args.config) if args.config else GateConfig()
     result = load_result(args.result)

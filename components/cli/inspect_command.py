@@ -20,7 +20,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from optimizer.savedmodel import describe
+    from optimizer.model.savedmodel import describe
 
     info = describe(args.src)
     if args.json:

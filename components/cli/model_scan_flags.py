@@ -1,6 +1,6 @@
 """``--allow-op OP``: lift the model scan's refusal of an op type for one command.
 
-Every command that reads a model scans it first (:mod:`optimizer.op_scan`); a model that needs
+Every command that reads a model scans it first (:mod:`optimizer.model.op_scan`); a model that needs
 one of the refused ops, and whose source is trusted, passes with ``--allow-op`` for each op.
 """
 
@@ -18,7 +18,7 @@ def add_allow_op_argument(parser) -> None:
 
 def scan_policy_for(args):
     """The policy ``args`` asks for, in force for the command; a no-op for other commands."""
-    from optimizer.op_scan import ScanPolicy, using_policy
+    from optimizer.model.op_scan import ScanPolicy, using_policy
 
     if not hasattr(args, "allow_ops"):
         return contextlib.nullcontext()

@@ -80,7 +80,7 @@ def add_parser(sub) -> None:
 
 def _search_settings(args):
     """None for the recipe strategy; else the checked settings (a bad value is exit 2)."""
-    from optimizer.optimize import SearchSettings
+    from optimizer.optimize.flow import SearchSettings
     from optimizer.transforms.base import TransformConfigError
 
     if args.strategy == "recipe":
@@ -99,7 +99,7 @@ def _search_settings(args):
 
 
 def _recipe(args):
-    from optimizer.recipe import Recipe, default_recipe, load_recipe_file
+    from optimizer.optimize.recipe import Recipe, default_recipe, load_recipe_file
     from optimizer.transforms.base import TransformConfigError
 
     if args.targets is not None and args.transforms is None and args.config is None:
@@ -113,7 +113,7 @@ def _recipe(args):
 
 
 def _tolerance(args, recipe):
-    from optimizer.tolerance import Tolerance
+    from optimizer.verify.tolerance import Tolerance
 
     given = {k: getattr(args, k) for k in ("atol", "rtol", "min_top1")
              if getattr(args, k) is not None}
@@ -199,8 +199,8 @@ def _print_costs(costs: dict, model_bytes: int) -> None:
 
 def _check_memory(args):
     """The budget; a model that could not even be optimized within it is refused now."""
-    from optimizer.benchmark.footprint import disk_bytes, job_minimum_bytes, optimizing_bytes
-    from optimizer.memory_budget import GIB, memory_budget
+    from optimizer.model.footprint import disk_bytes, job_minimum_bytes, optimizing_bytes
+    from optimizer.system.memory_budget import GIB, memory_budget
 
     if args.memory_gb is not None and args.memory_gb <= 0:
         from optimizer.errors import InvalidInputsError
@@ -216,19 +216,19 @@ def _check_memory(args):
 
 
 def _apply_runtime():
-    from optimizer.benchmark.runtime import apply_runtime_settings, default_runtime_settings
+    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     return apply_runtime_settings(default_runtime_settings())
 
 
 def run(args) -> int:
-    from optimizer.process_tree import TreeMeter
+    from optimizer.system.process_tree import TreeMeter
 
     costs: dict = {}
     with TreeMeter() as whole:
         code = _run(args, costs)
     if not args.json and costs:
-        from optimizer.savedmodel import directory_size
+        from optimizer.model.savedmodel import directory_size
 
         costs["total"] = whole.cost
         _print_costs(costs, directory_size(args.src))
@@ -236,11 +236,11 @@ def run(args) -> int:
 
 
 def _run(args, costs: dict) -> int:
-    from optimizer.atomic import check_writable
     from optimizer.errors import EquivalenceError
-    from optimizer.optimize import optimize, write_optimized
-    from optimizer.recipe import Recipe
-    from optimizer.savedmodel import directory_size
+    from optimizer.files.atomic import check_writable
+    from optimizer.model.savedmodel import directory_size
+    from optimizer.optimize.flow import optimize, write_optimized
+    from optimizer.optimize.recipe import Recipe
 
     if args.targets is not None:
         from components.cli.optimize_targets import check_arguments
@@ -251,13 +251,13 @@ def _run(args, costs: dict) -> int:
     tolerance = _tolerance(args, recipe or Recipe(()))
     check_writable(args.dst, args.overwrite)
     args.budget = _check_memory(args)
-    from optimizer.benchmark.footprint import builds_in_workers
+    from optimizer.model.footprint import builds_in_workers
 
     in_worker = builds_in_workers(args.src)
     runtime = None
     if args.targets is not None and not in_worker:
         runtime = _apply_runtime()  # thread pools are sized when TensorFlow starts
-    from optimizer.process_tree import TreeMeter
+    from optimizer.system.process_tree import TreeMeter
 
     with TreeMeter() as meter:
         result = optimize(args.src, recipe, signature_name=args.signature, tolerance=tolerance,
@@ -265,7 +265,7 @@ def _run(args, costs: dict) -> int:
     costs["optimize"] = meter.cost
     # A big model's candidates are built and timed in workers, each applying the default
     # thread settings itself: this process starts no TensorFlow (0.65 GiB) beside them.
-    from optimizer.free_memory import return_freed_memory
+    from optimizer.system.free_memory import return_freed_memory
 
     return_freed_memory()  # the copies freezing and transforming held: the next stages need it
     if args.trace:

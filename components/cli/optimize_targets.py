@@ -2,12 +2,12 @@
 gate choose.
 
 The optimized float32 SavedModel (recipe or search, checked for equivalence as always) and the
-candidates the targets allow (:mod:`optimizer.candidates`) are benchmarked against SRC in one
+candidates the targets allow (:mod:`optimizer.candidates.build`) are benchmarked against SRC in one
 process and evaluated (held-out accuracy with ``--eval-data``, agreement with SRC's top-1
 without); int8 candidates calibrate on ``--calibration-data`` (inputs only), else on the eval
 data's inputs, else on inputs generated from the signature, and say which
-(:mod:`optimizer.calibration`); the gate chooses the fastest that is faster with confidence
-and inside ``--accuracy-budget`` (:mod:`optimizer.selection`). DST is a directory, written
+(:mod:`optimizer.inputs.calibration`); the gate chooses the fastest that is faster with confidence
+and inside ``--accuracy-budget`` (:mod:`optimizer.gate.selection`). DST is a directory, written
 atomically:
 
 - the chosen SavedModel itself, or the chosen model's file(s) with its JSON sidecar
@@ -67,9 +67,9 @@ def add_arguments(p) -> None:
 
 def check_arguments(args) -> None:
     """A bad target or an unreadable calibration file is an error before any work."""
-    from optimizer.calibration import read_inputs
-    from optimizer.candidates import parse_targets
-    from optimizer.savedmodel import get_signature
+    from optimizer.candidates.build import parse_targets
+    from optimizer.inputs.calibration import read_inputs
+    from optimizer.model.savedmodel import get_signature
 
     parse_targets(args.targets)
     if args.calibration_data is not None:
@@ -77,7 +77,7 @@ def check_arguments(args) -> None:
 
 
 def _calibration(signature, args, settings):
-    from optimizer.calibration import choose_calibration
+    from optimizer.inputs.calibration import choose_calibration
 
     if not settings.calibrates:
         return None
@@ -102,24 +102,24 @@ def _print_rows(rows: list[dict]) -> None:
 
 
 def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> int:
-    """``result`` is the accepted :class:`~optimizer.optimize.OptimizeResult`; ``runtime`` the
+    """``result`` is the accepted :class:`~optimizer.optimize.flow.OptimizeResult`; ``runtime`` the
     thread settings applied before TensorFlow started; ``costs`` gets each stage's
-    :class:`~optimizer.process_tree.Cost`."""
-    from optimizer.atomic import atomic_directory, check_writable
+    :class:`~optimizer.system.process_tree.Cost`."""
     from optimizer.benchmark.harness import BenchmarkConfig
-    from optimizer.candidates import (
+    from optimizer.candidates.build import (
         Candidate,
         CandidateSettings,
         derive_candidates,
         parse_targets,
         savedmodel_load_instructions,
     )
-    from optimizer.evaluation import load_labelled_data
-    from optimizer.gate import EXIT_REJECT, GateConfig
-    from optimizer.optimize import write_optimized
-    from optimizer.process_tree import TreeMeter
-    from optimizer.savedmodel import get_signature
-    from optimizer.selection import select_candidate
+    from optimizer.files.atomic import atomic_directory, check_writable
+    from optimizer.gate.selection import select_candidate
+    from optimizer.gate.verdict import EXIT_REJECT, GateConfig
+    from optimizer.model.savedmodel import get_signature
+    from optimizer.optimize.flow import write_optimized
+    from optimizer.system.process_tree import TreeMeter
+    from optimizer.verify.evaluation import load_labelled_data
 
     settings = CandidateSettings(targets=parse_targets(args.targets))
     gate = GateConfig(max_accuracy_drop_abs=args.accuracy_budget, min_speedup=args.min_speedup)

@@ -53,7 +53,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from components.pipeline import run_pipeline
-    from optimizer.gate import EXIT_PROMOTE, EXIT_REJECT
+    from optimizer.gate.verdict import EXIT_PROMOTE, EXIT_REJECT
 
     config = load_config_from_args(args)
     outcome = run_pipeline(config, {"dag_run_id": args.run_id} if args.run_id else {})

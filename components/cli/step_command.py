@@ -58,7 +58,7 @@ def run(args) -> int:
 
 
 def _write(path: Path, text: str) -> None:
-    from optimizer.atomic import atomic_file
+    from optimizer.files.atomic import atomic_file
 
     with atomic_file(path, overwrite=True) as staging:
         staging.write_text(text)

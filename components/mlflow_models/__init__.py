@@ -31,7 +31,7 @@ from pathlib import Path
 
 from components.artifacts import CandidateModel
 from components.mlflow_models.mlmodel import MLMODEL_FILE, RUNTIME_SETTINGS_FILE
-from optimizer.signature import SignatureInfo
+from optimizer.model.signature import SignatureInfo
 
 log = logging.getLogger(__name__)
 

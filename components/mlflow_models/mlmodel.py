@@ -25,7 +25,7 @@ def recorded_format(mlmodel: Path, where: str,
                     error: type[TfoptError]) -> tuple[str, str | None, str | None]:
     """``(format, runtime or None, artifact path inside the model or None)`` as ``mlmodel``
     records them; ``error`` (naming ``where``) when it records none this tfopt knows."""
-    from optimizer.yaml_files import read_yaml_file
+    from optimizer.files.yaml_files import read_yaml_file
 
     data = read_yaml_file(mlmodel, f"{where}: MLmodel", error)
     if not isinstance(data, dict):

@@ -2,7 +2,7 @@
 
 MLflow's onnx pyfunc (``mlflow.onnx``) opens the file with ONNX Runtime and feeds it by input
 name; tfopt's conversion names a graph's inputs and outputs by the SavedModel signature's keys
-(:mod:`optimizer.onnx.convert`), so ``predict({input key: array})`` returns
+(:mod:`optimizer.candidates.onnx.convert`), so ``predict({input key: array})`` returns
 ``{output key: array}`` as the SavedModel's signature does. The flavor's
 ``onnx_session_options`` carry how the benchmark ran it (:mod:`optimizer.runtime.onnx`): the
 tuned thread count, one inter-op thread, sequential execution, spinning off.

@@ -25,7 +25,7 @@ def add_flavor(mlflow_model, candidate: CandidateModel, dest: Path, signature_na
                runtime_settings: dict, env_files: dict[str, str]) -> str:
     """Copy the IR, its weights, its sidecar and the loader into ``dest`` and describe them in
     ``mlflow_model``; returns the IR's path inside ``dest``."""
-    from optimizer.sidecar import runtime_options
+    from optimizer.model.sidecar import runtime_options
 
     config = {"model_file": Path(candidate.path).name,
               "compile_options": runtime_options(candidate.path, "openvino")}

@@ -32,7 +32,7 @@ from components.config import PipelineConfig
 from components.storage.model_tree import check_model_tree
 from components.workspace import Workspace
 from optimizer.errors import TfoptError
-from optimizer.signature import SignatureInfo
+from optimizer.model.signature import SignatureInfo
 
 PUBLISH_KEY_TAG = "tfopt.publish_key"
 CANDIDATE_TAG = "tfopt.candidate"
@@ -52,7 +52,7 @@ class Publication:
     registered: CandidateModel | None  # the champion or challenger to register, if any
     signature: SignatureInfo  # the source's serving signature, which every candidate keeps
     gate: GateOutput
-    decision: dict[str, Any]  # optimizer.gate.GateDecision.to_dict()
+    decision: dict[str, Any]  # optimizer.gate.verdict.GateDecision.to_dict()
     result: Any  # optimizer.benchmark.result.BenchmarkResult, accuracy filled in
     run_key: str
     dag_run_id: str | None

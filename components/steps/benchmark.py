@@ -3,7 +3,7 @@
 The baseline is the registry's champion when there is one (the model the candidate would
 replace), run in its own runtime with the thread setting recorded on its version, else the
 unoptimized input model. Beside a champion the input is measured too, untimed: accuracy budgets
-stay anchored to it (see optimizer.gate).
+stay anchored to it (see optimizer.gate.verdict).
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
         from optimizer.benchmark.harness import BenchmarkConfig, Subject
         from optimizer.benchmark.memory_groups import run_benchmark_within
         from optimizer.benchmark.result import CHAMPION, UNOPTIMIZED_INPUT
-        from optimizer.benchmark.runtime import apply_runtime_settings, default_runtime_settings
-        from optimizer.memory_budget import memory_budget
+        from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+        from optimizer.system.memory_budget import memory_budget
 
         reference = None
         if champion is not None:

@@ -43,10 +43,10 @@ def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
              ) -> EvaluationOutput:
     def run(step_dir: Path) -> EvaluationOutput:
         from optimizer.benchmark.result import Fidelity, Quality, load_result
-        from optimizer.equivalence import compare
-        from optimizer.evaluation import EVAL_BATCH_SIZE, get_metric, load_labelled_data
-        from optimizer.evaluation import evaluate as evaluate_metric
         from optimizer.runtime import load_runner
+        from optimizer.verify.equivalence import compare
+        from optimizer.verify.evaluation import EVAL_BATCH_SIZE, get_metric, load_labelled_data
+        from optimizer.verify.evaluation import evaluate as evaluate_metric
 
         result = load_result(benchmark.result_path)
         if not config.evaluation.data:

@@ -25,11 +25,11 @@ def freeze(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> Candid
 
     def run(step_dir: Path) -> CandidateModel:
         from optimizer.benchmark.environment import model_digest
-        from optimizer.candidates import savedmodel_load_instructions
-        from optimizer.equivalence import compare
+        from optimizer.candidates.build import savedmodel_load_instructions
         from optimizer.errors import EquivalenceError
-        from optimizer.export import write_saved_model
-        from optimizer.freeze import freeze as freeze_model
+        from optimizer.model.export import write_saved_model
+        from optimizer.model.freeze import freeze as freeze_model
+        from optimizer.verify.equivalence import compare
 
         log.info("freeze: %s [%s]", pulled.path, config.signature)
         frozen = freeze_model(pulled.path, config.signature)

@@ -1,6 +1,6 @@
 """gate: the verdict on every candidate, and the before/after report a reviewer reads.
 
-Three named parts, in order: the verdict (:func:`optimizer.gate.evaluate_gate`), the
+Three named parts, in order: the verdict (:func:`optimizer.gate.verdict.evaluate_gate`), the
 :func:`report` on the fastest candidate (the chosen one, else the fastest rejected), and
 :func:`tune` of the chosen model's runtime settings. Its record names what publish logs
 (``publishable``) and carries the evaluation it judged, so publish reads only this record.
@@ -36,7 +36,7 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace,
     def run(step_dir: Path) -> GateOutput:
         from components.publishing.publication import publishable_labels
         from optimizer.benchmark.result import load_result
-        from optimizer.gate import evaluate_gate
+        from optimizer.gate.verdict import evaluate_gate
         from optimizer.runtime import read_signature
 
         result = load_result(evaluation.result_path)
@@ -70,11 +70,11 @@ def report(config: PipelineConfig, evaluation: EvaluationOutput, result, decisio
            signature, step_dir: Path, step_costs: dict | None) -> Path:
     """The before/after report under ``step_dir/report``, with the op profile of the baseline
     and ``shown``; returns its directory."""
-    from optimizer.candidates import Candidate
-    from optimizer.inputs import make_inputs
+    from optimizer.candidates.build import Candidate
+    from optimizer.gate.selection import candidate_rows
+    from optimizer.inputs.generated import make_inputs
     from optimizer.report.profile import profile_baseline_and_candidate
     from optimizer.report.write import write_report
-    from optimizer.selection import candidate_rows
 
     profiles = []
     try:

@@ -15,7 +15,7 @@ LABEL = "optimized"
 
 
 def recipe_of(config: PipelineConfig):
-    from optimizer.recipe import Recipe, specs_from_yaml
+    from optimizer.optimize.recipe import Recipe, specs_from_yaml
 
     recipe = config.optimize.recipe
     if isinstance(recipe, str):
@@ -25,7 +25,7 @@ def recipe_of(config: PipelineConfig):
 
 def search_settings_of(config: PipelineConfig):
     """None for the recipe strategy; else how to search (the config's optimize.* keys)."""
-    from optimizer.optimize import SearchSettings
+    from optimizer.optimize.flow import SearchSettings
 
     section = config.optimize
     if section.strategy == "recipe":
@@ -47,10 +47,10 @@ def optimize(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> Cand
 
     def run(step_dir: Path) -> CandidateModel:
         from optimizer.benchmark.environment import model_digest
-        from optimizer.candidates import savedmodel_load_instructions
-        from optimizer.optimize import optimize as optimize_model
-        from optimizer.optimize import write_optimized
-        from optimizer.tolerance import Tolerance
+        from optimizer.candidates.build import savedmodel_load_instructions
+        from optimizer.optimize.flow import optimize as optimize_model
+        from optimizer.optimize.flow import write_optimized
+        from optimizer.verify.tolerance import Tolerance
 
         tolerance = Tolerance(atol=config.optimize.atol, rtol=config.optimize.rtol,
                               min_top1=config.optimize.min_top1)
@@ -84,8 +84,8 @@ def derive(config: PipelineConfig, pulled: PulledModel, optimized, step_dir: Pat
     calibrate do it on calibration.data, else evaluation.data, else inputs generated from the
     signature (tagged synthetic)."""
     from optimizer.benchmark.environment import model_digest
-    from optimizer.candidates import derive_candidates
-    from optimizer.memory_budget import memory_budget
+    from optimizer.candidates.build import derive_candidates
+    from optimizer.system.memory_budget import memory_budget
 
     settings = config.candidates.settings()
     made, skipped = derive_candidates(
@@ -104,8 +104,8 @@ def _calibration(config: PipelineConfig, pulled: PulledModel, step_dir: Path, se
     if not settings.calibrates:
         return None
     from components.steps.evaluate import local_data_file
-    from optimizer.calibration import choose_calibration
-    from optimizer.savedmodel import get_signature
+    from optimizer.inputs.calibration import choose_calibration
+    from optimizer.model.savedmodel import get_signature
 
     calibration = choose_calibration(
         get_signature(pulled.path, config.signature), settings.calibration_samples,

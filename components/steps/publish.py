@@ -3,7 +3,7 @@
 What a reviewer finds in the experiment ``mlflow.experiment``, for each pipeline run:
 
 - nothing at all when a SavedModel to be logged does not load and run the way TF Serving loads
-  it (the TF1 loader in a Session, tag ``serve``: :mod:`optimizer.servability`), exit 7;
+  it (the TF1 loader in a Session, tag ``serve``: :mod:`optimizer.verify.servability`), exit 7;
 - a run whose params are the config (dotted keys; the parts that change the result) and the
   recipe applied; whose metrics are every model's latency, throughput, size, memory, accuracy
   and the gate's speedup, interval and accuracy drop per candidate
@@ -79,13 +79,13 @@ log = logging.getLogger(__name__)
 
 
 def checked_servable(ws: Workspace, model: CandidateModel, signature: str) -> None:
-    """:func:`optimizer.servability.check_servable` once per model content in a workspace: the
+    """:func:`optimizer.verify.servability.check_servable` once per model content in a workspace: the
     verdict is kept in ``servable/``, and publishes of the same candidate at once wait for the
     first one's (a check imports TensorFlow: hundreds of MB per process)."""
     import fcntl
     import json
 
-    from optimizer.servability import NotServableError, check_servable
+    from optimizer.verify.servability import NotServableError, check_servable
 
     directory = ws.root / "servable"
     directory.mkdir(parents=True, exist_ok=True)

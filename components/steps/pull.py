@@ -11,7 +11,7 @@ for S3, a hash of endpoint, bucket and listing (key, size and ETag of every obje
 unchanged prefix is reused after one LIST and no download, and a changed one is pulled again;
 for a local path, the digest of its content. The directory is built beside its final place,
 checked to be a SavedModel (parsed within limits and scanned for ops that touch files, the
-network or Python: :mod:`optimizer.op_scan`), given its marker (``pulled.json``) last, and
+network or Python: :mod:`optimizer.model.op_scan`), given its marker (``pulled.json``) last, and
 renamed into place: a pull killed midway leaves no marker, and the next pull starts over. A
 local directory is checked before anything is copied, first that nothing in it leads out of it
 (no symbolic link, hard link or special file: :mod:`components.storage.model_tree`; with
@@ -36,9 +36,7 @@ from components.config import PipelineConfig
 from components.storage.archive import extract_archive, is_archive
 from components.storage.digest import file_checksums
 from components.storage.model_tree import check_model_tree, copy_model_tree
-from optimizer.atomic import PARTIAL_MARK, atomic_directory, clean_stale_partials, hold_lock
 from optimizer.benchmark.environment import model_digest
-from optimizer.benchmark.footprint import disk_bytes
 from optimizer.errors import (
     CorruptSavedModelError,
     DangerousOpError,
@@ -47,7 +45,9 @@ from optimizer.errors import (
     SourceNotFoundError,
     TfoptError,
 )
-from optimizer.savedmodel import read_saved_model_proto
+from optimizer.files.atomic import PARTIAL_MARK, atomic_directory, clean_stale_partials, hold_lock
+from optimizer.model.footprint import disk_bytes
+from optimizer.model.savedmodel import read_saved_model_proto
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def pull(config: PipelineConfig, *, s3_client=None, session=None) -> PulledModel
     """
     source = config.source
     sources = Path(config.workdir).absolute() / SOURCES_DIR
-    # What killed pulls left behind; a pull running now holds its own (optimizer.atomic).
+    # What killed pulls left behind; a pull running now holds its own (optimizer.files.atomic).
     clean_stale_partials(sources)
     if source.startswith("models:/"):
         return _pull_registry(config, sources)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from components.storage.model_tree import check_model_tree
 from components.tracking import is_missing, mlflow_client
-from optimizer.atomic import atomic_directory
 from optimizer.errors import NotASavedModelError, SourceNotFoundError
+from optimizer.files.atomic import atomic_directory
 
 log = logging.getLogger(__name__)
 

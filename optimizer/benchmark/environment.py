@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.benchmark.runtime import AppliedRuntime
-from optimizer.cpu_features import cpu_model, isa_support
+from optimizer.system.cpu_features import cpu_model, isa_support
+from optimizer.system.cpu_threads import AppliedRuntime
 
 _CHUNK = 1 << 20
 

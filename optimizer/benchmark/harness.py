@@ -12,12 +12,12 @@ paired block bootstrap over rounds, each model's round figure being the median o
 throughput (items/s) at each batch size.
 
 Quality is measured per model: with labelled data, a metric (``top1`` by default; see
-:mod:`optimizer.evaluation`); always, for each candidate, fidelity to the baseline (top-1
+:mod:`optimizer.verify.evaluation`); always, for each candidate, fidelity to the baseline (top-1
 agreement, max absolute and relative output error) on the eval data's inputs, or on inputs
 generated from the signature when there is none.
 
-Generated inputs follow the signature (:func:`optimizer.inputs.make_inputs`); string inputs take
-their tokens from the model's own vocabulary (:mod:`optimizer.vocabulary`), a quarter of them out
+Generated inputs follow the signature (:func:`optimizer.inputs.generated.make_inputs`); string inputs take
+their tokens from the model's own vocabulary (:mod:`optimizer.inputs.vocabulary`), a quarter of them out
 of it.
 
 Memory: models share the process, so per model the harness records how much the resident set
@@ -26,7 +26,7 @@ grew, and how far its peak rose, while that model was loaded and called once
 alone, which would add the TF runtime (hundreds of MB, loaded before any model and counted in
 none).
 
-Thread settings must be applied before TF starts (:mod:`optimizer.benchmark.runtime`); pass the
+Thread settings must be applied before TF starts (:mod:`optimizer.system.cpu_threads`); pass the
 :class:`AppliedRuntime` from ``apply_runtime_settings`` or let the harness apply the defaults.
 """
 
@@ -59,11 +59,6 @@ from optimizer.benchmark.result import (
     ModelMeasurement,
     Quality,
 )
-from optimizer.benchmark.runtime import (
-    AppliedRuntime,
-    apply_runtime_settings,
-    default_runtime_settings,
-)
 from optimizer.benchmark.stats import (
     LatencySummary,
     RatioInterval,
@@ -72,18 +67,23 @@ from optimizer.benchmark.stats import (
     round_figures,
 )
 from optimizer.errors import InvalidInputsError
-from optimizer.evaluation import (
+from optimizer.inputs.generated import OUT_OF_VOCABULARY_SHARE, make_inputs
+from optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from optimizer.model.signature import SignatureInfo, contract_difference
+from optimizer.runtime import ModelRunner, load_runner, read_signature
+from optimizer.runtime.registry import model_files
+from optimizer.system.cpu_threads import (
+    AppliedRuntime,
+    apply_runtime_settings,
+    default_runtime_settings,
+)
+from optimizer.verify.evaluation import (
     EVAL_BATCH_SIZE,
     LabelledData,
     evaluate,
     get_metric,
     load_labelled_data,
 )
-from optimizer.inputs import OUT_OF_VOCABULARY_SHARE, make_inputs
-from optimizer.runtime import ModelRunner, load_runner, read_signature
-from optimizer.runtime.registry import model_files
-from optimizer.savedmodel import DEFAULT_SIGNATURE
-from optimizer.signature import SignatureInfo, contract_difference
 
 log = logging.getLogger(__name__)
 
@@ -198,13 +198,13 @@ def _fidelity_feeds(runner: ModelRunner, seed: int, inputs, eval_data,
 def _vocabularies(subjects: Sequence[Subject], contract: SignatureInfo, signature: str,
                   generated: bool) -> dict[str, np.ndarray]:
     """Tokens for generated string inputs (and integer inputs that key a table), from the
-    SavedModels among ``subjects`` (:mod:`optimizer.vocabulary`); none needed when the inputs
+    SavedModels among ``subjects`` (:mod:`optimizer.inputs.vocabulary`); none needed when the inputs
     are supplied."""
     if not generated or not any(s.dtype == "string" or s.dtype.startswith(("int", "uint"))
                                 for s in contract.inputs):
         return {}
+    from optimizer.inputs.vocabulary import saved_model_vocabularies
     from optimizer.runtime import detect_format
-    from optimizer.vocabulary import saved_model_vocabularies
 
     paths = [s.path for s in subjects if (s.format or detect_format(s.path)) == "savedmodel"]
     return saved_model_vocabularies(paths, signature, contract)
@@ -431,7 +431,7 @@ def run_benchmark(
             qualities[item.label] = Quality(metric.name, value, metric.higher_is_better,
                                             len(eval_data), eval_data.source)
 
-    from optimizer.equivalence import compare
+    from optimizer.verify.equivalence import compare
 
     fidelities: dict[str, Fidelity] = {}
     feeds_list, feeds_source = _fidelity_feeds(ref_item.runner, config.seed, inputs, eval_data,

@@ -2,8 +2,8 @@
 
 The harness loads every model it times into one process (:mod:`optimizer.benchmark.harness`),
 so that their calls interleave and share the machine's noise. When the baseline and all the
-candidates, loaded together, would not fit in the memory budget (:mod:`optimizer.memory_budget`;
-the estimates: :mod:`optimizer.benchmark.footprint`), the candidates are split into groups that
+candidates, loaded together, would not fit in the memory budget (:mod:`optimizer.system.memory_budget`;
+the estimates: :mod:`optimizer.model.footprint`), the candidates are split into groups that
 do, each timed with the baseline, in a process of its own that exits (and gives its memory
 back) before the next group starts. Every candidate's ratio is then still measured against the
 baseline in the same process, on paired interleaved rounds: its group's. The combined result
@@ -16,7 +16,7 @@ its result is the same.
 
 A candidate that cannot fit beside the baseline even alone is left out, with its estimate and
 the budget in the result's notes (callers list it as skipped): it would be killed by the kernel
-midway. When no candidate fits, :class:`~optimizer.memory_budget.MemoryBudgetError` (exit 7)
+midway. When no candidate fits, :class:`~optimizer.system.memory_budget.MemoryBudgetError` (exit 7)
 says so in one line.
 """
 
@@ -28,16 +28,16 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from optimizer.benchmark.footprint import (
+from optimizer.errors import TfoptError
+from optimizer.model.footprint import (
     PROCESS_BYTES,
     builds_in_workers,
     loaded_bytes,
     working_set_bytes,
 )
-from optimizer.errors import TfoptError
-from optimizer.memory_budget import GIB, MemoryBudget
-from optimizer.process_tree import tree_rss_bytes
-from optimizer.worker_process import read_job, run_job
+from optimizer.system.memory_budget import GIB, MemoryBudget
+from optimizer.system.process_tree import tree_rss_bytes
+from optimizer.system.worker_process import read_job, run_job
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
     by_label = {c.label: e for c, e in estimates}
     for n, group in enumerate(groups, 1):
         # the estimate beside the group's measured peak (its process logs it): what the
-        # factors in optimizer.benchmark.footprint are calibrated against
+        # factors in optimizer.model.footprint are calibrated against
         needs = PROCESS_BYTES + models + sum(by_label[s.label] for s in group)
         say(f"group {n}/{len(groups)}: {', '.join(s.label for s in group)} (estimated "
             f"{needs / GIB:.2f} GiB for its process)")
@@ -189,8 +189,8 @@ def _run_in_process(baseline, group, config, runtime, eval_data, reference):
 def main(argv: Sequence[str]) -> int:
     """The group's process: apply the thread settings, benchmark, write the result."""
     from optimizer.benchmark.harness import run_benchmark
-    from optimizer.benchmark.runtime import apply_runtime_settings, default_runtime_settings
     from optimizer.errors import first_line
+    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     job, write_answer = read_job(argv)
     logging.basicConfig(level=job["log_level"], format="%(message)s", stream=sys.stderr)

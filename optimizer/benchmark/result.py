@@ -52,7 +52,7 @@ class Quality:
 
 @dataclass(frozen=True)
 class Fidelity:
-    """How far a candidate's outputs are from the baseline's (see optimizer.equivalence)."""
+    """How far a candidate's outputs are from the baseline's (see optimizer.verify.equivalence)."""
 
     max_abs_diff: float
     max_rel_diff: float
@@ -247,7 +247,7 @@ class BenchmarkResult:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the JSON next to ``path`` first, then rename, so a reader never sees half."""
-        from optimizer.atomic import atomic_file
+        from optimizer.files.atomic import atomic_file
 
         path = Path(path)
         with atomic_file(path, overwrite=True) as staging:

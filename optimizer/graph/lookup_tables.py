@@ -69,7 +69,7 @@ TABLE_CREATOR_OPS = frozenset({
 FINGERPRINT_BUCKETS = (1 << 63) - 1
 # The folded subgraph of find ``F`` is named ``F/folded_table/...``; its sorted keys are
 # ``F/folded_table/keys`` and its key comparison ``F/folded_table/hit``, which
-# :mod:`optimizer.vocabulary` reads to draw test tokens from the table.
+# :mod:`optimizer.inputs.vocabulary` reads to draw test tokens from the table.
 SCOPE = "folded_table"
 KEYS_NODE = "keys"
 HIT_NODE = "hit"
@@ -353,7 +353,7 @@ def rebuilt_graph(graph_def, replaced: dict[str, list], dropped: set[str]):
 
 def fold_captured_tables(fn, frozen_fn):
     """``frozen_fn``'s graph with the tables ``fn`` captures folded, and its input tensor names
-    without their resource placeholders: what :func:`optimizer.freeze.freeze` continues with."""
+    without their resource placeholders: what :func:`optimizer.model.freeze.freeze` continues with."""
     graph_def = frozen_fn.graph.as_graph_def()
     handles = captured_tables(fn, frozen_fn)
     inputs = [t.name for t in frozen_fn.inputs if node_name_from_input(t.name) not in handles]

@@ -103,7 +103,7 @@ def pareto_chart(rows, path: str | os.PathLike, baseline_p50: float | None = Non
                  baseline_accuracy: float | None = None,
                  accuracy_budget: float | None = None) -> Path:
     """Latency against accuracy, one point per measured candidate (rows of
-    :func:`optimizer.selection.candidate_rows`): the chosen one starred, the ones the gate
+    :func:`optimizer.gate.selection.candidate_rows`): the chosen one starred, the ones the gate
     rejected hollow, the Pareto front (no other candidate both faster and more accurate) as a
     line, the baseline and the lowest accuracy the budget allows as dashed lines."""
     plt = _pyplot()

@@ -209,9 +209,9 @@ def render_markdown(result: BenchmarkResult, decision=None,
                     profiles: Sequence[OpProfile] = (), charts: Sequence[str] = (),
                     top_ops: int = 12, candidate_rows: Sequence[dict] = (),
                     step_costs: Mapping[str, Mapping] | None = None) -> str:
-    """The whole report. ``decision`` is an optional :class:`optimizer.gate.GateDecision`;
-    ``candidate_rows`` (:func:`optimizer.selection.candidate_rows`) adds the candidates table;
-    ``step_costs`` (step -> :meth:`optimizer.process_tree.Cost.to_dict`) the cost of each
+    """The whole report. ``decision`` is an optional :class:`optimizer.gate.verdict.GateDecision`;
+    ``candidate_rows`` (:func:`optimizer.gate.selection.candidate_rows`) adds the candidates table;
+    ``step_costs`` (step -> :meth:`optimizer.system.process_tree.Cost.to_dict`) the cost of each
     pipeline step so far."""
     lines = ["# Benchmark report", ""]
     base = result.baseline

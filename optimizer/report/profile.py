@@ -8,7 +8,7 @@ became, and averaged over the traced runs.
 
 The graph comes from: a :class:`FrozenModel` as is; a TF1-style SavedModel (what tfopt writes)
 through ``tf.compat.v1.saved_model.loader.load``; a stock TF2 SavedModel through
-:func:`optimizer.freeze.freeze`, since its serving graph is one opaque function call whose inside
+:func:`optimizer.model.freeze.freeze`, since its serving graph is one opaque function call whose inside
 step stats do not show. For a stock model the profile is therefore of its frozen graph: the same
 kernels, without the variable reads and call overhead the benchmark also timed. Tracing slows
 every op a little; read the shares, not the absolute microseconds.
@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from optimizer.frozen import FrozenModel
-from optimizer.savedmodel import DEFAULT_SIGNATURE, read_saved_model_proto, serving_meta_graph
+from optimizer.model.frozen import FrozenModel
+from optimizer.model.savedmodel import DEFAULT_SIGNATURE, read_saved_model_proto, serving_meta_graph
 
 _LABEL_OP = re.compile(r"^\S+ = ([A-Za-z0-9_]+)\(")
 
@@ -94,7 +94,7 @@ def _open_session(model, signature_name: str):
     if not isinstance(model, FrozenModel):
         meta_graph = serving_meta_graph(read_saved_model_proto(model), model)
         if len(meta_graph.object_graph_def.nodes):
-            from optimizer.freeze import freeze
+            from optimizer.model.freeze import freeze
 
             model, source = freeze(model, signature_name), "stock SavedModel, frozen to profile"
         else:

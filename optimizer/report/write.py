@@ -45,7 +45,7 @@ def write_report(result: BenchmarkResult, directory: str | os.PathLike, decision
                  profiles: Sequence[OpProfile] = (), charts: bool = True,
                  candidate_rows: Sequence[dict] = (), step_costs: dict | None = None
                  ) -> ReportFiles:
-    """``candidate_rows`` (:func:`optimizer.selection.candidate_rows`) add the candidates table
+    """``candidate_rows`` (:func:`optimizer.gate.selection.candidate_rows`) add the candidates table
     and, with a decision, the latency-vs-accuracy Pareto chart; ``step_costs`` the wall time
     and peak memory of each pipeline step so far.
 

@@ -1,7 +1,7 @@
 """Run a model in this process, whatever its format, behind one interface.
 
 :func:`load_runner` gives a :class:`~optimizer.runtime.base.ModelRunner` for a SavedModel
-directory, a :class:`~optimizer.frozen.FrozenModel`, or a model file of any format in
+directory, a :class:`~optimizer.model.frozen.FrozenModel`, or a model file of any format in
 :data:`~optimizer.runtime.registry.RUNTIMES`; each format's runtime is one module of this
 package (:mod:`.tensorflow`, :mod:`.litert`, :mod:`.onnx`, :mod:`.openvino`), imported when
 first needed. The benchmark, the equivalence check, the evaluation and runtime tuning go
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 
-from optimizer.frozen import FrozenModel
+from optimizer.model.frozen import FrozenModel
+from optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from optimizer.model.signature import SignatureInfo
 from optimizer.runtime.base import (
     CorruptModelError,
     ModelRunner,
@@ -20,8 +22,6 @@ from optimizer.runtime.base import (
     UnknownFormatError,
 )
 from optimizer.runtime.registry import RUNTIMES, Runtime, detect_format, runtime_for
-from optimizer.savedmodel import DEFAULT_SIGNATURE
-from optimizer.signature import SignatureInfo
 
 Model = str | os.PathLike | FrozenModel | ModelRunner
 

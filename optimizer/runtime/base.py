@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from optimizer.errors import InvalidInputsError, TfoptError
-from optimizer.signature import SignatureInfo
+from optimizer.model.signature import SignatureInfo
 
 
 class RuntimeUnavailableError(TfoptError):
@@ -30,8 +30,8 @@ class CorruptModelError(TfoptError):
 
 def default_threads() -> int:
     """The CPUs this process may really use (affinity and cgroup quota): a per-model runtime's
-    thread count when none is given (:mod:`optimizer.benchmark.runtime`)."""
-    from optimizer.benchmark.runtime import available_cpus
+    thread count when none is given (:mod:`optimizer.system.cpu_threads`)."""
+    from optimizer.system.cpu_threads import available_cpus
 
     return available_cpus().available
 

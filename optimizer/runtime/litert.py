@@ -4,7 +4,7 @@ The interpreter is ``ai_edge_litert``'s, whose default op resolver applies the X
 when tensors are first allocated; :class:`LiteRTRunner` allocates at load and records whether a
 delegate node appeared, so a result never claims XNNPACK when the model ran on the builtin
 kernels. Threads default to the CPUs this process really has (affinity and cgroup quota, see
-:mod:`optimizer.benchmark.runtime`): the interpreter's own default is one thread.
+:mod:`optimizer.system.cpu_threads`): the interpreter's own default is one thread.
 
 Batch size: a converted signature keeps the SavedModel's unknown batch dimension, but the
 interpreter holds one set of tensor buffers, sized for one shape at a time. The signature runner
@@ -29,14 +29,14 @@ from optimizer.errors import (
     UnknownSignatureError,
     first_line,
 )
+from optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from optimizer.model.signature import SignatureInfo, TensorSpecInfo
 from optimizer.runtime.base import (
     CorruptModelError,
     ModelRunner,
     RuntimeUnavailableError,
     thread_count,
 )
-from optimizer.savedmodel import DEFAULT_SIGNATURE
-from optimizer.signature import SignatureInfo, TensorSpecInfo
 
 _DELEGATE_NODE = "DELEGATE"  # the node that replaces each partition a delegate takes
 

@@ -2,16 +2,16 @@
 of a SavedModel's runner.
 
 Signature: an ONNX graph has named inputs and outputs but no signature name; a model tfopt
-converted names them by the SavedModel signature's keys (:mod:`optimizer.onnx.convert`), so the
+converted names them by the SavedModel signature's keys (:mod:`optimizer.candidates.onnx.convert`), so the
 signature here is the graph's inputs and outputs under the name asked for, keyed like the
 SavedModel's and sorted the same way.
 
-Session options: the model's sidecar (:mod:`optimizer.sidecar`) may say how it must run, e.g.
+Session options: the model's sidecar (:mod:`optimizer.model.sidecar`) may say how it must run, e.g.
 the optimization level a model saved already optimized is loaded with; a model without one runs
 with ONNX Runtime's defaults (every graph optimization at load).
 
 Threads: ``intra_op_num_threads`` per session, default the CPUs this process really has
-(affinity and cgroup quota, :mod:`optimizer.benchmark.runtime`); one inter-op thread and
+(affinity and cgroup quota, :mod:`optimizer.system.cpu_threads`); one inter-op thread and
 sequential execution, as a latency-bound server runs it. Spinning is off: after a call ONNX
 Runtime's pool otherwise spins on the cores for a while, waiting for more work, and in the
 benchmark's interleaved rounds the next model's call then shares its cores with idle ORT
@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from optimizer.errors import SourceNotFoundError, first_line
+from optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from optimizer.model.sidecar import runtime_options
+from optimizer.model.signature import SignatureInfo, TensorSpecInfo
 from optimizer.runtime.base import CorruptModelError, ModelRunner, thread_count
-from optimizer.savedmodel import DEFAULT_SIGNATURE
-from optimizer.sidecar import runtime_options
-from optimizer.signature import SignatureInfo, TensorSpecInfo
 
 FORMAT = "onnx"
 PROVIDER = "CPUExecutionProvider"

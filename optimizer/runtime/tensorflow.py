@@ -1,7 +1,7 @@
 """TensorFlow: a SavedModel signature, or a :class:`FrozenModel` graph, called in this process.
 
 Thread pools are the process's (TensorFlow sizes them once, when its runtime starts; see
-:mod:`optimizer.benchmark.runtime`), so ``num_threads`` cannot be set per model: a SavedModel
+:mod:`optimizer.system.cpu_threads`), so ``num_threads`` cannot be set per model: a SavedModel
 tuned to other pool sizes runs here with this process's, and a caller that must honour them
 runs it in a process of its own.
 """
@@ -13,10 +13,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from optimizer.frozen import FrozenModel
+from optimizer.model.frozen import FrozenModel
+from optimizer.model.savedmodel import DEFAULT_SIGNATURE, get_signature
+from optimizer.model.signature import SignatureInfo
 from optimizer.runtime.base import ModelRunner
-from optimizer.savedmodel import DEFAULT_SIGNATURE, get_signature
-from optimizer.signature import SignatureInfo
 from optimizer.tf_runtime import import_tensorflow
 
 
@@ -83,7 +83,7 @@ def frozen_session_runner(model: FrozenModel) -> ModelRunner:
     """A runner for ``model``'s graph in a v1 Session: the graph imported once. The
     :func:`frozen_runner` (a pruned wrapped function) copies the graph into a function library
     and traces it again, holding about twice the weights more: the optimize worker's
-    equivalence check (:mod:`optimizer.optimize_worker`) runs big graphs this way."""
+    equivalence check (:mod:`optimizer.optimize.worker`) runs big graphs this way."""
     tf = import_tensorflow()
     graph = tf.Graph()
     with graph.as_default():
@@ -112,7 +112,7 @@ class SessionRunner(ModelRunner):
 
 def load_runner(path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE,
                 num_threads: int | None = None) -> TensorFlowRunner:
-    from optimizer.freeze import load_signature_function
+    from optimizer.model.freeze import load_signature_function
 
     signature = get_signature(path, signature_name)
     fn = load_signature_function(path, signature_name)

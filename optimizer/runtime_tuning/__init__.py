@@ -15,7 +15,7 @@ Method (:func:`search_threads`): all workers start up front and stay alive, idle
 only one process runs the model at any time. Rounds interleave the settings: in each round every
 worker in turn (order rotating by round) times batch-1 calls for ``seconds_per_probe`` and
 reports their median. Within a round each setting's p50 is divided by the p50 of the
-*reference* setting (what :func:`optimizer.benchmark.runtime.default_runtime_settings` runs:
+*reference* setting (what :func:`optimizer.system.cpu_threads.default_runtime_settings` runs:
 intra-op = CPUs, inter-op = 1) measured a moment before or after; a setting's score is the
 median of those ratios over the rounds. Many short rounds (default 10 of 0.5 s) pair the
 measurements closely in time, so load that drifts more slowly than a round hits every setting

@@ -13,11 +13,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.runtime_tuning.checks import RuntimeTuningError, positive
 from optimizer.runtime_tuning.grid import ThreadSetting, has_per_model_threads, validate_grid
 from optimizer.runtime_tuning.probes import PROBE_MIN_RUNS, PROBE_WARMUP, Probe, Probes, Progress
 from optimizer.runtime_tuning.threads import prepare
-from optimizer.savedmodel import DEFAULT_SIGNATURE
 
 log = logging.getLogger(__name__)
 

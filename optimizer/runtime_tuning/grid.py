@@ -4,7 +4,7 @@ A TensorFlow model is tuned over its two thread pools (intra-op: threads one op 
 inter-op: ops run at once); a model whose runtime takes a count per model (LiteRT, ONNX
 Runtime, OpenVINO: :mod:`optimizer.runtime.registry`) only over that ``num_threads``. The
 grid is bounded by the CPUs this process may really use (affinity and cgroup quota,
-:func:`optimizer.benchmark.runtime.available_cpus`).
+:func:`optimizer.system.cpu_threads.available_cpus`).
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def reference_setting(cpus: int, per_model: bool = False) -> ThreadSetting:
 
 def cpu_facts() -> tuple[int, float | None, str]:
     """``(CPUs available to this process, cgroup CPU quota or None, CPU model name)``."""
-    from optimizer.benchmark.runtime import available_cpus
-    from optimizer.cpu_features import cpu_model
+    from optimizer.system.cpu_features import cpu_model
+    from optimizer.system.cpu_threads import available_cpus
 
     cpus = available_cpus()
     return cpus.available, cpus.quota_cpus, cpu_model()

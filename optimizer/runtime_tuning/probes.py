@@ -6,7 +6,7 @@ per setting (concurrently: loading is the slow part), waits until each has loade
 called it once and reported the setting in effect, and refuses a probe whose setting did not
 take. Then ``probe.measure(batch_size, seconds)`` asks one process for the p50 of timed calls;
 the others stay idle on their pipe, so only one runs the model at a time (the protocol:
-:mod:`optimizer.worker_process`).
+:mod:`optimizer.system.worker_process`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from optimizer.runtime_tuning.checks import RuntimeTuningError
 from optimizer.runtime_tuning.grid import ThreadSetting, serving_env
-from optimizer.worker_process import WorkerProcess
+from optimizer.system.worker_process import WorkerProcess
 
 # Generous: loading ResNet50 in several processes at once on two busy cores takes minutes.
 WORKER_START_TIMEOUT = 600.0

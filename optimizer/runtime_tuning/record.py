@@ -27,7 +27,7 @@ TAG_PREFIX = "tfopt.runtime."
 class TunedRuntimeSettings:
     """What to serve ``model`` with, and the measurements behind it.
 
-    Not :class:`optimizer.benchmark.runtime.RuntimeSettings` (what one benchmark run asks of
+    Not :class:`optimizer.system.cpu_threads.RuntimeSettings` (what one benchmark run asks of
     TensorFlow); :meth:`benchmark_settings` converts to it.
     """
 
@@ -74,8 +74,8 @@ class TunedRuntimeSettings:
                      "first op does the same")}
 
     def benchmark_settings(self):
-        """These threads as :class:`optimizer.benchmark.runtime.RuntimeSettings`, or None."""
-        from optimizer.benchmark.runtime import RuntimeSettings
+        """These threads as :class:`optimizer.system.cpu_threads.RuntimeSettings`, or None."""
+        from optimizer.system.cpu_threads import RuntimeSettings
 
         if self.intra_op_threads is None:
             return None
@@ -126,7 +126,7 @@ class TunedRuntimeSettings:
     def to_json(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
         """Write the record to ``path`` (conventionally :data:`RUNTIME_SETTINGS_FILE` next to
         the artifact) in one rename."""
-        from optimizer.atomic import atomic_file
+        from optimizer.files.atomic import atomic_file
 
         with atomic_file(path, overwrite=overwrite) as staging:
             staging.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")

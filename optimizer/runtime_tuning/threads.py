@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optimizer.errors import SourceNotFoundError
+from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.runtime_tuning.checks import check_min_gain, positive
 from optimizer.runtime_tuning.grid import (
     ThreadSetting,
@@ -27,7 +28,6 @@ from optimizer.runtime_tuning.grid import (
     validate_grid,
 )
 from optimizer.runtime_tuning.probes import Probe, Probes, Progress
-from optimizer.savedmodel import DEFAULT_SIGNATURE
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ import logging
 import os
 from collections.abc import Sequence
 
+from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.runtime_tuning.batch import (
     DEFAULT_BATCH_SIZES,
     measure_curve,
@@ -28,7 +29,6 @@ from optimizer.runtime_tuning.threads import (
     prepare,
     run_search,
 )
-from optimizer.savedmodel import DEFAULT_SIGNATURE
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The probe process: ``python -m optimizer.runtime_tuning.worker CONFIG_JSON``.
 
 Started by :mod:`optimizer.runtime_tuning.probes`, not by people. It applies its thread setting
-before TensorFlow starts (:func:`optimizer.benchmark.runtime.apply_runtime_settings`), loads the
+before TensorFlow starts (:func:`optimizer.system.cpu_threads.apply_runtime_settings`), loads the
 model, calls it once at batch 1, and reports ``{"ready": true, "intra_op_threads": ...,
 "inter_op_threads": ...}`` as TensorFlow reads them back (or ``num_threads`` for LiteRT). Then,
 for each ``{"batch_size", "seconds", "min_runs", "warmup"}`` line on stdin, it times calls on
@@ -16,7 +16,7 @@ import os
 import sys
 
 from optimizer.runtime_tuning.grid import ThreadSetting
-from optimizer.worker_process import serve
+from optimizer.system.worker_process import serve
 
 _MAX_RUNS = 100_000
 
@@ -55,13 +55,13 @@ def _start(config_text: str):
     config = json.loads(config_text)
     setting = ThreadSetting.from_dict(config["setting"])
     if setting.intra_op_threads is not None:
-        from optimizer.benchmark.runtime import RuntimeSettings, apply_runtime_settings
+        from optimizer.system.cpu_threads import RuntimeSettings, apply_runtime_settings
 
         apply_runtime_settings(RuntimeSettings(setting.intra_op_threads,
                                                setting.inter_op_threads,
                                                setting.intra_op_threads))
     runner = _load_for_setting(config["model"], config["signature"], setting)
-    from optimizer.inputs import make_inputs
+    from optimizer.inputs.generated import make_inputs
 
     tensors = {}
 

@@ -31,13 +31,13 @@ from typing import Protocol
 
 import numpy as np
 
-from optimizer.frozen import FrozenModel
 from optimizer.graph.consts import resolve_through_identity
 from optimizer.graph.functional_control_flow import WHILE_OPS
 from optimizer.graph.names import is_control_input, node_name_from_input, output_index
-from optimizer.graph.timing import median_run_seconds
-from optimizer.inputs import infer_int_ranges, make_inputs
+from optimizer.inputs.generated import infer_int_ranges, make_inputs
+from optimizer.model.frozen import FrozenModel
 from optimizer.search.op_timer import MAX_CHAINED_COPIES, shared_timer
+from optimizer.transforms.timing import median_run_seconds
 
 log = logging.getLogger(__name__)
 
@@ -392,7 +392,7 @@ def _tf():
 
 
 def _machine_fingerprint() -> str:
-    from optimizer.cpu_features import cpu_model
+    from optimizer.system.cpu_features import cpu_model
 
     return f"{cpu_model() or 'unknown cpu'}; {os.cpu_count()} cpus; tf {_tf().__version__}"
 

@@ -12,7 +12,7 @@ us over 12 fresh timings under load, 58 to 84 us quiet, while on one thread it s
 3 of 23 runs of its test on two threads, and in none of 14 on one.
 
 :class:`OpTimer` starts the worker on first use; :func:`shared_timer` gives the one a process
-shares per thread count. Protocol (:mod:`optimizer.worker_process`): the
+shares per thread count. Protocol (:mod:`optimizer.system.worker_process`): the
 worker answers ``{"ready": true, "intra_op_threads": n}``, then for each
 ``{"graph": base64 GraphDef, "runs": r, "warmup": w}`` line answers ``{"seconds": s}``: the fastest
 of ``r`` timed runs of the chain of copies, less the fastest empty run, per copy.
@@ -26,7 +26,7 @@ import time
 import weakref
 
 from optimizer.errors import TfoptError, first_line
-from optimizer.worker_process import WorkerProcess, serve
+from optimizer.system.worker_process import WorkerProcess, serve
 
 # An op is timed as a chain of copies (at most MAX_CHAINED_COPIES) lasting about CHAIN_SECONDS.
 # It never costs less than MIN_OP_SECONDS (timing noise can take the difference below 0).

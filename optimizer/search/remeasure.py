@@ -10,10 +10,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 
-from optimizer.frozen import FrozenModel
+from optimizer.model.frozen import FrozenModel
 from optimizer.search.hashing import canonical_hash
 from optimizer.search.search import SearchResult, check_equivalence
-from optimizer.tolerance import Tolerance
+from optimizer.verify.tolerance import Tolerance
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def remeasure(result: SearchResult, original: FrozenModel, top_k: int = 3,
     """
     from optimizer.benchmark.interleaved import time_interleaved
     from optimizer.benchmark.stats import p50_ratio_interval
-    from optimizer.inputs import infer_int_ranges, make_inputs
+    from optimizer.inputs.generated import infer_int_ranges, make_inputs
     from optimizer.runtime import load_runner
 
     tolerance = tolerance or Tolerance()

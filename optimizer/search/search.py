@@ -15,7 +15,7 @@ whose cost stays below ``alpha`` times the best found so far:
 Every queued candidate carries its trace (the substitutions that made it, with the cost after
 each), so the best graph's history is known. Rules are trusted to be equivalences, but the
 search never returns a graph whose outputs differ from the input's beyond the tolerance: the
-best is checked with :func:`optimizer.equivalence.compare`, then the next best kept candidates,
+best is checked with :func:`optimizer.verify.equivalence.compare`, then the next best kept candidates,
 and finally the input itself is returned.
 
 The canonical hash is :mod:`optimizer.search.hashing`; timing the best candidates end to end,
@@ -35,14 +35,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 
-from optimizer.frozen import FrozenModel
 from optimizer.graph.validate import InvalidGraphError, validate_graph
+from optimizer.model.frozen import FrozenModel
 from optimizer.search.cost import CostFunction
 from optimizer.search.hashing import canonical_hash
 from optimizer.search.settings import DEFAULT_ALPHA, DEFAULT_BUDGET, DEFAULT_TIME_BUDGET_SECONDS
 from optimizer.search.substitution import Substitution
-from optimizer.tolerance import Tolerance
 from optimizer.transforms.pipeline import context_for
+from optimizer.verify.tolerance import Tolerance
 
 log = logging.getLogger(__name__)
 
@@ -323,7 +323,7 @@ def check_equivalence(model: FrozenModel, graph_def, tolerance: Tolerance,
                  seed: int) -> tuple[str, str]:
     """(the comparison's summary, what it broke: empty when within tolerance). A candidate
     that cannot even run counts as broken."""
-    from optimizer.equivalence import compare
+    from optimizer.verify.equivalence import compare
 
     try:
         report = compare(model, model.with_graph(graph_def), seed=seed)

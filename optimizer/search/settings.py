@@ -1,6 +1,6 @@
 """The substitution search's defaults, in one place: the search loop
 (:func:`optimizer.search.search.relaxed_search`), the library's ``SearchSettings``
-(:mod:`optimizer.optimize`), the pipeline config (``optimize.alpha``, ``optimize.budget``,
+(:mod:`optimizer.optimize.flow`), the pipeline config (``optimize.alpha``, ``optimize.budget``,
 ``optimize.time_budget_seconds``) and ``tfopt optimize``'s flags all read them from here.
 
 No imports: the CLI reads these while it builds its parser, before any command runs.

@@ -29,9 +29,9 @@ that does not load is refused with the reason.
 
 from __future__ import annotations
 
-from optimizer.cpu_features import cpu_supports_bf16
 from optimizer.errors import first_line
 from optimizer.graph.validate import InvalidGraphError
+from optimizer.system.cpu_features import cpu_supports_bf16
 from optimizer.transforms.base import (
     Param,
     Transform,

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from optimizer.errors import TfoptError
-from optimizer.frozen import FrozenModel
 from optimizer.graph.validate import InvalidGraphError
+from optimizer.model.frozen import FrozenModel
 from optimizer.transforms.base import Transform, TransformContext
 
 log = logging.getLogger(__name__)

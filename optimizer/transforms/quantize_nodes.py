@@ -37,9 +37,9 @@ from optimizer.graph.consts import PASS_THROUGH_OPS, resolve_through_identity, v
 from optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
 from optimizer.graph.quantization import dequantize_node, quantized_const_nodes
 from optimizer.graph.rewrite import control_inputs, make_const, remove_unread
-from optimizer.graph.timing import median_run_seconds, placeholder_feeds
 from optimizer.graph.traversal import nodes_by_name
 from optimizer.transforms.base import Param, Transform, TransformContext, TransformRefused
+from optimizer.transforms.timing import median_run_seconds, placeholder_feeds
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,87 @@
+"""Build candidates in a worker process of their own, so that their memory goes back on exit.
+
+Converting a model (the LiteRT converter, tf2onnx, OpenVINO's ``convert_model``), tracing it
+for XLA or retyping it for bf16 holds several times the model's size, and TensorFlow's runtime
+keeps what it took until its process ends. Built in the step's process, the candidates would
+pile up: the measured peak of ``tfopt optimize --targets savedmodel,litert`` on a 200 MB MLP
+was 8.9 GiB where converting it by hand took 1.3 GiB. So :func:`build_in_worker` runs
+``python -m optimizer.candidates.worker`` for one candidate (or the flavours that share one
+conversion) and returns once it has written its artifacts and exited: the next build starts
+from the parent's own memory.
+
+The job (the source path, the optimized graph, the settings and the calibration feeds) goes to
+the worker as a pickle in the candidates' work directory (:func:`optimizer.system.worker_process.run_job`).
+A candidate the worker refuses is skipped with its one-line reason, as in-process; a worker
+killed by a signal (the kernel's OOM killer) skips its candidates with that reason instead of
+taking the step down.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from optimizer.errors import TfoptError
+from optimizer.system.worker_process import read_job, run_job
+
+log = logging.getLogger(__name__)
+
+
+class CandidateWorkerError(TfoptError):
+    """A candidate worker failed unexpectedly (a bug, not a refused candidate)."""
+
+    exit_code = 1
+
+
+def build_in_worker(source, optimized, workdir: Path, settings, labels: Sequence[str], *,
+                    signature: str, calibration, source_digest: str | None):
+    """``(made, skipped)`` for ``labels``, built by a child process that has exited when this
+    returns (:func:`optimizer.candidates.build.build_candidates` runs there)."""
+    from optimizer.candidates.build import Candidate, Skipped
+
+    outcome = run_job(__name__, {
+        "source": str(source), "optimized": optimized, "workdir": str(workdir),
+        "settings": settings, "labels": list(labels), "signature": signature,
+        "calibration": calibration, "source_digest": source_digest,
+        "log_level": logging.getLogger().getEffectiveLevel()}, directory=workdir)
+    if outcome.returncode < 0:
+        killer = signal.Signals(-outcome.returncode)
+        reason = (f"its worker process was killed by {killer.name}"
+                  + (" (out of memory?)" if killer == signal.SIGKILL else ""))
+        log.warning("candidates: %s skipped: %s", ", ".join(labels), reason)
+        return [], [Skipped(label, reason) for label in labels]
+    if outcome.returncode != 0 or outcome.answer is None:
+        raise CandidateWorkerError(f"the worker building {', '.join(labels)} exited with code "
+                                   f"{outcome.returncode}: {outcome.last_line()}")
+    answer = json.loads(outcome.answer)
+    return ([Candidate(**c) for c in answer["made"]],
+            [Skipped(**s) for s in answer["skipped"]])
+
+
+def main(argv: Sequence[str]) -> int:
+    """The worker: read the job, build, write the answer."""
+    from optimizer.candidates.build import build_candidates
+
+    job, write_answer = read_job(argv)
+    logging.basicConfig(level=job["log_level"], format="%(message)s", stream=sys.stderr)
+    made, skipped = build_candidates(
+        job["source"], job["optimized"], Path(job["workdir"]), job["settings"], job["labels"],
+        signature=job["signature"], calibration=job["calibration"],
+        source_digest=job["source_digest"])
+    from optimizer.benchmark.memory import read_rss
+
+    reading = read_rss()
+    if reading is not None:  # beside building_bytes' estimate, in the step's log
+        log.info("candidates: the worker building %s peaked at %.2f GiB resident",
+                 ", ".join(job["labels"]), reading.peak_bytes / 2**30)
+    write_answer(json.dumps({"made": [c.to_dict() for c in made],
+                             "skipped": [s.to_dict() for s in skipped]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,412 @@
+"""The quality gate: does a candidate replace the baseline? TFX-Evaluator-style "blessing".
+
+The gate reads a :class:`~optimizer.benchmark.result.BenchmarkResult` and a :class:`GateConfig`
+and returns, per candidate, a verdict listing every check with the measured value, the
+threshold, pass/fail and a one-line reason. A candidate is **promoted only if every check
+passes**; a check that cannot be evaluated (no data for it) fails. Among promoted candidates the
+one with the largest measured speedup is chosen, unless a more precise one is indistinguishable
+from it (:mod:`optimizer.gate.near_ties`).
+
+The baseline is what the candidate must beat: the current production model (the registry's
+champion) when there is one, else the unoptimized input model. The result records which.
+
+Checks, in order:
+
+``latency``
+    At the gate's batch size (``latency_batch_size``, default the smallest measured), the
+    candidate/baseline ratio ``r`` (the median of per-round ratios; below 1 = faster) must
+    show a speedup of at least ``min_speedup`` *with confidence*: the upper bound of the
+    two-sided ``confidence`` interval of ``r`` must be below ``1 / min_speedup``, and the point
+    estimate ``1 / r`` at least ``min_speedup``. (The interval is recomputed here from the raw paired samples, by the same
+    block bootstrap as the benchmark, at this config's ``confidence``.) Requiring the interval's
+    bound to clear ``1 / min_speedup``, not merely 1, is deliberate: "at least 5 % faster, and
+    we are 97.5 % sure it is at least 5 %", not "looks 5 % faster and is probably not slower".
+    A model benchmarked against an identical copy has a true ratio of 1; promoting it needs the
+    interval to sit wholly below 0.952, a miss of the truth by more than 5 %, which a correct
+    interval allows with probability well under 2.5 %, and the 5 % margin also absorbs small
+    systematic effects the bootstrap cannot see (memory placement, load order). When the
+    benchmark timed a *twin* (the baseline loaded a second time and timed like a candidate,
+    the default), the bound is tightened by the twin's discrepancy ``D`` (the twin's ratio to
+    the baseline, or its inverse, whichever is above 1): the upper bound must be below
+    ``1 / (min_speedup * D)``. Two
+    loads of one model were measured up to 9 % apart, and under contention an A/A interval
+    lay wholly below 0.952; the twin measures both effects in the run itself
+    (:func:`optimizer.benchmark.stats.twin_discrepancy`). At least
+    ``min_rounds`` timed rounds are required (a round is one block of ``block_size``
+    consecutive calls of every model; :mod:`optimizer.benchmark.interleaved`).
+``latency_batch_<n>``
+    At every other measured batch size, the candidate must not be shown slower: the upper bound
+    of the ratio's interval must be at most ``max_slowdown`` (1.05 = "not more than 5 % slower").
+``accuracy_drop_abs`` / ``accuracy_drop_rel``
+    Accuracy is measured against the *unoptimized input* of this run, also when the baseline
+    is the champion (the result's ``accuracy_reference``): budgets anchored to the champion
+    would let a small loss pile up from one promotion to the next. With labelled data, the
+    metric's drop (input minus candidate for a higher-is-better metric such as top-1,
+    candidate minus input for an error such as MSE) must be at most ``max_accuracy_drop_abs``,
+    and relative to the input's value at most ``max_accuracy_drop_rel``; a budget set to null
+    is not checked. Without labels, accuracy is bounded through fidelity to the input: a
+    candidate that agrees with the input's top-1 on a share ``a`` of the inputs cannot lose
+    more than ``1 - a`` of accuracy, so ``1 - a <= max_accuracy_drop_abs`` is checked. Outputs that are not class scores have no
+    top-1; they need ``max_output_rel_error`` (max relative output error against the baseline).
+    When neither labels nor a usable fidelity bound exist, the check fails: an unverified
+    accuracy never passes.
+``differs_from_baseline``
+    A candidate whose files are the baseline's (the same digest: the champion's own LiteRT file
+    rebuilt by a scheduled run on the same source) is never promoted, however it times:
+    promoting it changes nothing, and two instances of one small model in one process were
+    measured up to 9% apart, a difference the round bootstrap cannot see.
+``size`` / ``peak_rss``
+    Optional: the candidate's size on disk at most ``max_size_bytes``; the process's peak RSS
+    growth while loading and first calling it at most ``max_peak_rss_bytes``.
+
+``tfopt gate RESULT.json`` exits 0 when a candidate is promoted and 3 when none is.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from optimizer.benchmark.result import BenchmarkResult, ModelMeasurement
+from optimizer.benchmark.stats import (
+    RatioInterval,
+    p50_ratio_interval,
+    promotion_bound,
+    round_figures,
+    twin_discrepancy,
+)
+from optimizer.errors import GateConfigError, validation_error_line
+from optimizer.gate.near_ties import choose_among_promoted
+
+EXIT_PROMOTE = 0
+EXIT_REJECT = 3
+
+
+class GateConfig(BaseModel):
+    """Gate thresholds. A null budget is not checked; see the module docstring for semantics."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_speedup: float = Field(1.05, ge=1.0, description="required p50 speedup at the gate's "
+                                                         "batch size, shown with confidence")
+    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="two-sided interval level")
+    latency_batch_size: int | None = Field(None, ge=1, description="default: smallest measured")
+    max_slowdown: float = Field(1.05, ge=1.0, description="at other batch sizes: upper bound "
+                                                          "of the p50 ratio's interval")
+    min_rounds: int = Field(20, ge=2, description="fewest timed rounds the gate accepts (a "
+                                                  "round: one block of calls of each model)")
+    max_accuracy_drop_abs: float | None = Field(0.01, ge=0.0)
+    max_accuracy_drop_rel: float | None = Field(None, ge=0.0)
+    max_output_rel_error: float | None = Field(None, ge=0.0, description="fidelity bound for "
+                                               "outputs without top-1, when there are no labels")
+    max_size_bytes: int | None = Field(None, ge=1)
+    max_peak_rss_bytes: int | None = Field(None, ge=1)
+
+
+def gate_config_from_dict(data: dict | None, source: str = "gate config") -> GateConfig:
+    if data is None:
+        return GateConfig()
+    if not isinstance(data, dict):
+        raise GateConfigError(f"{source}: a gate config is a mapping of keys to values, "
+                              f"got {type(data).__name__}")
+    try:
+        return GateConfig.model_validate(data)
+    except ValidationError as exc:
+        raise GateConfigError(validation_error_line(exc, source, "gate config",
+                                                    GateConfig.model_fields)) from None
+
+
+def load_gate_config(path: str | os.PathLike) -> GateConfig:
+    """A YAML file of :class:`GateConfig` keys (an empty file means all defaults)."""
+    from optimizer.files.yaml_files import read_yaml_file
+
+    data = read_yaml_file(path, "gate config file", GateConfigError)
+    return gate_config_from_dict(data, str(path))
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool
+    measured: float | None
+    threshold: float | None
+    measured_text: str
+    threshold_text: str
+    reason: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        status = "PASS" if self.passed else "FAIL"
+        return (f"{status}  {self.name:<20} measured {self.measured_text:<24} "
+                f"threshold {self.threshold_text:<14} {self.reason}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    candidate: str
+    baseline: str
+    baseline_role: str
+    promote: bool
+    speedup: float | None  # point estimate at the gate's batch size
+    checks: tuple[Check, ...]
+
+    @property
+    def failed(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.passed)
+
+    def summary(self) -> str:
+        if self.promote:
+            return f"PROMOTE {self.candidate}: all {len(self.checks)} checks passed"
+        return (f"REJECT {self.candidate}: " + "; ".join(c.reason for c in self.failed))
+
+    def to_dict(self) -> dict:
+        return {"candidate": self.candidate, "baseline": self.baseline,
+                "baseline_role": self.baseline_role, "promote": self.promote,
+                "speedup": self.speedup, "checks": [c.to_dict() for c in self.checks]}
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    verdicts: tuple[Verdict, ...]
+    chosen: str | None  # the promoted candidate with the largest speedup; None: keep baseline
+    config: GateConfig
+    latency_batch_size: int
+    intervals: dict[str, dict[int, RatioInterval]]  # as recomputed at config.confidence
+    twin: dict[int, RatioInterval] = field(default_factory=dict)  # the baseline's twin's
+
+    @property
+    def promote(self) -> bool:
+        return self.chosen is not None
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_PROMOTE if self.promote else EXIT_REJECT
+
+    def verdict(self, candidate: str) -> Verdict:
+        return next(v for v in self.verdicts if v.candidate == candidate)
+
+    def to_dict(self) -> dict:
+        return {"promote": self.promote, "chosen": self.chosen,
+                "latency_batch_size": self.latency_batch_size,
+                "config": self.config.model_dump(),
+                "verdicts": [v.to_dict() for v in self.verdicts],
+                "intervals": {label: {str(b): r.to_dict() for b, r in by_batch.items()}
+                              for label, by_batch in self.intervals.items()},
+                "twin": {str(b): r.to_dict() for b, r in self.twin.items()}}
+
+
+def _pct(confidence: float) -> str:
+    return f"{confidence * 100:g}%"
+
+
+def _speedup_ci(interval: RatioInterval) -> str:
+    low = 1 / interval.high if interval.high > 0 else math.inf
+    high = 1 / interval.low if interval.low > 0 else math.inf
+    return f"{_pct(interval.confidence)} CI {low:.3f}x-{high:.3f}x"
+
+
+def _latency_check(interval: RatioInterval, batch: int, config: GateConfig,
+                   twin: RatioInterval | None = None) -> Check:
+    bound = promotion_bound(config.min_speedup, twin)
+    discrepancy = twin_discrepancy(twin)
+    speedup = interval.speedup
+    measured_text = f"{speedup:.3f}x ({_speedup_ci(interval)})"
+    threshold_text = f">= {config.min_speedup:g}x"
+    if twin is not None:
+        threshold_text += f" x twin {discrepancy:.3f}"
+    if interval.rounds < config.min_rounds:
+        return Check("latency", False, speedup, config.min_speedup, measured_text,
+                     threshold_text, f"only {interval.rounds} timed rounds at batch {batch}; "
+                     f"the gate needs at least {config.min_rounds}")
+    if speedup < 1:
+        reason = (f"latency regressed: {1 / speedup:.2f}x slower than the baseline at batch "
+                  f"{batch} (p50), needs to be {config.min_speedup:g}x faster")
+        return Check("latency", False, speedup, config.min_speedup, measured_text,
+                     threshold_text, reason)
+    if speedup < config.min_speedup:
+        reason = (f"latency improvement too small: {speedup:.3f}x at batch {batch} (p50), "
+                  f"below the required {config.min_speedup:g}x")
+        return Check("latency", False, speedup, config.min_speedup, measured_text,
+                     threshold_text, reason)
+    twin_text = (f", beyond the {discrepancy:.3f}x the baseline's twin (a second load of it) "
+                 f"measured apart from it" if twin is not None else "")
+    if interval.high >= bound:
+        reason = (f"latency improvement not shown to be real: {speedup:.3f}x at batch {batch} "
+                  f"but the {_speedup_ci(interval)} reaches below {config.min_speedup:g}x"
+                  f"{twin_text}")
+        return Check("latency", False, speedup, config.min_speedup, measured_text,
+                     threshold_text, reason)
+    return Check("latency", True, speedup, config.min_speedup, measured_text, threshold_text,
+                 f"{speedup:.2f}x faster at batch {batch} (p50), at least "
+                 f"{config.min_speedup:g}x with {_pct(interval.confidence)} confidence"
+                 f"{twin_text}")
+
+
+def _no_regression_check(interval: RatioInterval, batch: int, config: GateConfig) -> Check:
+    name = f"latency_batch_{batch}"
+    measured_text = f"{interval.speedup:.3f}x ({_speedup_ci(interval)})"
+    threshold_text = f"<= {config.max_slowdown:g}x slower"
+    worst = interval.high
+    if interval.rounds < config.min_rounds:
+        return Check(name, False, worst, config.max_slowdown, measured_text, threshold_text,
+                     f"only {interval.rounds} timed rounds at batch {batch}; the gate needs "
+                     f"at least {config.min_rounds}")
+    if worst > config.max_slowdown:
+        return Check(name, False, worst, config.max_slowdown, measured_text, threshold_text,
+                     f"latency may regress at batch {batch}: p50 up to {worst:.2f}x the "
+                     f"baseline's ({_pct(interval.confidence)} bound), more than "
+                     f"{config.max_slowdown:g}x")
+    return Check(name, True, worst, config.max_slowdown, measured_text, threshold_text,
+                 f"no regression at batch {batch}: p50 at most {worst:.2f}x the baseline's "
+                 f"({_pct(interval.confidence)} bound)")
+
+
+def _accuracy_checks(reference: ModelMeasurement, candidate: ModelMeasurement,
+                     config: GateConfig) -> list[Check]:
+    """``reference``: the unoptimized input (the baseline itself when it is the input)."""
+    if reference.quality is not None and candidate.quality is not None:
+        base, cand = reference.quality, candidate.quality
+        drop = base.value - cand.value if base.higher_is_better else cand.value - base.value
+        metric = base.metric
+        checks = []
+        if config.max_accuracy_drop_abs is None and config.max_accuracy_drop_rel is None:
+            return [Check("accuracy_drop_abs", True, drop, None, f"{drop:+.4f}", "not set",
+                          f"no accuracy budget configured; {metric} {base.value:.4f} -> "
+                          f"{cand.value:.4f}")]
+        if config.max_accuracy_drop_abs is not None:
+            ok = drop <= config.max_accuracy_drop_abs
+            reason = (f"{metric} {base.value:.4f} -> {cand.value:.4f} (drop {drop:.4f}) "
+                      f"{'within' if ok else 'exceeds'} the budget of "
+                      f"{config.max_accuracy_drop_abs:g}")
+            reason = reason if ok else f"accuracy dropped too much: {reason}"
+            checks.append(Check("accuracy_drop_abs", ok, drop, config.max_accuracy_drop_abs,
+                                f"{drop:.4f}", f"<= {config.max_accuracy_drop_abs:g}", reason))
+        if config.max_accuracy_drop_rel is not None:
+            rel = drop / abs(base.value) if base.value else (0.0 if drop <= 0 else math.inf)
+            ok = rel <= config.max_accuracy_drop_rel
+            reason = (f"{metric} relative drop {rel:.2%} {'within' if ok else 'exceeds'} the "
+                      f"budget of {config.max_accuracy_drop_rel:.2%}")
+            reason = reason if ok else f"accuracy dropped too much: {reason}"
+            checks.append(Check("accuracy_drop_rel", ok, rel, config.max_accuracy_drop_rel,
+                                f"{rel:.4%}", f"<= {config.max_accuracy_drop_rel:.2%}", reason))
+        return checks
+
+    fidelity = candidate.fidelity
+    if fidelity is None:
+        return [Check("accuracy", False, None, None, "not measured", "-",
+                      "no accuracy evidence: no labelled data and no fidelity measurement")]
+    if fidelity.top1_agreement is not None and config.max_accuracy_drop_abs is not None:
+        bound = 1.0 - fidelity.top1_agreement
+        ok = bound <= config.max_accuracy_drop_abs
+        reason = (f"no labelled data: top-1 agreement with the input "
+                  f"{fidelity.top1_agreement:.4f} bounds the accuracy drop at {bound:.4f}, "
+                  f"{'within' if ok else 'beyond'} the budget of "
+                  f"{config.max_accuracy_drop_abs:g}")
+        reason = reason if ok else f"accuracy may have dropped too much: {reason}"
+        return [Check("accuracy_drop_abs", ok, bound, config.max_accuracy_drop_abs,
+                      f"<= {bound:.4f}", f"<= {config.max_accuracy_drop_abs:g}", reason)]
+    if config.max_output_rel_error is not None:
+        ok = fidelity.max_rel_diff <= config.max_output_rel_error
+        reason = (f"no labelled data: max relative output error against the input "
+                  f"{fidelity.max_rel_diff:.3g} {'within' if ok else 'exceeds'} "
+                  f"{config.max_output_rel_error:g}")
+        reason = reason if ok else f"outputs diverge too much: {reason}"
+        return [Check("output_rel_error", ok, fidelity.max_rel_diff, config.max_output_rel_error,
+                      f"{fidelity.max_rel_diff:.3g}", f"<= {config.max_output_rel_error:g}",
+                      reason)]
+    return [Check("accuracy", False, None, None, "not measured", "-",
+                  "accuracy unverified: no labelled data, and no top-1 agreement bound applies "
+                  "(set max_output_rel_error, or benchmark with --eval-data)")]
+
+
+def _limit_checks(candidate: ModelMeasurement, config: GateConfig) -> list[Check]:
+    checks = []
+    if config.max_size_bytes is not None:
+        ok = candidate.size_bytes <= config.max_size_bytes
+        checks.append(Check(
+            "size", ok, candidate.size_bytes, config.max_size_bytes,
+            f"{candidate.size_bytes} B", f"<= {config.max_size_bytes} B",
+            f"size on disk {candidate.size_bytes} bytes "
+            f"{'within' if ok else 'exceeds'} the limit of {config.max_size_bytes}"))
+    if config.max_peak_rss_bytes is not None:
+        peak = candidate.peak_rss_growth_bytes
+        if peak is None:
+            checks.append(Check("peak_rss", False, None, config.max_peak_rss_bytes,
+                                "not measured", f"<= {config.max_peak_rss_bytes} B",
+                                "peak RSS was not measured on this platform"))
+        else:
+            ok = peak <= config.max_peak_rss_bytes
+            checks.append(Check(
+                "peak_rss", ok, peak, config.max_peak_rss_bytes, f"{peak} B",
+                f"<= {config.max_peak_rss_bytes} B",
+                f"peak RSS growth while loading {peak} bytes "
+                f"{'within' if ok else 'exceeds'} the limit of {config.max_peak_rss_bytes}"))
+    return checks
+
+
+def _intervals(result: BenchmarkResult, model: ModelMeasurement,
+               confidence: float) -> dict[int, RatioInterval]:
+    base = result.paired_baseline_samples(model)
+    out = {}
+    for batch, seconds in model.samples.items():
+        if batch not in base or len(base[batch]) != len(seconds):
+            continue
+        stored = result.ratios.get(model.label, {}).get(batch)
+        out[batch] = p50_ratio_interval(
+            round_figures(base[batch], result.block_size(model)),
+            result.round_figures(model, batch), confidence,
+            resamples=stored.resamples if stored else result.settings.resamples,
+            block=stored.block if stored else None)
+    return out
+
+
+def recompute_intervals(result: BenchmarkResult,
+                        confidence: float) -> dict[str, dict[int, RatioInterval]]:
+    """The ratio intervals at ``confidence``, from the result's raw paired samples."""
+    return {candidate.label: _intervals(result, candidate, confidence)
+            for candidate in result.candidates}
+
+
+def twin_intervals(result: BenchmarkResult, confidence: float) -> dict[int, RatioInterval]:
+    """The baseline's twin against the baseline, per batch size; empty when none was timed."""
+    return _intervals(result, result.twin, confidence) if result.twin is not None else {}
+
+
+def evaluate_gate(result: BenchmarkResult, config: GateConfig | None = None) -> GateDecision:
+    config = config or GateConfig()
+    batch_sizes = sorted(result.settings.batch_sizes)
+    batch = config.latency_batch_size or batch_sizes[0]
+    intervals = recompute_intervals(result, config.confidence)
+    twin = twin_intervals(result, config.confidence)
+    verdicts = []
+    for candidate in result.candidates:
+        checks: list[Check] = []
+        by_batch = intervals.get(candidate.label, {})
+        if batch in by_batch:
+            checks.append(_latency_check(by_batch[batch], batch, config, twin.get(batch)))
+        else:
+            checks.append(Check("latency", False, None, config.min_speedup, "not measured",
+                                f">= {config.min_speedup:g}x",
+                                f"latency was not measured at batch {batch}"))
+        for other in batch_sizes:
+            if other != batch and other in by_batch:
+                checks.append(_no_regression_check(by_batch[other], other, config))
+        if candidate.digest == result.baseline.digest:
+            checks.append(Check("differs_from_baseline", False, None, None, candidate.digest[:19],
+                                "another model", f"identical to the baseline "
+                                f"{result.baseline.label} (same files): nothing to promote"))
+        checks.extend(_accuracy_checks(result.accuracy_reference, candidate, config))
+        checks.extend(_limit_checks(candidate, config))
+        verdicts.append(Verdict(
+            candidate=candidate.label, baseline=result.baseline.label,
+            baseline_role=result.baseline.role, promote=all(c.passed for c in checks),
+            speedup=by_batch[batch].speedup if batch in by_batch else None,
+            checks=tuple(checks)))
+    promoted = [v for v in verdicts if v.promote]
+    chosen = choose_among_promoted(promoted, intervals, batch)
+    return GateDecision(tuple(verdicts), chosen, config, batch, intervals, twin)

@@ -1,0 +1,154 @@
+"""How much memory a model takes once loaded and called, estimated from its size on disk.
+
+The benchmark must know before it loads anything whether baseline and candidates fit in the
+memory budget together (:mod:`optimizer.benchmark.memory_groups`), and a model too big to load
+at all is refused before any work (:func:`require_fits_alone`). Loading is what costs, not the
+file: TensorFlow builds its graph, keeps the constants and runs Grappler at the first call;
+XLA compiles; a bf16 graph gets bf16 copies of its weights. So each format (and the variants
+that are known to cost more) has a factor over the bytes on disk, measured on this project's
+dense MLPs (200 MB on disk, tree RSS of a fresh process that loads the model and calls it):
+
+- TensorFlow runtime alone, imported and started: ~0.6 GiB (:data:`PROCESS_BYTES`);
+- a SavedModel loaded and called: ~2x its size (0.84 GiB for 200 MB, the process included),
+  more for a frozen one (its constants are in the graph Grappler rewrites at the first call);
+- its bf16 and XLA variants, loaded beside it: ~16x (each added 2.2 GiB for 200 MB, and a
+  benchmark of all of them measured 35% above estimates made with 12x);
+- LiteRT (the flatbuffer is read, XNNPACK repacks the weights): 2.5x measured (a 24 MiB fp32
+  flatbuffer grew a fresh process by 2.48x its size); ONNX Runtime, OpenVINO: ~2x;
+- a benchmark process as a whole measured ~1.4x the sum of its models' former estimates (3.2
+  GiB where 2.3 were estimated, mlp_100mb's group of the optimized model and 4 LiteRT
+  flavours): the SavedModel and LiteRT factors below are raised to match it;
+- freezing and transforming (the optimize stage): ~14x, and the process keeps ~6x after it;
+  in the optimize worker that big models get (:mod:`optimizer.optimize.worker`), ~9x.
+
+The factors are rounded up: a group that is estimated to fit and does not is killed, one that
+is split needlessly only takes longer.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from optimizer.system.memory_budget import GIB, MemoryBudget
+
+PROCESS_BYTES = int(0.6 * GIB)
+# bytes in memory per byte on disk, by format; by variant where a variant differs
+FORMAT_FACTOR = {"savedmodel": 3.5, "tflite": 3.0, "onnx": 2.5, "openvino": 2.5}
+# 12x underestimated them by ~35% (a 200 MB MLP's benchmark: 5.5 GiB estimated, 7.5 measured)
+VARIANT_FACTOR = {"bf16": 16.0, "xla": 16.0}
+# and a cost of their own whatever the model's size: XLA's compiler (its build worker peaked at
+# 1.08 GiB where bf16's took 0.71 for a 48 MiB MLP), bf16's Grappler rewrite at load. A group of
+# the optimized model, bf16, XLA and LiteRT fp32 of that MLP peaked at 2.02 GiB where the
+# factors alone estimated 1.52; the group of its other three LiteRT flavours matched (0.83)
+VARIANT_FIXED_BYTES = {"bf16": int(0.1 * GIB), "xla": int(0.4 * GIB)}
+# converting a SavedModel to LiteRT by hand, per byte on disk beside the runtime: 0.86 GiB for
+# a 48 MiB MLP, 1.36 GiB for a 191 MiB one (3.8x to 4.7x over the runtime's 0.6 GiB)
+CONVERSION_FACTOR = 4.0
+# the working set a big model's benchmark groups aim at, over that conversion: the issue's
+# target is the whole step within 2x of converting the model by hand
+WORKING_SET_RATIO = 2.0
+# a candidate's build in a worker process, over the runtime: 2.4 GiB measured for a 191 MiB
+# MLP (9.5x), 1.2 GiB for a 48 MiB one (12x, the converter's own fixed costs weigh more)
+BUILD_FACTOR = 10.0
+# freezing and transforming hold the SavedModel, its frozen GraphDef and rewrites of it: the
+# optimize stage of tfopt optimize peaked at 1.2 GiB for a 48 MiB MLP (13x over the runtime)
+OPTIMIZE_FACTOR = 14.0
+# the optimize worker (optimizer.optimize.worker), which lets the original and every
+# intermediate graph go and checks one model at a time: 2.2 GiB for a 191 MiB MLP (8.2x)
+OPTIMIZE_WORKER_FACTOR = 9.0
+# the step's process while its workers optimize, build and time a big model: it never starts
+# TensorFlow (it reads the protos it needs without it, optimizer.model.tf_protos)
+STEP_PROCESS_BYTES = int(0.1 * GIB)
+# what the process that optimized keeps afterwards (its runtime, caches, freed but unreturned
+# heap): 0.9 GiB for the same MLP
+RESIDUE_FACTOR = 6.0
+
+
+def disk_bytes(path: str | os.PathLike) -> int:
+    """A model's bytes on disk: a SavedModel directory's files, or a model file and the
+    companions it loads (an OpenVINO IR's ``.bin``)."""
+    path = Path(path)
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    total = path.stat().st_size if path.exists() else 0
+    weights = path.with_suffix(".bin")
+    if path.suffix == ".xml" and weights.exists():
+        total += weights.stat().st_size
+    return total
+
+
+def loaded_bytes(path: str | os.PathLike, format: str = "savedmodel",
+                 variant: str | None = None) -> int:
+    """The estimated memory a loaded and called model adds to a process already running."""
+    factor = VARIANT_FACTOR.get(variant or "", FORMAT_FACTOR.get(format, 2.5))
+    return VARIANT_FIXED_BYTES.get(variant or "", 0) + int(factor * disk_bytes(path))
+
+
+def conversion_bytes(path: str | os.PathLike) -> int:
+    """The estimated peak of converting the SavedModel to LiteRT by hand, in a fresh process:
+    what a user expects a step on it to need."""
+    return PROCESS_BYTES + int(CONVERSION_FACTOR * disk_bytes(path))
+
+
+def working_set_bytes(path: str | os.PathLike) -> int:
+    """What a big model's benchmark groups aim to hold, the step's process included
+    (:mod:`optimizer.benchmark.memory_groups`)."""
+    return int(WORKING_SET_RATIO * conversion_bytes(path))
+
+
+def building_bytes(path: str | os.PathLike) -> int:
+    """The estimated peak of a worker building one candidate (or one shared conversion) from
+    the SavedModel: a converter, an XLA trace or a bf16 retyping in a fresh process."""
+    return PROCESS_BYTES + int(BUILD_FACTOR * disk_bytes(path))
+
+
+# From this size on disk, the optimize stage, each candidate build and the benchmark run in
+# worker processes of their own: below it, a worker's TensorFlow import (seconds, ~0.5 GiB)
+# costs more than the memory it gives back.
+WORKERS_FROM_BYTES = 32 * 2**20
+
+
+def _in_workers(size: int) -> bool:
+    return size >= WORKERS_FROM_BYTES
+
+
+def builds_in_workers(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is big enough for its heavy stages to run in worker processes
+    (:data:`WORKERS_FROM_BYTES`)."""
+    return _in_workers(disk_bytes(path))
+
+
+def optimizing_bytes(path: str | os.PathLike) -> int:
+    """The estimated peak of freezing, transforming and checking a SavedModel: in one
+    process, or, for a big model, in the optimize worker beside the step's process."""
+    size = disk_bytes(path)
+    if _in_workers(size):
+        return PROCESS_BYTES + int(OPTIMIZE_WORKER_FACTOR * size) + STEP_PROCESS_BYTES
+    return PROCESS_BYTES + int(OPTIMIZE_FACTOR * size)
+
+
+def job_minimum_bytes(path: str | os.PathLike) -> int:
+    """The least ``tfopt optimize --targets`` can take for this SavedModel: the largest of
+    its stages. In one process: optimizing, then benchmarking beside what optimizing left
+    (a benchmark process holding the baseline and one candidate of its size). A big model's
+    stages run in worker processes one at a time beside the step's process, which holds no
+    TensorFlow (:data:`STEP_PROCESS_BYTES`): optimizing, one candidate's build, or that
+    benchmark."""
+    size = disk_bytes(path)
+    pair = 2 * int(FORMAT_FACTOR["savedmodel"] * size)
+    if _in_workers(size):
+        return max(optimizing_bytes(path), STEP_PROCESS_BYTES + building_bytes(path),
+                   STEP_PROCESS_BYTES + PROCESS_BYTES + pair)
+    benchmark = 2 * PROCESS_BYTES + int(RESIDUE_FACTOR * size) + pair
+    return max(optimizing_bytes(path), benchmark)
+
+
+def require_fits_alone(path: str | os.PathLike, budget: MemoryBudget,
+                       what: str | None = None) -> int:
+    """Refuse (exit 7) a SavedModel that could not even be loaded alone within ``budget``;
+    the estimate otherwise."""
+    estimate = PROCESS_BYTES + loaded_bytes(path)
+    budget.require(estimate, what or f"loading the model {path} ({disk_bytes(path) / GIB:.2f} "
+                                      f"GiB on disk)")
+    return estimate

@@ -1,0 +1,140 @@
+"""Quality of a model on labelled data, batch by batch, with a pluggable metric.
+
+Labelled data is an ``.npz`` holding ``x`` and ``y``, or a TFRecord file of ``tf.train.Example``
+records with a float list ``x`` (a bytes list for a string input; reshaped to the signature's
+input shape) and an int64 (or float) ``y``. String ``x`` in an ``.npz`` is a numpy unicode or
+bytes array (``allow_pickle`` stays off, so not an object array). The model's single input is fed ``x``; its first output (or ``output_key``) is
+scored against ``y`` by a metric from :data:`METRICS`, a registry by name: ``top1`` for
+classifiers, ``mse`` and ``mae`` for regression. Each metric says whether higher is better, so
+that "accuracy drop" means the same thing for all of them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from optimizer.errors import InvalidInputsError
+from optimizer.inputs.data_files import is_tfrecord, read_examples, read_npz, stack_feature
+from optimizer.model.signature import SignatureInfo
+from optimizer.runtime import ModelRunner
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    fn: Callable[[np.ndarray, np.ndarray], float]  # (model outputs, labels) -> score
+    higher_is_better: bool
+    description: str
+
+
+METRICS: dict[str, Metric] = {}
+
+
+def register_metric(name: str, higher_is_better: bool, description: str):
+    """Decorator: ``@register_metric("f1", True, "...")`` makes a metric usable by name."""
+
+    def register(fn: Callable[[np.ndarray, np.ndarray], float]):
+        METRICS[name] = Metric(name, fn, higher_is_better, description)
+        return fn
+
+    return register
+
+
+def get_metric(name: str) -> Metric:
+    if name not in METRICS:
+        raise InvalidInputsError(f"unknown metric '{name}'; available: {', '.join(sorted(METRICS))}")
+    return METRICS[name]
+
+
+@register_metric("top1", True, "top-1 accuracy: share of rows whose argmax is the label")
+def top1(scores: np.ndarray, labels: np.ndarray) -> float:
+    return float(np.mean(np.argmax(scores, axis=-1) == labels.reshape(-1)))
+
+
+@register_metric("mse", False, "mean squared error against the labels")
+def mse(predictions: np.ndarray, labels: np.ndarray) -> float:
+    return float(np.mean((predictions.astype(np.float64)
+                          - labels.reshape(predictions.shape).astype(np.float64)) ** 2))
+
+
+@register_metric("mae", False, "mean absolute error against the labels")
+def mae(predictions: np.ndarray, labels: np.ndarray) -> float:
+    return float(np.mean(np.abs(predictions.astype(np.float64)
+                                - labels.reshape(predictions.shape).astype(np.float64))))
+
+
+@dataclass(frozen=True)
+class LabelledData:
+    x: np.ndarray
+    y: np.ndarray
+    source: str
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+
+def _read_tfrecord(path: Path, signature: SignatureInfo | None) -> LabelledData:
+    records = read_examples(path)
+    for record in records:
+        if "x" not in record or "y" not in record:
+            raise InvalidInputsError(
+                f"{path}: every tf.train.Example needs features 'x' and 'y'; found "
+                f"{', '.join(sorted(record)) or 'none'}")
+    spec = signature.inputs[0] if signature is not None and len(signature.inputs) == 1 else None
+    x = stack_feature(path, records, "x", spec)
+    if x.dtype.kind == "f":  # float lists read as float32; bytes (string inputs) stay objects
+        x = x.astype(np.float32, copy=False)
+    y = np.stack([r["y"] for r in records])
+    return LabelledData(x=x, y=y.reshape(len(y)) if y.shape[1:] == (1,) else y, source=str(path))
+
+
+def load_labelled_data(path: str | os.PathLike,
+                       signature: SignatureInfo | None = None) -> LabelledData:
+    """``x``/``y`` from an ``.npz`` or a TFRecord file of ``tf.train.Example``."""
+    path = Path(path)
+    if not path.is_file():
+        raise InvalidInputsError(f"no such evaluation data file: {path}")
+    if is_tfrecord(path):
+        return _read_tfrecord(path, signature)
+    data = read_npz(path)
+    if "x" not in data or "y" not in data:
+        raise InvalidInputsError(f"{path}: an .npz of evaluation data needs arrays 'x' "
+                                 f"and 'y'; found {', '.join(data) or 'none'}")
+    x, y = data["x"], data["y"]
+    if len(x) != len(y):
+        raise InvalidInputsError(f"{path}: x has {len(x)} rows but y has {len(y)}")
+    return LabelledData(x=x, y=y, source=str(path))
+
+
+# Rows per call when evaluating: the evaluate step, the benchmark's accuracy and fidelity rows
+# and the library's own calls all use it. 64 rows of a small image model is a few MB per call.
+EVAL_BATCH_SIZE = 64
+
+
+def predict(runner: ModelRunner, x: np.ndarray, batch_size: int = EVAL_BATCH_SIZE,
+            output_key: str | None = None) -> np.ndarray:
+    """Outputs for every row of ``x``; the model's single input is fed ``x``."""
+    if len(runner.signature.inputs) != 1:
+        raise ValueError("predict() feeds one array; the model has several inputs")
+    spec = runner.signature.inputs[0]
+    out_key = output_key or runner.signature.outputs[0].key
+    x = np.asarray(x).astype(spec.numpy_dtype, copy=False)
+    parts = [runner({spec.key: x[i:i + batch_size]})[out_key]
+             for i in range(0, len(x), batch_size)]
+    return np.concatenate(parts, axis=0)
+
+
+def evaluate(runner: ModelRunner, data: LabelledData, metric: str = "top1",
+             batch_size: int = EVAL_BATCH_SIZE, output_key: str | None = None) -> float:
+    """``metric`` of the model's outputs on ``data.x`` against ``data.y``."""
+    return get_metric(metric).fn(predict(runner, data.x, batch_size, output_key), data.y)
+
+
+def top1_accuracy(runner: ModelRunner, x: np.ndarray, y: np.ndarray, batch_size: int = EVAL_BATCH_SIZE,
+                  output_key: str | None = None) -> float:
+    return top1(predict(runner, x, batch_size, output_key), y)

@@ -1,0 +1,89 @@
+"""What "the same outputs" means for an optimized model: bounds on an equivalence report.
+
+An absolute bound is always checked; a relative bound and a minimum top-1 agreement are checked
+only when given. The default ``atol`` of 1e-4 leaves room for the float32 reassociation that
+folding and fusing cause (a folded batch norm multiplies weights before, not after, the
+convolution) while still catching a changed computation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from optimizer.errors import TfoptError, shown
+from optimizer.verify.equivalence import EquivalenceReport
+
+DEFAULT_ATOL = 1e-4
+
+
+class ToleranceError(TfoptError):
+    """A tolerance given in a file or on the command line is not a usable bound."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float = DEFAULT_ATOL
+    rtol: float | None = None
+    min_top1: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("atol", "rtol"):
+            value = getattr(self, name)
+            if value is not None and not (value >= 0 and math.isfinite(value)):
+                raise ToleranceError(f"tolerance {name} must be a finite number >= 0, "
+                                     f"got {value}")
+        if self.min_top1 is not None and not 0 <= self.min_top1 <= 1:
+            raise ToleranceError(f"tolerance min_top1 must be between 0 and 1, "
+                                 f"got {self.min_top1}")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], where: str = "tolerance") -> Tolerance:
+        """``{atol: ..., rtol: ..., min_top1: ...}`` as written in a recipe file."""
+        if not isinstance(data, Mapping):
+            raise ToleranceError(f"{where} must be a mapping of atol/rtol/min_top1, "
+                                 f"got {type(data).__name__}")
+        known = ("atol", "rtol", "min_top1")
+        unknown = [shown(k) for k in data if k not in known]
+        if unknown:
+            raise ToleranceError(f"{where}: unknown key(s) {', '.join(unknown)}; "
+                                 f"valid: {', '.join(known)}")
+        values = {}
+        for key, value in data.items():
+            # PyYAML reads ``1e-4`` (no dot) as a string, so numbers may arrive as text.
+            try:
+                if isinstance(value, bool):
+                    raise TypeError(value)
+                values[key] = None if value is None else float(value)
+            except (TypeError, ValueError):
+                raise ToleranceError(f"{where}: {key} must be a number, got {value!r}") from None
+        return cls(**values)
+
+    def accepts(self, report: EquivalenceReport) -> bool:
+        return report.within(atol=self.atol, rtol=self.rtol, min_top1=self.min_top1)
+
+    def violations(self, report: EquivalenceReport) -> list[str]:
+        """Each bound the report breaks, with both figures, e.g. ``max abs diff 0.3 > atol 1e-4``."""
+        broken = []
+        if report.max_abs_diff > self.atol:
+            broken.append(f"max abs diff {report.max_abs_diff:.3g} > atol {self.atol:g}")
+        if self.rtol is not None and report.max_rel_diff > self.rtol:
+            broken.append(f"max rel diff {report.max_rel_diff:.3g} > rtol {self.rtol:g}")
+        if (self.min_top1 is not None and report.top1_agreement is not None
+                and report.top1_agreement < self.min_top1):
+            broken.append(f"top-1 agreement {report.top1_agreement:.4f} < min_top1 "
+                          f"{self.min_top1:g}")
+        return broken
+
+    def describe(self) -> str:
+        parts = [f"atol {self.atol:g}"]
+        if self.rtol is not None:
+            parts.append(f"rtol {self.rtol:g}")
+        if self.min_top1 is not None:
+            parts.append(f"min top-1 {self.min_top1:g}")
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
