@@ -77,3 +77,33 @@ def test_bad_batch_sizes_are_refused_by_the_parser(models):
     proc = run_tfopt("benchmark", models / "stock", models / "frozen", "--batch-sizes", "1,x")
     assert proc.returncode == 2
     assert "not a comma-separated list of integers" in proc.stderr
+
+
+def test_the_timing_method_is_set_from_the_command_line_with_the_librarys_defaults(models,
+                                                                                   tmp_path):
+    import argparse
+
+    from components.cli.benchmark_command import add_parser
+    from optimizer.benchmark.harness import BenchmarkConfig
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    defaults = parser.parse_args(["benchmark", "a", "b"])
+    library = BenchmarkConfig()
+    for name in ("block_seconds", "max_seconds", "twin", "block_size", "min_runs", "warmup",
+                 "min_seconds", "confidence"):
+        assert getattr(defaults, name) == getattr(library, name), name
+
+    out = tmp_path / "RESULT.json"
+    proc = run_tfopt("benchmark", models / "stock", models / "frozen", "--batch-sizes", "1",
+                     "--min-runs", "10", "--min-seconds", "0.1", "--warmup", "2",
+                     "--block-size", "3", "--block-seconds", "0", "--max-seconds", "0",
+                     "--no-twin", "--no-profile", "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    result = load_result(out)
+    assert result.twin is None
+    assert result.settings.block_size == 3  # block-seconds 0: blocks are never shrunk
+    assert all(len(m.samples[1]) % 3 == 0 and len(m.samples[1]) >= 30 for m in result.models)
+
+    refused = run_tfopt("benchmark", models / "stock", models / "frozen", "--max-seconds", "-1")
+    assert_clean_failure(refused, 2, "--max-seconds must not be negative, got -1.0")

@@ -60,6 +60,17 @@ def add_parser(sub) -> None:
                         "(default 10; 1: one call per model per round)")
     p.add_argument("--min-seconds", type=float, default=5.0,
                    help="timed seconds per batch size at least (default 5)")
+    p.add_argument("--block-seconds", type=float, default=0.05,
+                   help="a block shrinks to the calls that take about this long, for models "
+                        "slower than block-seconds / block-size a call (default 0.05; 0: "
+                        "always --block-size calls)")
+    p.add_argument("--max-seconds", type=float, default=None,
+                   help="time on, up to this many seconds per batch size, while a candidate's "
+                        "interval straddles the promotion bound (default 4 x --min-seconds; "
+                        "0: stop at --min-runs and --min-seconds)")
+    p.add_argument("--no-twin", dest="twin", action="store_false",
+                   help="do not time a second load of the baseline (the twin the gate's bound "
+                        "is widened by, docs/gate.md)")
     p.add_argument("--warmup", type=int, default=10, help="untimed calls per model (default 10)")
     p.add_argument("--threads", type=int, default=None,
                    help="intra-op threads (default: the CPUs really available to this process: "
@@ -91,8 +102,11 @@ def _check_inputs(args) -> None:
         value = getattr(args, name)
         if value is not None and value < (0 if name == "warmup" else 1):
             raise InvalidInputsError(f"--{name.replace('_', '-')} must be positive, got {value}")
-    if args.min_seconds < 0:
-        raise InvalidInputsError(f"--min-seconds must not be negative, got {args.min_seconds}")
+    for name in ("min_seconds", "block_seconds", "max_seconds"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            raise InvalidInputsError(f"--{name.replace('_', '-')} must not be negative, "
+                                     f"got {value}")
     if not 0.5 < args.confidence < 1:
         raise InvalidInputsError(f"--confidence must be in (0.5, 1), got {args.confidence}")
 
@@ -130,7 +144,8 @@ def run(args) -> int:
 
     config = BenchmarkConfig(batch_sizes=args.batch_sizes, warmup=args.warmup,
                              min_runs=args.min_runs, min_seconds=args.min_seconds,
-                             block_size=args.block_size,
+                             block_size=args.block_size, block_seconds=args.block_seconds,
+                             max_seconds=args.max_seconds, twin=args.twin,
                              confidence=args.confidence, metric=args.metric,
                              signature=args.signature)
     result = run_benchmark(Subject.baseline(args.baseline, args.baseline_role),
