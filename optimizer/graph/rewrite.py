@@ -108,6 +108,14 @@ def control_inputs(*nodes) -> list[str]:
     return list(dict.fromkeys(i for n in nodes for i in n.input if is_control_input(i)))
 
 
+def drop_nodes(graph_def, names: Container[str]) -> None:
+    """Remove the nodes called ``names`` from ``graph_def``, in place, keeping the others'
+    order."""
+    kept = [n for n in graph_def.node if n.name not in names]
+    del graph_def.node[:]
+    graph_def.node.extend(kept)
+
+
 def remove_unread(graph_def, candidates: Iterable[str], keep: Iterable[str], removable) -> int:
     """Drop ``candidates`` nothing reads any more, then their inputs that became unread, as long
     as ``removable(node)`` allows it and the node is not in ``keep``. Returns how many went."""
@@ -132,9 +140,7 @@ def remove_unread(graph_def, candidates: Iterable[str], keep: Iterable[str], rem
             read_by[source] -= 1
             todo.append(source)
     if removed:
-        kept = [n for n in graph_def.node if n.name not in removed]
-        del graph_def.node[:]
-        graph_def.node.extend(kept)
+        drop_nodes(graph_def, removed)
     return len(removed)
 
 
@@ -155,8 +161,6 @@ def fold_each(graph_def, patterns: Sequence, fold: Callable[[object, list[str]],
             removed.update(n.name for n in pattern.removed)
             folded.append(pattern)
     if removed:
-        kept = [n for n in graph_def.node if n.name not in removed]
-        del graph_def.node[:]
-        graph_def.node.extend(kept)
+        drop_nodes(graph_def, removed)
     remove_unread(graph_def, leftovers, keep, removable)
     return folded

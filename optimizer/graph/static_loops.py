@@ -38,7 +38,7 @@ from optimizer.graph.names import (
     node_name_from_input,
     output_index,
 )
-from optimizer.graph.rewrite import make_const, remove_unread, unique_name
+from optimizer.graph.rewrite import drop_nodes, make_const, remove_unread, unique_name
 
 log = logging.getLogger(__name__)
 
@@ -407,6 +407,4 @@ def _replace_while(graph_def, node, results: list[str], controls: list[str], bou
         node.input.extend(results + controls)
         node.attr["T"].list.type.extend(types)
         return
-    kept = [n for n in graph_def.node if n.name != node.name]
-    del graph_def.node[:]
-    graph_def.node.extend(kept)
+    drop_nodes(graph_def, {node.name})

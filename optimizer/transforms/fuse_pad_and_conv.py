@@ -64,6 +64,7 @@ from optimizer.graph.names import (
 )
 from optimizer.graph.rewrite import (
     control_inputs,
+    drop_nodes,
     make_const,
     only_reader,
     remove_unread,
@@ -126,9 +127,7 @@ class FusePadAndConv(Transform):
                      "known to be 1, and TF's FusedPadConv2D kernel computes every batch "
                      "element from the first", self.name, batch_unknown)
         if removed:
-            kept = [n for n in graph_def.node if n.name not in removed]
-            del graph_def.node[:]
-            graph_def.node.extend(kept)
+            drop_nodes(graph_def, removed)
         remove_unread(graph_def, leftovers, context.boundary, is_pure)
         return graph_def
 

@@ -45,7 +45,7 @@ import numpy as np
 from optimizer.graph.const_eval import is_pure
 from optimizer.graph.consts import resolve_through_identity, values_from_const
 from optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
-from optimizer.graph.rewrite import make_const, remove_unread, unique_name
+from optimizer.graph.rewrite import fold_each, make_const, unique_name
 from optimizer.graph.shapes import infer_shapes, static_shape
 from optimizer.graph.traversal import consumers, nodes_by_name
 from optimizer.transforms.base import Transform, TransformContext
@@ -73,6 +73,11 @@ class _Gelu:
     def replaced(self) -> list:
         return [self.half_x, self.erfc, self.scaled, self.neg]
 
+    @property
+    def removed(self) -> list:
+        """What the rewrite leaves behind: the Erfc form, and the Reshape it moved."""
+        return self.replaced + ([self.reshape] if self.reshape is not None else [])
+
 
 class RewriteGeluErf(Transform):
     name = "rewrite_gelu_erf"
@@ -86,16 +91,14 @@ class RewriteGeluErf(Transform):
         if not found:
             return graph_def
         shapes = infer_shapes(graph_def)
-        leftovers: list[str] = []
-        for gelu in found:
+
+        def rewrite(gelu: _Gelu, leftovers: list[str]) -> bool:
             gelu.reshape = self._movable_reshape(gelu, by_name, readers, shapes,
                                                  context.boundary)
             self._rewrite(graph_def, gelu, by_name, leftovers)
-        gone = {n.name for g in found for n in g.replaced + ([g.reshape] if g.reshape else [])}
-        kept = [n for n in graph_def.node if n.name not in gone]
-        del graph_def.node[:]
-        graph_def.node.extend(kept)
-        remove_unread(graph_def, leftovers, context.boundary, is_pure)
+            return True
+
+        fold_each(graph_def, found, rewrite, context.boundary, is_pure)
         log.debug("%s: rewrote %d GELU(s), %d moved past their Reshape", self.name, len(found),
                   sum(g.reshape is not None for g in found))
         return graph_def
