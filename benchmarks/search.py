@@ -109,9 +109,9 @@ def build_variants(name: str, workdir: Path, args) -> tuple[dict[str, Path], dic
         started = time.perf_counter()
         try:
             candidate = search_candidate(
-                frozen, strategy, alpha, args.budget, args.time_budget, "model",
-                tolerance=Tolerance(), remeasure_top=args.remeasure_top,
-                cost_cache=workdir / "op_costs.json")
+                frozen, Tolerance(), workdir / "op_costs.json", strategy=strategy, alpha=alpha,
+                budget=args.budget, time_budget=args.time_budget, cost="model",
+                remeasure_top=args.remeasure_top)
         except Exception as exc:  # noqa: BLE001 - one failed search must not end the benchmark
             info[variant] = {"error": first_line(exc, with_type=True)}
             print(f"  {variant}: FAILED: {info[variant]['error']}", flush=True)

@@ -21,13 +21,23 @@ import json
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from optimizer.benchmark.harness import BenchmarkConfig
+from optimizer.benchmark.settings import BenchmarkConfig
 from optimizer.errors import TfoptError, validation_error_line
+from optimizer.files.records import field_of
 from optimizer.gate.verdict import GateConfig
 from optimizer.optimize.recipe import INFERENCE_RECIPE, default_recipe
-from optimizer.search.settings import DEFAULT_ALPHA, DEFAULT_BUDGET, DEFAULT_TIME_BUDGET_SECONDS
+from optimizer.search.settings import SearchSettings
+from optimizer.verify.tolerance import Tolerance
 
 
 class ConfigError(TfoptError):
@@ -39,23 +49,23 @@ class _Section(BaseModel):
 
 
 class OptimizeConfig(_Section):
+    """The recipe, or the substitution search (its keys are the library's
+    :class:`~optimizer.search.settings.SearchSettings`), and the tolerance the result is checked
+    within (:class:`~optimizer.verify.tolerance.Tolerance`)."""
+
     recipe: str | list[Any] = Field(INFERENCE_RECIPE, description="GTT string or YAML list")
     backend: Literal["python", "native"] = Field(
         "python", description="python: this package's transforms; native: TF's C++ GTT")
-    atol: float = Field(1e-4, ge=0, description="equivalence bound for every rewrite")
-    rtol: float | None = Field(None, ge=0, description="relative bound (to the output's scale)")
-    min_top1: float | None = Field(None, ge=0, le=1,
-                                   description="least top-1 agreement with the source")
+    atol: float = field_of(Tolerance, "atol")
+    rtol: float | None = field_of(Tolerance, "rtol")
+    min_top1: float | None = field_of(Tolerance, "min_top1")
     strategy: Literal["recipe", "greedy", "relaxed"] = Field(
         "recipe", description="recipe: apply optimize.recipe; greedy/relaxed: substitution "
                               "search (recipe and backend unused)")
-    alpha: float = Field(DEFAULT_ALPHA, ge=1.0, description="relaxed search keeps graphs up "
-                                                            "to alpha x the best cost (greedy: 1)")
-    budget: int = Field(DEFAULT_BUDGET, ge=1, description="search: most graphs expanded")
-    time_budget_seconds: float = Field(DEFAULT_TIME_BUDGET_SECONDS, gt=0,
-                                       description="search: wall-time limit")
-    cost: Literal["model", "measured"] = Field(
-        "model", description="search cost: cached per-op model, or end-to-end timing")
+    alpha: float = field_of(SearchSettings, "alpha")
+    budget: int = field_of(SearchSettings, "budget")
+    time_budget_seconds: float = field_of(SearchSettings, "time_budget")
+    cost: Literal["model", "measured"] = field_of(SearchSettings, "cost")
 
     @model_validator(mode="after")
     def _native_default_recipe(self) -> OptimizeConfig:
@@ -65,40 +75,28 @@ class OptimizeConfig(_Section):
         return self
 
 
-# The benchmark's defaults are the library's (optimizer.benchmark.harness.BenchmarkConfig).
-_TIMING = BenchmarkConfig()
-
-
 class BenchmarkSection(_Section):
-    batch_sizes: list[int] = Field(default_factory=lambda: list(_TIMING.batch_sizes),
-                                   description="the gate judges the smallest")
-    warmup: int = Field(_TIMING.warmup, ge=0, description="untimed calls per model first")
-    min_runs: int = Field(_TIMING.min_runs, ge=2, description="timed rounds at least (one block "
-                                                              "of each model)")
-    min_seconds: float = Field(_TIMING.min_seconds, ge=0,
-                               description="timed seconds at least, per batch size")
-    block_size: int = Field(_TIMING.block_size, ge=1, description="consecutive timed calls per "
-                            "model per round, after one untimed call (1: one call, none "
-                            "untimed)")
-    block_seconds: float = Field(_TIMING.block_seconds, ge=0, description="blocks shrink to as "
-                                 "few calls as last this long (a slow call needs no block to be "
-                                 "warm); 0: always block_size")
-    max_seconds: float | None = Field(_TIMING.max_seconds, ge=0, description="timing goes on "
-                                      "past the minimums while a candidate's interval straddles "
-                                      "the gate's bound, up to this (per batch size); default 4 "
-                                      "x min_seconds; 0: stop at the minimums")
-    twin: bool = Field(_TIMING.twin, description="time a second load of the baseline like a "
-                       "candidate; the gate demands the margin beyond their discrepancy")
-    threads: int | None = Field(None, ge=1, description="default: CPUs really available")
-    confidence: float = Field(_TIMING.confidence, gt=0.5, lt=1,
-                              description="level of the speedup's bootstrap interval")
+    """The config's keys of the library's :class:`~optimizer.benchmark.settings.BenchmarkConfig`
+    (the benchmark step takes the promotion bound from ``gate`` and the signature from the top
+    level), and the threads the benchmark runs with."""
 
-    @field_validator("batch_sizes")
-    @classmethod
-    def _positive(cls, value: list[int]) -> list[int]:
-        if not value or min(value) < 1:
-            raise ValueError("batch sizes must be a non-empty list of positive integers")
-        return value
+    # validate_default: the library's default is a tuple; the config holds lists
+    batch_sizes: list[PositiveInt] = field_of(BenchmarkConfig, "batch_sizes",
+                                              validate_default=True)
+    warmup: int = field_of(BenchmarkConfig, "warmup")
+    min_runs: int = field_of(BenchmarkConfig, "min_runs")
+    min_seconds: float = field_of(BenchmarkConfig, "min_seconds")
+    block_size: int = field_of(BenchmarkConfig, "block_size")
+    block_seconds: float = field_of(BenchmarkConfig, "block_seconds")
+    max_seconds: float | None = field_of(BenchmarkConfig, "max_seconds")
+    twin: bool = field_of(BenchmarkConfig, "twin")
+    threads: int | None = Field(None, ge=1, description="default: CPUs really available")
+    confidence: float = field_of(BenchmarkConfig, "confidence")
+
+    def settings(self, **others) -> BenchmarkConfig:
+        """The library's settings from this section's keys, plus ``others`` from elsewhere."""
+        keys = set(type(self).model_fields) - {"threads"}
+        return BenchmarkConfig(**{key: getattr(self, key) for key in keys}, **others)
 
 
 class EvaluationConfig(_Section):

@@ -97,7 +97,7 @@ def test_bad_arguments_are_refused_before_any_work(models):
     with pytest.raises(InvalidInputsError, match="unknown metric"):
         run_benchmark(Subject.baseline(models / "stock"), [Subject.candidate(models / "frozen")],
                       BenchmarkConfig(metric="f1"))
-    with pytest.raises(InvalidInputsError, match="block_size must be at least 1, got 0"):
+    with pytest.raises(InvalidInputsError, match="block_size must be >= 1, got 0"):
         run_benchmark(Subject.baseline(models / "stock"), [Subject.candidate(models / "frozen")],
                       BenchmarkConfig(block_size=0))
 

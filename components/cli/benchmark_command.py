@@ -12,6 +12,12 @@ import sys
 
 from components.cli.model_scan_flags import add_allow_op_argument
 from components.cli.output import human_bytes, table
+from optimizer.benchmark.settings import BenchmarkConfig
+from optimizer.files.records import default_of
+
+
+def _default(name: str):
+    return default_of(BenchmarkConfig, name)
 
 
 def _batch_sizes(text: str) -> tuple[int, ...]:
@@ -44,7 +50,8 @@ def add_parser(sub) -> None:
                         "the smallest")
     p.add_argument("--eval-data", help="labelled data: .npz with x/y, or a TFRecord of "
                                        "tf.train.Example with x (floats) and y (int64)")
-    p.add_argument("--metric", default="top1", help="metric on --eval-data (top1, mse, mae)")
+    p.add_argument("--metric", default=_default("metric"),
+                   help="metric on --eval-data (top1, mse, mae; default %(default)s)")
     p.add_argument("--json", dest="json_out", metavar="OUT", help="write RESULT.json here")
     p.add_argument("--report", metavar="DIR",
                    help="write report.html, report.md, report.json and charts")
@@ -53,34 +60,37 @@ def add_parser(sub) -> None:
                         "otherwise")
     p.add_argument("--no-profile", action="store_true",
                    help="leave the per-op profile out of the report")
-    p.add_argument("--min-runs", type=int, default=50,
-                   help="timed rounds at least (default 50); a round is one block of each model")
-    p.add_argument("--block-size", type=int, default=10, dest="block_size",
+    p.add_argument("--min-runs", type=int, default=_default("min_runs"),
+                   help="timed rounds at least (default %(default)s); a round is one block of "
+                        "each model")
+    p.add_argument("--block-size", type=int, default=_default("block_size"), dest="block_size",
                    help="consecutive timed calls per model per round, after one untimed call "
-                        "(default 10; 1: one call per model per round)")
-    p.add_argument("--min-seconds", type=float, default=5.0,
-                   help="timed seconds per batch size at least (default 5)")
-    p.add_argument("--block-seconds", type=float, default=0.05,
+                        "(default %(default)s; 1: one call per model per round)")
+    p.add_argument("--min-seconds", type=float, default=_default("min_seconds"),
+                   help="timed seconds per batch size at least (default %(default)g)")
+    p.add_argument("--block-seconds", type=float, default=_default("block_seconds"),
                    help="a block shrinks to the calls that take about this long, for models "
-                        "slower than block-seconds / block-size a call (default 0.05; 0: "
-                        "always --block-size calls)")
-    p.add_argument("--max-seconds", type=float, default=None,
+                        "slower than block-seconds / block-size a call (default %(default)g; "
+                        "0: always --block-size calls)")
+    p.add_argument("--max-seconds", type=float, default=_default("max_seconds"),
                    help="time on, up to this many seconds per batch size, while a candidate's "
                         "interval straddles the promotion bound (default 4 x --min-seconds; "
                         "0: stop at --min-runs and --min-seconds)")
-    p.add_argument("--no-twin", dest="twin", action="store_false",
+    p.add_argument("--no-twin", dest="twin", action="store_false", default=_default("twin"),
                    help="do not time a second load of the baseline (the twin the gate's bound "
                         "is widened by, docs/gate.md)")
-    p.add_argument("--warmup", type=int, default=10, help="untimed calls per model (default 10)")
+    p.add_argument("--warmup", type=int, default=_default("warmup"),
+                   help="untimed calls per model (default %(default)s)")
     p.add_argument("--threads", type=int, default=None,
                    help="intra-op threads (default: the CPUs really available to this process: "
                         "affinity and cgroup quota)")
     p.add_argument("--inter-op-threads", type=int, default=1, help="inter-op threads (default 1)")
     p.add_argument("--onednn", choices=["on", "off"], default=None,
                    help="set TF_ENABLE_ONEDNN_OPTS (default: leave the environment's choice)")
-    p.add_argument("--confidence", type=float, default=0.95,
-                   help="two-sided level of the speedup interval (default 0.95)")
-    p.add_argument("--signature", default="serving_default", help="signature to call")
+    p.add_argument("--confidence", type=float, default=_default("confidence"),
+                   help="two-sided level of the speedup interval (default %(default)g)")
+    p.add_argument("--signature", default=_default("signature"),
+                   help="signature to call (default %(default)s)")
     add_allow_op_argument(p)
     p.set_defaults(run=run)
 
@@ -132,6 +142,12 @@ def run(args) -> int:
     from optimizer.verify.evaluation import load_labelled_data
 
     _check_inputs(args)
+    config = BenchmarkConfig(batch_sizes=args.batch_sizes, warmup=args.warmup,
+                             min_runs=args.min_runs, min_seconds=args.min_seconds,
+                             block_size=args.block_size, block_seconds=args.block_seconds,
+                             max_seconds=args.max_seconds, twin=args.twin,
+                             confidence=args.confidence, metric=args.metric,
+                             signature=args.signature)  # the library's bounds, checked now
     gate_config = load_gate_config(args.gate_config) if args.gate_config else GateConfig()
     eval_data = None
     if args.eval_data:
@@ -139,15 +155,9 @@ def run(args) -> int:
                                                                      args.signature))
     runtime = apply_runtime_settings(settings)
 
-    from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+    from optimizer.benchmark.harness import Subject, run_benchmark
     from optimizer.gate.verdict import evaluate_gate
 
-    config = BenchmarkConfig(batch_sizes=args.batch_sizes, warmup=args.warmup,
-                             min_runs=args.min_runs, min_seconds=args.min_seconds,
-                             block_size=args.block_size, block_seconds=args.block_seconds,
-                             max_seconds=args.max_seconds, twin=args.twin,
-                             confidence=args.confidence, metric=args.metric,
-                             signature=args.signature)
     result = run_benchmark(Subject.baseline(args.baseline, args.baseline_role),
                            [Subject.candidate(c) for c in args.candidates], config,
                            runtime=runtime, eval_data=eval_data, progress=_progress)

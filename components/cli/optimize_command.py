@@ -3,14 +3,19 @@ check the outputs, write if they match."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
+from typing import get_args
 
 from components.cli.model_scan_flags import add_allow_op_argument
 from components.cli.optimize_targets import add_arguments as add_target_arguments
 from components.cli.output import human_bytes, op_histogram_table, table
-from optimizer.search.settings import DEFAULT_ALPHA, DEFAULT_BUDGET, DEFAULT_TIME_BUDGET_SECONDS
+from optimizer.files.records import default_of
+from optimizer.search.settings import SearchSettings
+from optimizer.verify.tolerance import Tolerance
+
+STRATEGIES = get_args(SearchSettings.model_fields["strategy"].annotation)
+COSTS = get_args(SearchSettings.model_fields["cost"].annotation)
 
 
 def add_parser(sub) -> None:
@@ -35,30 +40,31 @@ def add_parser(sub) -> None:
     recipe.add_argument("--config", metavar="FILE.yaml",
                         help="YAML recipe: a list of transforms, or a mapping with transforms, "
                              "tolerance and backend")
-    p.add_argument("--strategy", choices=("recipe", "greedy", "relaxed"), default="recipe",
+    p.add_argument("--strategy", choices=("recipe", *STRATEGIES), default="recipe",
                    help="recipe (default): apply --transforms/--config; greedy: substitution "
                         "search keeping only cheaper graphs; relaxed: also keep graphs up to "
                         "--alpha x the best cost, which can enable later wins")
     p.add_argument("--alpha", type=float, default=None,
                    help="relaxed search: keep graphs costing up to alpha x the best, >= 1 "
-                        f"(default {DEFAULT_ALPHA:g})")
-    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
-                   help=f"search: at most this many expanded graphs (default {DEFAULT_BUDGET})")
-    p.add_argument("--time-budget", type=float, default=DEFAULT_TIME_BUDGET_SECONDS,
+                        f"(default {default_of(SearchSettings, 'alpha'):g})")
+    p.add_argument("--budget", type=int, default=default_of(SearchSettings, "budget"),
+                   help="search: at most this many expanded graphs (default %(default)s)")
+    p.add_argument("--time-budget", type=float, default=default_of(SearchSettings, "time_budget"),
                    dest="time_budget", metavar="SECONDS",
-                   help="search: stop after this many seconds "
-                        f"(default {DEFAULT_TIME_BUDGET_SECONDS:g})")
-    p.add_argument("--cost", choices=("model", "measured"), default="model",
+                   help="search: stop after this many seconds (default %(default)g)")
+    p.add_argument("--cost", choices=COSTS, default=default_of(SearchSettings, "cost"),
                    help="search: per-op cost model, cached on disk (default), or every "
                         "candidate measured end to end")
-    p.add_argument("--remeasure-top", type=int, default=3, dest="remeasure_top", metavar="K",
+    p.add_argument("--remeasure-top", type=int, dest="remeasure_top", metavar="K",
+                   default=default_of(SearchSettings, "remeasure_top"),
                    help="search: time the returned graph, the input and the next K-1 "
-                        "cheapest end to end and keep the fastest (0: trust the cost)")
+                        "cheapest end to end and keep the fastest (0: trust the cost; "
+                        "default %(default)s)")
     p.add_argument("--signature", default="serving_default", help="signature to optimize")
     p.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     p.add_argument("--atol", type=float, default=None,
-                   help="largest absolute output difference accepted (default 1e-4, or the "
-                        "recipe file's)")
+                   help="largest absolute output difference accepted (default "
+                        f"{default_of(Tolerance, 'atol'):g}, or the recipe file's)")
     p.add_argument("--rtol", type=float, default=None,
                    help="largest output difference relative to the output's scale")
     p.add_argument("--min-top1", type=float, default=None, dest="min_top1",
@@ -80,7 +86,6 @@ def add_parser(sub) -> None:
 
 def _search_settings(args):
     """None for the recipe strategy; else the checked settings (a bad value is exit 2)."""
-    from optimizer.optimize.flow import SearchSettings
     from optimizer.transforms.base import TransformConfigError
 
     if args.strategy == "recipe":
@@ -92,10 +97,10 @@ def _search_settings(args):
     if args.strategy == "greedy" and args.alpha not in (None, 1.0):
         raise TransformConfigError("--strategy greedy is alpha = 1; --alpha applies only to "
                                    "--strategy relaxed")
-    return SearchSettings(strategy=args.strategy,
-                          alpha=DEFAULT_ALPHA if args.alpha is None else args.alpha,
-                          budget=args.budget, time_budget=args.time_budget, cost=args.cost,
-                          remeasure_top=args.remeasure_top)
+    chosen = {"alpha": args.alpha} if args.alpha is not None else {}
+    return SearchSettings(strategy=args.strategy, budget=args.budget,
+                          time_budget=args.time_budget, cost=args.cost,
+                          remeasure_top=args.remeasure_top, **chosen)
 
 
 def _recipe(args):
@@ -113,11 +118,9 @@ def _recipe(args):
 
 
 def _tolerance(args, recipe):
-    from optimizer.verify.tolerance import Tolerance
-
     given = {k: getattr(args, k) for k in ("atol", "rtol", "min_top1")
              if getattr(args, k) is not None}
-    return dataclasses.replace(recipe.tolerance or Tolerance(), **given)
+    return (recipe.tolerance or Tolerance()).replaced(**given)
 
 
 def _trace_table(trace) -> str:

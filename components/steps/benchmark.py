@@ -72,7 +72,7 @@ def from_inputs(call) -> BenchmarkOutput:
 def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[CandidateModel],
               champion: ChampionModel | None, ws: Workspace) -> BenchmarkOutput:
     def run(step_dir: Path) -> BenchmarkOutput:
-        from optimizer.benchmark.harness import BenchmarkConfig, Subject
+        from optimizer.benchmark.harness import Subject
         from optimizer.benchmark.memory_groups import run_benchmark_within
         from optimizer.benchmark.result import CHAMPION, UNOPTIMIZED_INPUT
         from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
@@ -88,13 +88,8 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
             baseline = Subject.baseline(pulled.path, role=UNOPTIMIZED_INPUT, label="input")
         subjects = [Subject.candidate(c.path, label=c.label, format=c.format)
                     for c in candidates]
-        settings = BenchmarkConfig(
-            batch_sizes=tuple(config.benchmark.batch_sizes), warmup=config.benchmark.warmup,
-            min_runs=config.benchmark.min_runs, min_seconds=config.benchmark.min_seconds,
-            block_size=config.benchmark.block_size, confidence=config.benchmark.confidence,
-            block_seconds=config.benchmark.block_seconds, max_seconds=config.benchmark.max_seconds,
-            twin=config.benchmark.twin, settle_speedup=config.gate.min_speedup,
-            signature=config.signature)
+        settings = config.benchmark.settings(settle_speedup=config.gate.min_speedup,
+                                             signature=config.signature)
         runtime = apply_runtime_settings(default_runtime_settings(config.benchmark.threads))
         log.info("benchmark: %s vs %s", baseline.label, ", ".join(c.label for c in candidates))
         result = run_benchmark_within(

@@ -25,7 +25,7 @@ def recipe_of(config: PipelineConfig):
 
 def search_settings_of(config: PipelineConfig):
     """None for the recipe strategy; else how to search (the config's optimize.* keys)."""
-    from optimizer.optimize.flow import SearchSettings
+    from optimizer.search.settings import SearchSettings
 
     section = config.optimize
     if section.strategy == "recipe":

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from optimizer.benchmark.environment import capture_environment, model_digest
-from optimizer.benchmark.interleaved import DEFAULT_BLOCK_SIZE, time_interleaved
+from optimizer.benchmark.interleaved import time_interleaved
 from optimizer.benchmark.memory import measure_rss_growth
 from optimizer.benchmark.result import (
     BASELINE_ROLES,
@@ -59,6 +59,7 @@ from optimizer.benchmark.result import (
     ModelMeasurement,
     Quality,
 )
+from optimizer.benchmark.settings import BenchmarkConfig
 from optimizer.benchmark.stats import (
     LatencySummary,
     RatioInterval,
@@ -68,7 +69,6 @@ from optimizer.benchmark.stats import (
 )
 from optimizer.errors import InvalidInputsError
 from optimizer.inputs.generated import OUT_OF_VOCABULARY_SHARE, make_inputs
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.model.signature import SignatureInfo, contract_difference
 from optimizer.runtime import ModelRunner, load_runner, read_signature
 from optimizer.runtime.registry import model_files
@@ -124,31 +124,6 @@ class Subject:
     def reference(cls, path: str | os.PathLike, label: str = "input") -> Subject:
         """The unoptimized input, measured for accuracy beside a champion baseline."""
         return cls(Path(path), REFERENCE, label)
-
-
-@dataclass(frozen=True)
-class BenchmarkConfig:
-    batch_sizes: tuple[int, ...] = (1,)
-    warmup: int = 10
-    min_runs: int = 50  # rounds: one block of block_size calls of every model each
-    min_seconds: float = 5.0
-    max_runs: int = 20_000
-    block_size: int = DEFAULT_BLOCK_SIZE
-    # blocks shrink to as few calls as last this long (at least 1): a block is there to time a
-    # model warm, and a call this slow wakes its model in a negligible share of its time
-    block_seconds: float = 0.05
-    # past the minimums, timing goes on while a candidate's interval straddles the promotion
-    # bound at settle_speedup (the gate's min_speedup), up to this many seconds per batch size
-    # (None: MAX_SECONDS_PER_MIN_SECOND x min_seconds, so a quick configuration stays quick)
-    max_seconds: float | None = None
-    settle_speedup: float | None = 1.05
-    twin: bool = True  # time a second load of the baseline like a candidate (stats.twin_discrepancy)
-    confidence: float = 0.95
-    resamples: int = 2000
-    metric: str = "top1"
-    signature: str = DEFAULT_SIGNATURE
-    progress_every: float = 5.0
-    seed: int = 0
 
 
 def _unique_labels(subjects: Sequence[Subject]) -> list[str]:
@@ -315,7 +290,7 @@ def _settled(config: BenchmarkConfig, block_size: int, baseline: str, candidates
 def run_benchmark(
     baseline: Subject,
     candidates: Sequence[Subject],
-    config: BenchmarkConfig = BenchmarkConfig(),
+    config: BenchmarkConfig | None = None,
     runtime: AppliedRuntime | None = None,
     inputs: Mapping[str, np.ndarray] | None = None,
     eval_data: LabelledData | str | os.PathLike | None = None,
@@ -331,10 +306,7 @@ def run_benchmark(
     """
     if not candidates:
         raise InvalidInputsError("nothing to compare: give at least one candidate")
-    if not config.batch_sizes or min(config.batch_sizes) < 1:
-        raise InvalidInputsError(f"batch sizes must be positive, got {config.batch_sizes}")
-    if config.block_size < 1:
-        raise InvalidInputsError(f"block_size must be at least 1, got {config.block_size}")
+    config = config or BenchmarkConfig()
     metric = get_metric(config.metric)
     say = progress or (lambda message: log.info("%s", message))
     started = time.perf_counter()

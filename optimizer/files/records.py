@@ -6,14 +6,21 @@ standard dataclasses through a ``TypeAdapter``, so a record needs no hand-writte
 ``to_dict``/``from_dict``: its field types say how each value is written and read back (tuples,
 nested records, optional fields, enums). A record whose stored form differs from its fields
 (an older artifact's keys, a derived value) says so in its own ``from_dict``, on top of these.
+
+Settings (:class:`Settings`) are pydantic models instead: they validate what a user gives, and
+the config's sections declare their keys with the same fields.
 """
 
 from __future__ import annotations
 
+import copy
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from pydantic import TypeAdapter
+from annotated_types import Ge, Gt, Le, Lt
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic.types import AllowInfNan
 
 Record = TypeVar("Record")
 
@@ -33,3 +40,80 @@ def record_from_dict(cls: type[Record], data: dict) -> Record:
     """The ``cls`` record that ``data`` (as :func:`record_to_dict` wrote it) describes. Each field
     is checked and converted by its type, so lists read back from JSON become tuples again."""
     return _adapter(cls).validate_python(data)
+
+
+class Settings(BaseModel):
+    """Settings the library owns (search, benchmark, tolerance): each field declares its default,
+    its bounds and what it means, once; the config's sections and the CLI's flags read them from
+    here (:func:`field_of`, :func:`default_of`). Built by keyword and checked on creation: a bad
+    value raises the subclass's ``error`` (a :class:`~optimizer.errors.TfoptError`, so the CLI
+    exits with its code) in one line naming the setting and its bound."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    error: ClassVar[type[Exception]] = ValueError
+    subject: ClassVar[str] = "setting"  # how the error line names these settings
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise self.error(settings_error_line(exc, type(self))) from None
+
+    def replaced(self, **changes: Any) -> Settings:
+        """A copy with ``changes``, checked like a new one (``model_copy`` checks nothing)."""
+        fields = {name: getattr(self, name) for name in type(self).model_fields}
+        return type(self)(**{**fields, **changes})
+
+    def to_dict(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+def field_of(settings: type[BaseModel], name: str, **changes: Any) -> FieldInfo:
+    """A copy of the field ``name`` of ``settings`` (default, bounds, description) to declare a
+    config key that is that setting, so neither is written twice; ``changes`` (a different
+    description, say) are applied to the copy."""
+    field = copy.deepcopy(settings.model_fields[name])
+    for key, value in changes.items():
+        setattr(field, key, value)
+    return field
+
+
+def default_of(settings: type[BaseModel], name: str) -> Any:
+    return settings.model_fields[name].get_default(call_default_factory=True)
+
+
+_BOUNDS = {Ge: (">=", "ge"), Gt: (">", "gt"), Le: ("<=", "le"), Lt: ("<", "lt")}
+
+
+def _requirement(field: FieldInfo) -> str:
+    """What a number field takes, from its declared bounds: ``between 0 and 1``, ``>= 1``."""
+    bounds = {op: getattr(m, attribute) for m in field.metadata
+              for kind, (op, attribute) in _BOUNDS.items() if isinstance(m, kind)}
+    finite = any(isinstance(m, AllowInfNan) and not m.allow_inf_nan for m in field.metadata)
+    if ">=" in bounds and "<=" in bounds:
+        text = f"between {bounds['>=']:g} and {bounds['<=']:g}"
+    elif ">" in bounds and "<" in bounds:
+        text = f"in ({bounds['>']:g}, {bounds['<']:g})"
+    else:
+        text = " and ".join(f"{op} {value:g}" for op, value in bounds.items())
+    return f"a finite number {text}" if finite else text
+
+
+def settings_error_line(exc: ValidationError, settings: type[Settings]) -> str:
+    """The first problem ``exc`` lists, as one line: ``search alpha must be >= 1, got 0.5``."""
+    error = exc.errors()[0]
+    name = str(error["loc"][0]) if error["loc"] else ""
+    field = settings.model_fields.get(name)
+    subject = settings.subject
+    if field is None:
+        return (f"{subject}: unknown setting {name!r}; valid: "
+                f"{', '.join(settings.model_fields)}")
+    label = f"{subject} {field.title or name}"
+    got = f"got {error.get('input')!r}"
+    if error["type"] == "literal_error":
+        return f"{label} must be {error['ctx']['expected']}, {got}"
+    if error["type"] in ("greater_than", "greater_than_equal", "less_than", "less_than_equal",
+                         "finite_number") and _requirement(field):
+        return f"{label} must be {_requirement(field)}, {got}"
+    return f"{label}: {error['msg'][:1].lower()}{error['msg'][1:]}, {got}"

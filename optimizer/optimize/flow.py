@@ -26,7 +26,7 @@ from optimizer.inputs.vocabulary import infer_vocabularies
 from optimizer.model.frozen import FrozenModel
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.optimize.recipe import BACKENDS, Recipe, build_transforms
-from optimizer.search.settings import DEFAULT_ALPHA, DEFAULT_BUDGET, DEFAULT_TIME_BUDGET_SECONDS
+from optimizer.search.settings import SearchSettings
 from optimizer.transforms.base import TransformConfigError
 from optimizer.transforms.pipeline import run_transforms
 from optimizer.verify.equivalence import EquivalenceReport, compare
@@ -38,8 +38,6 @@ DEFAULT_BACKEND = "python"
 EQUIVALENCE_BATCHES = 3
 EQUIVALENCE_BATCH_SIZE = 2
 STRATEGIES = ("recipe", "greedy", "relaxed")
-SEARCH_STRATEGIES = ("greedy", "relaxed")
-SEARCH_COSTS = ("model", "measured")
 SEARCH_BACKEND = "search"
 # The search's queue holds whole GraphDefs (up to twice its cap); with the weights inline a
 # ResNet50 is ~100 MB, and the default cap of 64 took 23 GB before the OOM killer stopped it.
@@ -64,43 +62,6 @@ class Candidate:
     backend: str
     trace: tuple
     search: dict | None = None
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    """How :func:`search_candidate` searches; checked on creation (a bad value is exit 2)."""
-
-    strategy: str = "relaxed"
-    alpha: float = DEFAULT_ALPHA
-    budget: int = DEFAULT_BUDGET
-    time_budget: float = DEFAULT_TIME_BUDGET_SECONDS
-    cost: str = "model"
-    remeasure_top: int = 3  # candidates re-measured end to end with the input; 0: none
-
-    def __post_init__(self) -> None:
-        if self.strategy not in SEARCH_STRATEGIES:
-            raise TransformConfigError(f"unknown search strategy '{self.strategy}'; valid: "
-                                       f"{', '.join(SEARCH_STRATEGIES)}")
-        if self.cost not in SEARCH_COSTS:
-            raise TransformConfigError(f"unknown search cost '{self.cost}'; valid: "
-                                       f"{', '.join(SEARCH_COSTS)}")
-        if not self.alpha >= 1.0:
-            raise TransformConfigError(f"alpha must be >= 1 (1 is greedy), got {self.alpha:g}")
-        if self.strategy == "greedy" and self.alpha != 1.0:
-            object.__setattr__(self, "alpha", 1.0)  # greedy is the alpha = 1 baseline
-        if self.budget < 1:
-            raise TransformConfigError(f"the search budget must be >= 1 expansion, got "
-                                       f"{self.budget}")
-        if not self.time_budget > 0:
-            raise TransformConfigError(f"the search time budget must be > 0 seconds, got "
-                                       f"{self.time_budget:g}")
-        if self.remeasure_top < 0:
-            raise TransformConfigError(f"remeasure_top must be >= 0, got {self.remeasure_top}")
-
-    def describe(self) -> str:
-        if self.strategy == "greedy":
-            return f"greedy(cost={self.cost})"
-        return f"relaxed(alpha={self.alpha:g}, cost={self.cost})"
 
 
 @dataclass(frozen=True)
@@ -186,12 +147,11 @@ def apply_recipe(model: FrozenModel, recipe: Recipe, backend: str | None = None)
     return Candidate(model=optimized, recipe=recipe.text, backend=chosen, trace=tuple(trace))
 
 
-def search_candidate(model: FrozenModel, strategy: str = "relaxed", alpha: float = DEFAULT_ALPHA,
-                     budget: int = DEFAULT_BUDGET,
-                     time_budget: float = DEFAULT_TIME_BUDGET_SECONDS, cost: str = "model",
-                     tolerance: Tolerance | None = None, remeasure_top: int = 3,
-                     cost_cache: str | os.PathLike | None = None) -> Candidate:
-    """The cheapest graph equivalent to ``model``'s that a substitution search finds.
+def search_candidate(model: FrozenModel, tolerance: Tolerance | None = None,
+                     cost_cache: str | os.PathLike | None = None,
+                     **settings) -> Candidate:
+    """The cheapest graph equivalent to ``model``'s that a substitution search finds, searching
+    as ``settings`` (:class:`SearchSettings`' keys and defaults) say.
 
     ``greedy`` keeps only strictly cheaper graphs (alpha = 1); ``relaxed`` keeps graphs up to
     ``alpha`` x the best cost. ``cost`` is ``model`` (TASO-style per-op cost model, cached in
@@ -205,8 +165,7 @@ def search_candidate(model: FrozenModel, strategy: str = "relaxed", alpha: float
     first and keeps greedy's graph unless its own is measured faster with confidence (see
     :func:`optimizer.search.remeasure.remeasure`).
     """
-    settings = SearchSettings(strategy, alpha, budget, time_budget, cost, remeasure_top)
-    return _search(model, settings, tolerance or Tolerance(), cost_cache)
+    return _search(model, SearchSettings(**settings), tolerance or Tolerance(), cost_cache)
 
 
 # Free rewrites done once before the search, each in one pass. Left to the search, every subset

@@ -8,36 +8,35 @@ convolution) while still catching a changed computation.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
 
 from optimizer.errors import TfoptError, shown
-from optimizer.verify.equivalence import EquivalenceReport
+from optimizer.files.records import Settings
 
-DEFAULT_ATOL = 1e-4
+if TYPE_CHECKING:
+    from optimizer.verify.equivalence import EquivalenceReport
 
 
 class ToleranceError(TfoptError):
     """A tolerance given in a file or on the command line is not a usable bound."""
 
 
-@dataclass(frozen=True)
-class Tolerance:
-    atol: float = DEFAULT_ATOL
-    rtol: float | None = None
-    min_top1: float | None = None
+class Tolerance(Settings):
+    """Bounds on an equivalence report; the pipeline config's ``optimize.atol``, ``optimize.rtol``
+    and ``optimize.min_top1`` are these fields."""
 
-    def __post_init__(self) -> None:
-        for name in ("atol", "rtol"):
-            value = getattr(self, name)
-            if value is not None and not (value >= 0 and math.isfinite(value)):
-                raise ToleranceError(f"tolerance {name} must be a finite number >= 0, "
-                                     f"got {value}")
-        if self.min_top1 is not None and not 0 <= self.min_top1 <= 1:
-            raise ToleranceError(f"tolerance min_top1 must be between 0 and 1, "
-                                 f"got {self.min_top1}")
+    error = ToleranceError
+    subject = "tolerance"
+
+    atol: float = Field(1e-4, ge=0, allow_inf_nan=False,
+                        description="equivalence bound for every rewrite")
+    rtol: float | None = Field(None, ge=0, allow_inf_nan=False,
+                               description="relative bound (to the output's scale)")
+    min_top1: float | None = Field(None, ge=0, le=1,
+                                   description="least top-1 agreement with the source")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str = "tolerance") -> Tolerance:
@@ -45,7 +44,7 @@ class Tolerance:
         if not isinstance(data, Mapping):
             raise ToleranceError(f"{where} must be a mapping of atol/rtol/min_top1, "
                                  f"got {type(data).__name__}")
-        known = ("atol", "rtol", "min_top1")
+        known = tuple(cls.model_fields)
         unknown = [shown(k) for k in data if k not in known]
         if unknown:
             raise ToleranceError(f"{where}: unknown key(s) {', '.join(unknown)}; "
@@ -85,5 +84,3 @@ class Tolerance:
             parts.append(f"min top-1 {self.min_top1:g}")
         return ", ".join(parts)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
