@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from optimizer.files.records import record_from_dict, record_to_dict
 from optimizer.system.cpu_features import cpu_model, isa_support
 from optimizer.system.cpu_threads import AppliedRuntime
 
@@ -63,17 +64,11 @@ class Environment:
     runtime: AppliedRuntime  # threads, oneDNN, OMP/KMP env and the CPUs available
 
     def to_dict(self) -> dict:
-        return {"cpu_model": self.cpu_model, "isa": dict(self.isa),
-                "tensorflow_version": self.tensorflow_version,
-                "tfopt_version": self.tfopt_version, "python_version": self.python_version,
-                "platform": self.platform, "runtime": self.runtime.to_dict()}
+        return record_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> Environment:
-        return cls(cpu_model=data["cpu_model"], isa=dict(data["isa"]),
-                   tensorflow_version=data["tensorflow_version"],
-                   tfopt_version=data["tfopt_version"], python_version=data["python_version"],
-                   platform=data["platform"], runtime=AppliedRuntime.from_dict(data["runtime"]))
+        return record_from_dict(cls, data)
 
     def summary(self) -> str:
         cpus = self.runtime.cpus

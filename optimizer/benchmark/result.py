@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from optimizer.benchmark.environment import Environment
 from optimizer.benchmark.stats import LatencySummary, RatioInterval, round_figures
 from optimizer.errors import BenchmarkResultError
+from optimizer.files.records import (
+    in_order,
+    record_error_line,
+    record_from_dict,
+    record_to_dict,
+)
 
 FORMAT_VERSION = 1
 
@@ -47,7 +55,7 @@ class Quality:
     data: str
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return record_to_dict(self)
 
 
 @dataclass(frozen=True)
@@ -61,7 +69,7 @@ class Fidelity:
     inputs: str  # "eval data" or "generated"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return record_to_dict(self)
 
 
 @dataclass(frozen=True)
@@ -95,41 +103,23 @@ class ModelMeasurement:
     block_size: int | None = None
 
     def to_dict(self) -> dict:
-        return {
-            "label": self.label, "role": self.role, "path": self.path, "digest": self.digest,
-            "format": self.format, "runtime": self.runtime, "num_threads": self.num_threads,
-            "size_bytes": self.size_bytes, "load_seconds": self.load_seconds,
-            "first_call_seconds": self.first_call_seconds,
-            "rss_growth_bytes": self.rss_growth_bytes,
-            "peak_rss_growth_bytes": self.peak_rss_growth_bytes,
-            "peak_rss_exact": self.peak_rss_exact, "block_size": self.block_size,
-            "latency": {str(b): s.to_dict() for b, s in self.latency.items()},
-            "samples": {str(b): list(s) for b, s in self.samples.items()},
-            "quality": self.quality.to_dict() if self.quality else None,
-            "fidelity": self.fidelity.to_dict() if self.fidelity else None,
-            **({"baseline_samples": {str(b): list(s) for b, s in self.baseline_samples.items()}}
-               if self.baseline_samples is not None else {}),
-        }
+        data = record_to_dict(self)
+        if self.baseline_samples is None:
+            del data["baseline_samples"]  # written only when the benchmark ran in groups
+        return in_order(data, _MEASUREMENT_KEYS)
 
     @classmethod
     def from_dict(cls, data: dict) -> ModelMeasurement:
-        return cls(
-            label=data["label"], role=data["role"], path=data["path"], digest=data["digest"],
-            size_bytes=int(data["size_bytes"]), load_seconds=float(data["load_seconds"]),
-            first_call_seconds=float(data["first_call_seconds"]),
-            rss_growth_bytes=data["rss_growth_bytes"],
-            peak_rss_growth_bytes=data["peak_rss_growth_bytes"],
-            peak_rss_exact=bool(data["peak_rss_exact"]),
-            latency={int(b): LatencySummary.from_dict(s) for b, s in data["latency"].items()},
-            samples={int(b): tuple(float(v) for v in s) for b, s in data["samples"].items()},
-            quality=Quality(**data["quality"]) if data.get("quality") else None,
-            fidelity=Fidelity(**data["fidelity"]) if data.get("fidelity") else None,
-            format=data.get("format", "savedmodel"), runtime=data.get("runtime", "tensorflow"),
-            num_threads=data.get("num_threads"), block_size=data.get("block_size"),
-            baseline_samples=({int(b): tuple(float(v) for v in s)
-                               for b, s in data["baseline_samples"].items()}
-                              if data.get("baseline_samples") is not None else None),
-        )
+        return record_from_dict(cls, data)
+
+
+# RESULT.json's order of a measurement's keys, older than the order of the fields (those with a
+# default come last).
+_MEASUREMENT_KEYS = (
+    "label", "role", "path", "digest", "format", "runtime", "num_threads", "size_bytes",
+    "load_seconds", "first_call_seconds", "rss_growth_bytes", "peak_rss_growth_bytes",
+    "peak_rss_exact", "block_size", "latency", "samples", "quality", "fidelity",
+    "baseline_samples")
 
 
 @dataclass(frozen=True)
@@ -151,11 +141,11 @@ class BenchmarkSettings:
     block_size: int = 1
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "batch_sizes": list(self.batch_sizes)}
+        return record_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> BenchmarkSettings:
-        return cls(**{**data, "batch_sizes": tuple(int(b) for b in data["batch_sizes"])})
+        return record_from_dict(cls, data)
 
 
 @dataclass(frozen=True)
@@ -211,36 +201,16 @@ class BenchmarkResult:
         raise KeyError(label)
 
     def to_dict(self) -> dict:
-        return {
-            "format_version": self.format_version,
-            "created": self.created,
-            "wall_seconds": self.wall_seconds,
-            "settings": self.settings.to_dict(),
-            "environment": self.environment.to_dict(),
-            "baseline": self.baseline.to_dict(),
-            "candidates": [c.to_dict() for c in self.candidates],
-            "reference": self.reference.to_dict() if self.reference else None,
-            "twin": self.twin.to_dict() if self.twin else None,
-            "ratios": {label: {str(b): r.to_dict() for b, r in by_batch.items()}
-                       for label, by_batch in self.ratios.items()},
-            "notes": list(self.notes),
-        }
+        # the measurements in their own stored form (ModelMeasurement.to_dict)
+        data = {**record_to_dict(self), "candidates": [c.to_dict() for c in self.candidates],
+                **{role: None if m is None else m.to_dict() for role, m in (
+                    ("baseline", self.baseline), ("reference", self.reference),
+                    ("twin", self.twin))}}
+        return in_order(data, _RESULT_KEYS)
 
     @classmethod
     def from_dict(cls, data: dict) -> BenchmarkResult:
-        return cls(
-            baseline=ModelMeasurement.from_dict(data["baseline"]),
-            candidates=tuple(ModelMeasurement.from_dict(c) for c in data["candidates"]),
-            ratios={label: {int(b): RatioInterval.from_dict(r) for b, r in by_batch.items()}
-                    for label, by_batch in data["ratios"].items()},
-            settings=BenchmarkSettings.from_dict(data["settings"]),
-            environment=Environment.from_dict(data["environment"]),
-            created=data["created"], wall_seconds=float(data["wall_seconds"]),
-            format_version=int(data["format_version"]), notes=tuple(data.get("notes", ())),
-            reference=(ModelMeasurement.from_dict(data["reference"]) if data.get("reference")
-                       else None),
-            twin=ModelMeasurement.from_dict(data["twin"]) if data.get("twin") else None,
-        )
+        return record_from_dict(cls, data)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
@@ -253,6 +223,11 @@ class BenchmarkResult:
         with atomic_file(path, overwrite=True) as staging:
             staging.write_text(self.to_json())
         return path
+
+
+# RESULT.json's order of keys: what it is first, the models after.
+_RESULT_KEYS = ("format_version", "created", "wall_seconds", "settings", "environment", "baseline",
+                "candidates", "reference", "twin", "ratios", "notes")
 
 
 def load_result(path: str | os.PathLike) -> BenchmarkResult:
@@ -276,6 +251,11 @@ def load_result(path: str | os.PathLike) -> BenchmarkResult:
                                    f"tfopt reads format {FORMAT_VERSION}")
     try:
         result = BenchmarkResult.from_dict(data)
+    except ValidationError as exc:
+        problem = record_error_line(exc)
+        raise BenchmarkResultError(
+            f"{path}: benchmark result is {problem}" if problem.startswith("missing")
+            else f"{path}: malformed benchmark result: {problem}") from None
     except KeyError as exc:
         raise BenchmarkResultError(f"{path}: benchmark result is missing field {exc}") from None
     except (TypeError, ValueError, AttributeError) as exc:

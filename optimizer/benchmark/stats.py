@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
+
+from optimizer.files.records import record_from_dict, record_to_dict
 
 DEFAULT_RESAMPLES = 2000
 _CHUNK = 250  # resamples per vectorised batch, so memory stays at _CHUNK x rounds
@@ -66,12 +68,11 @@ class LatencySummary:
                    throughput=batch_size / mean if mean > 0 else math.inf)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return record_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> LatencySummary:
-        return cls(runs=int(data["runs"]), **{k: float(data[k]) for k in (
-            "p50", "p90", "p99", "mean", "min", "std", "throughput")})
+        return record_from_dict(cls, data)
 
 
 @dataclass(frozen=True)
@@ -96,12 +97,11 @@ class RatioInterval:
         return self.high - self.low
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return record_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> RatioInterval:
-        return cls(**{k: float(data[k]) for k in ("ratio", "low", "high", "confidence")},
-                   **{k: int(data[k]) for k in ("rounds", "block", "resamples")})
+        return record_from_dict(cls, data)
 
 
 def round_figures(seconds: Sequence[float], block_size: int = 1) -> np.ndarray:

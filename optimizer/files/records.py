@@ -117,3 +117,19 @@ def settings_error_line(exc: ValidationError, settings: type[Settings]) -> str:
                          "finite_number") and _requirement(field):
         return f"{label} must be {_requirement(field)}, {got}"
     return f"{label}: {error['msg'][:1].lower()}{error['msg'][1:]}, {got}"
+
+
+def record_error_line(exc: ValidationError) -> str:
+    """The first problem ``exc`` (from :func:`record_from_dict`) lists, in one line:
+    ``missing field 'baseline.label'`` or ``'ratios.fast.1.high': Input should be ...``."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "missing":
+        return f"missing field {where!r}"
+    return f"{where!r}: {error['msg']}"
+
+
+def in_order(data: dict, keys: tuple[str, ...]) -> dict:
+    """``data``'s keys in the order ``keys`` gives: an artifact's order, where it is older than
+    the order of its record's fields (those with a default come last)."""
+    return {key: data[key] for key in keys if key in data}

@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -79,6 +79,7 @@ from optimizer.benchmark.stats import (
     twin_discrepancy,
 )
 from optimizer.errors import GateConfigError, validation_error_line
+from optimizer.files.records import record_to_dict
 from optimizer.gate.near_ties import choose_among_promoted
 
 EXIT_PROMOTE = 0
@@ -138,7 +139,7 @@ class Check:
     reason: str
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return record_to_dict(self)
 
     def line(self) -> str:
         status = "PASS" if self.passed else "FAIL"
@@ -165,9 +166,7 @@ class Verdict:
         return (f"REJECT {self.candidate}: " + "; ".join(c.reason for c in self.failed))
 
     def to_dict(self) -> dict:
-        return {"candidate": self.candidate, "baseline": self.baseline,
-                "baseline_role": self.baseline_role, "promote": self.promote,
-                "speedup": self.speedup, "checks": [c.to_dict() for c in self.checks]}
+        return record_to_dict(self)
 
 
 @dataclass(frozen=True)

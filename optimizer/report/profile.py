@@ -20,10 +20,11 @@ import collections
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
+from optimizer.files.records import record_from_dict, record_to_dict
 from optimizer.model.frozen import FrozenModel
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE, read_saved_model_proto, serving_meta_graph
 
@@ -50,15 +51,11 @@ class OpProfile:
         return self.ops[:n]
 
     def to_dict(self) -> dict:
-        return {"label": self.label, "runs": self.runs,
-                "total_micros_per_run": self.total_micros_per_run,
-                "ops": [asdict(o) for o in self.ops], "graph_source": self.graph_source}
+        return record_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> OpProfile:
-        return cls(label=data["label"], runs=data["runs"],
-                   total_micros_per_run=data["total_micros_per_run"],
-                   ops=tuple(OpTime(**o) for o in data["ops"]), graph_source=data["graph_source"])
+        return record_from_dict(cls, data)
 
 
 def aggregate_step_stats(step_stats_list, graph_ops: Mapping[str, str] | None = None):

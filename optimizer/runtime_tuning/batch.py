@@ -13,6 +13,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pydantic import computed_field
+
+from optimizer.files.records import record_from_dict, record_to_dict
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.runtime_tuning.checks import RuntimeTuningError, positive
 from optimizer.runtime_tuning.grid import ThreadSetting, has_per_model_threads, validate_grid
@@ -30,19 +33,24 @@ class BatchPoint:
     p50_seconds: float
     runs: int
 
+    # These two are written with the figure they come from (read back, they are recomputed).
+    @computed_field
+    @property
+    def p50_ms(self) -> float:
+        return self.p50_seconds * 1e3
+
+    @computed_field
     @property
     def throughput(self) -> float:
         """Items per second at this batch size: batch / p50."""
         return self.batch_size / self.p50_seconds
 
     def to_dict(self) -> dict:
-        return {"batch_size": self.batch_size, "p50_seconds": self.p50_seconds,
-                "runs": self.runs, "p50_ms": self.p50_seconds * 1e3,
-                "throughput": self.throughput}
+        return record_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> BatchPoint:
-        return cls(int(data["batch_size"]), float(data["p50_seconds"]), int(data["runs"]))
+        return record_from_dict(cls, data)
 
 
 @dataclass(frozen=True)

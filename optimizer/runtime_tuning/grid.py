@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
+from optimizer.files.records import record_from_dict, record_to_dict
 from optimizer.runtime_tuning.checks import RuntimeTuningError, positive
 
 
@@ -50,12 +51,11 @@ class ThreadSetting:
             (self.num_threads or 0)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return record_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> ThreadSetting:
-        return cls(**{k: data.get(k) for k in ("intra_op_threads", "inter_op_threads",
-                                               "num_threads")})
+        return record_from_dict(cls, data)
 
 
 def has_per_model_threads(model: str | os.PathLike) -> bool:

@@ -16,7 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import computed_field
+
 from optimizer.errors import SourceNotFoundError
+from optimizer.files.records import record_from_dict, record_to_dict
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.runtime_tuning.checks import check_min_gain, positive
 from optimizer.runtime_tuning.grid import (
@@ -50,15 +53,25 @@ class ThreadProbe:
     def median_p50(self) -> float:
         return statistics.median(self.p50_seconds)
 
+    # The figures below are written with the samples they come from (read back, they are
+    # recomputed).
+    @computed_field
+    @property
+    def median_p50_ms(self) -> float:
+        return self.median_p50 * 1e3
+
+    @computed_field
     @property
     def median_ratio(self) -> float:
         return statistics.median(self.ratios)
 
+    @computed_field
     @property
     def wins(self) -> int:
         """Rounds in which this setting was faster than the reference."""
         return sum(r < 1 for r in self.ratios)
 
+    @computed_field
     @property
     def sign_test_p(self) -> float:
         """P(at least ``wins`` wins in these rounds) if neither setting were faster."""
@@ -66,15 +79,11 @@ class ThreadProbe:
         return sum(math.comb(n, k) for k in range(self.wins, n + 1)) / 2 ** n
 
     def to_dict(self) -> dict:
-        return {"setting": self.setting.to_dict(), "in_effect": dict(self.in_effect),
-                "p50_seconds": list(self.p50_seconds), "ratios": list(self.ratios),
-                "median_p50_ms": self.median_p50 * 1e3, "median_ratio": self.median_ratio,
-                "wins": self.wins, "sign_test_p": self.sign_test_p}
+        return record_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> ThreadProbe:
-        return cls(ThreadSetting.from_dict(data["setting"]), dict(data["in_effect"]),
-                   tuple(data["p50_seconds"]), tuple(data["ratios"]))
+        return record_from_dict(cls, data)
 
 
 @dataclass(frozen=True)

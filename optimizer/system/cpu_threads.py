@@ -24,9 +24,12 @@ import logging
 import math
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import computed_field
+
+from optimizer.files.records import record_from_dict, record_to_dict
 from optimizer.system.cgroup import CGROUP_ROOT, PROC_SELF_CGROUP, own_cgroup_paths, with_ancestors
 
 log = logging.getLogger(__name__)
@@ -41,6 +44,7 @@ class CpuAvailability:
     quota_cpus: float | None  # the cgroup quota in CPUs; None for no limit
     quota_source: str  # the file the binding quota came from, '' when none
 
+    @computed_field  # written with the figures it comes from
     @property
     def available(self) -> int:
         limits = [self.logical_cpus]
@@ -51,12 +55,11 @@ class CpuAvailability:
         return max(1, min(limits))
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "available": self.available}
+        return record_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> CpuAvailability:
-        return cls(logical_cpus=data["logical_cpus"], affinity_cpus=data["affinity_cpus"],
-                   quota_cpus=data["quota_cpus"], quota_source=data["quota_source"])
+        return record_from_dict(cls, data)
 
 
 def _read_v2_quota(directory: Path) -> float | None:
@@ -146,11 +149,11 @@ class RuntimeSettings:
         return env
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return record_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> RuntimeSettings:
-        return cls(**data)
+        return record_from_dict(cls, data)
 
 
 def default_runtime_settings(threads: int | None = None, cpus: CpuAvailability | None = None,
@@ -179,19 +182,11 @@ class AppliedRuntime:
     notes: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict:
-        return {"requested": self.requested.to_dict(), "intra_op_threads": self.intra_op_threads,
-                "inter_op_threads": self.inter_op_threads, "onednn_enabled": self.onednn_enabled,
-                "env": dict(self.env), "settings_in_effect": self.settings_in_effect,
-                "cpus": self.cpus.to_dict(), "notes": list(self.notes)}
+        return record_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> AppliedRuntime:
-        return cls(requested=RuntimeSettings.from_dict(data["requested"]),
-                   intra_op_threads=data["intra_op_threads"],
-                   inter_op_threads=data["inter_op_threads"],
-                   onednn_enabled=data["onednn_enabled"], env=dict(data["env"]),
-                   settings_in_effect=data["settings_in_effect"],
-                   cpus=CpuAvailability.from_dict(data["cpus"]), notes=tuple(data["notes"]))
+        return record_from_dict(cls, data)
 
 
 RECORDED_ENV = ("OMP_NUM_THREADS", "KMP_BLOCKTIME", "KMP_AFFINITY", "TF_ENABLE_ONEDNN_OPTS")

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+from optimizer.files.records import record_from_dict, record_to_dict
+
 PROC = Path("/proc")
 SAMPLE_SECONDS = 0.2
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -70,11 +72,11 @@ class Cost:
     peak_rss_bytes: int | None
 
     def to_dict(self) -> dict:
-        return {"wall_seconds": self.wall_seconds, "peak_rss_bytes": self.peak_rss_bytes}
+        return record_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> Cost:
-        return cls(float(data["wall_seconds"]), data.get("peak_rss_bytes"))
+        return record_from_dict(cls, data)
 
 
 class TreeMeter:

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from optimizer.errors import EquivalenceError
+from optimizer.files.records import record_to_dict
 from optimizer.inputs.generated import infer_int_ranges, make_inputs
 from optimizer.inputs.vocabulary import infer_vocabularies
 from optimizer.model.frozen import FrozenModel
@@ -65,7 +66,7 @@ class EquivalenceReport:
                 f"top-1 agreement {top1} over {self.batches} batch(es)")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return record_to_dict(self)
 
 
 def _diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
