@@ -1,4 +1,7 @@
-"""The pipeline's one YAML config, validated by typed models. Defaults live here and only here.
+"""The pipeline's one YAML config, validated by typed models. Defaults live here and only here,
+but for the keys that are the library's own settings (search, benchmark, tolerance): those are
+declared with the settings' fields (:func:`~optimizer.files.records.field_of`), so their defaults
+and bounds live in the library, once.
 
 Unknown keys and bad values are rejected with a message naming the key. Credentials never come
 from this file: S3 keys come from the environment (or an Airflow connection, in the DAG), and the

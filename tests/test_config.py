@@ -84,3 +84,22 @@ def test_the_native_backend_defaults_to_gtts_own_recipe_and_keeps_a_given_one():
     given = config_from_mapping({"source": "/m",
                                  "optimize": {"backend": "native", "recipe": "fold_constants"}})
     assert given.optimize.recipe == "fold_constants"
+
+
+def test_the_search_benchmark_and_tolerance_keys_are_the_librarys_settings():
+    from components.steps.optimize import search_settings_of
+    from optimizer.benchmark.settings import BenchmarkConfig
+    from optimizer.search.settings import SearchSettings
+    from optimizer.verify.tolerance import Tolerance
+
+    config = config_from_mapping({"source": "/m", "optimize": {"strategy": "relaxed"}})
+    assert search_settings_of(config) == SearchSettings(strategy="relaxed")
+    assert config.benchmark.settings() == BenchmarkConfig()
+    assert Tolerance(atol=config.optimize.atol, rtol=config.optimize.rtol,
+                     min_top1=config.optimize.min_top1) == Tolerance()
+    # what the library refuses, the config refuses, naming the key
+    for key, value in [("optimize.alpha", 0.99), ("optimize.time_budget_seconds", 0),
+                       ("optimize.min_top1", 1.5), ("optimize.atol", ".nan"),
+                       ("benchmark.min_runs", 1), ("benchmark.confidence", 1)]:
+        with pytest.raises(ConfigError, match=f"key '{key}'"):
+            config_from_mapping({"source": "/m"}, overrides=[f"{key}={value}"])

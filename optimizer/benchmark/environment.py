@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.files.records import record_from_dict, record_to_dict
+from optimizer.files.records import JsonRecord
 from optimizer.system.cpu_features import cpu_model, isa_support
 from optimizer.system.cpu_threads import AppliedRuntime
 
@@ -54,7 +54,7 @@ def project_version() -> str:
 
 
 @dataclass(frozen=True)
-class Environment:
+class Environment(JsonRecord):
     cpu_model: str
     isa: dict[str, bool]
     tensorflow_version: str
@@ -62,13 +62,6 @@ class Environment:
     python_version: str
     platform: str
     runtime: AppliedRuntime  # threads, oneDNN, OMP/KMP env and the CPUs available
-
-    def to_dict(self) -> dict:
-        return record_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Environment:
-        return record_from_dict(cls, data)
 
     def summary(self) -> str:
         cpus = self.runtime.cpus

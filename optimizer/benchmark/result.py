@@ -18,12 +18,7 @@ from pydantic import ValidationError
 from optimizer.benchmark.environment import Environment
 from optimizer.benchmark.stats import LatencySummary, RatioInterval, round_figures
 from optimizer.errors import BenchmarkResultError
-from optimizer.files.records import (
-    in_order,
-    record_error_line,
-    record_from_dict,
-    record_to_dict,
-)
+from optimizer.files.records import JsonRecord, in_order, record_error_line, record_to_dict
 
 FORMAT_VERSION = 1
 
@@ -45,7 +40,7 @@ BASELINE_ROLES = {CHAMPION: "the current production model (the registry's champi
 
 
 @dataclass(frozen=True)
-class Quality:
+class Quality(JsonRecord):
     """A metric on labelled data."""
 
     metric: str
@@ -54,12 +49,9 @@ class Quality:
     examples: int
     data: str
 
-    def to_dict(self) -> dict:
-        return record_to_dict(self)
-
 
 @dataclass(frozen=True)
-class Fidelity:
+class Fidelity(JsonRecord):
     """How far a candidate's outputs are from the baseline's (see optimizer.verify.equivalence)."""
 
     max_abs_diff: float
@@ -68,12 +60,9 @@ class Fidelity:
     batches: int
     inputs: str  # "eval data" or "generated"
 
-    def to_dict(self) -> dict:
-        return record_to_dict(self)
-
 
 @dataclass(frozen=True)
-class ModelMeasurement:
+class ModelMeasurement(JsonRecord):
     """One model's measurements. Memory figures: see optimizer.benchmark.memory."""
 
     label: str
@@ -108,10 +97,6 @@ class ModelMeasurement:
             del data["baseline_samples"]  # written only when the benchmark ran in groups
         return in_order(data, _MEASUREMENT_KEYS)
 
-    @classmethod
-    def from_dict(cls, data: dict) -> ModelMeasurement:
-        return record_from_dict(cls, data)
-
 
 # RESULT.json's order of a measurement's keys, older than the order of the fields (those with a
 # default come last).
@@ -123,7 +108,7 @@ _MEASUREMENT_KEYS = (
 
 
 @dataclass(frozen=True)
-class BenchmarkSettings:
+class BenchmarkSettings(JsonRecord):
     """How the timing was done."""
 
     batch_sizes: tuple[int, ...]
@@ -140,16 +125,9 @@ class BenchmarkSettings:
     # written before blocks
     block_size: int = 1
 
-    def to_dict(self) -> dict:
-        return record_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> BenchmarkSettings:
-        return record_from_dict(cls, data)
-
 
 @dataclass(frozen=True)
-class BenchmarkResult:
+class BenchmarkResult(JsonRecord):
     baseline: ModelMeasurement
     candidates: tuple[ModelMeasurement, ...]
     ratios: dict[str, dict[int, RatioInterval]]  # candidate label -> batch size -> p50 ratio
@@ -207,10 +185,6 @@ class BenchmarkResult:
                     ("baseline", self.baseline), ("reference", self.reference),
                     ("twin", self.twin))}}
         return in_order(data, _RESULT_KEYS)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> BenchmarkResult:
-        return record_from_dict(cls, data)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"

@@ -39,14 +39,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.files.records import record_from_dict, record_to_dict
+from optimizer.files.records import JsonRecord
 
 DEFAULT_RESAMPLES = 2000
 _CHUNK = 250  # resamples per vectorised batch, so memory stays at _CHUNK x rounds
 
 
 @dataclass(frozen=True)
-class LatencySummary:
+class LatencySummary(JsonRecord):
     """Per-call wall time in seconds over ``runs`` timed calls at one batch size."""
 
     runs: int
@@ -67,16 +67,9 @@ class LatencySummary:
                    min=float(s.min()), std=float(s.std()),
                    throughput=batch_size / mean if mean > 0 else math.inf)
 
-    def to_dict(self) -> dict:
-        return record_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> LatencySummary:
-        return record_from_dict(cls, data)
-
 
 @dataclass(frozen=True)
-class RatioInterval:
+class RatioInterval(JsonRecord):
     """``candidate p50 / baseline p50`` with a two-sided ``confidence`` interval."""
 
     ratio: float
@@ -95,13 +88,6 @@ class RatioInterval:
     @property
     def width(self) -> float:
         return self.high - self.low
-
-    def to_dict(self) -> dict:
-        return record_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> RatioInterval:
-        return record_from_dict(cls, data)
 
 
 def round_figures(seconds: Sequence[float], block_size: int = 1) -> np.ndarray:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 from functools import cache
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
@@ -133,3 +133,15 @@ def in_order(data: dict, keys: tuple[str, ...]) -> dict:
     """``data``'s keys in the order ``keys`` gives: an artifact's order, where it is older than
     the order of its record's fields (those with a default come last)."""
     return {key: data[key] for key in keys if key in data}
+
+
+class JsonRecord:
+    """For a standard dataclass: ``to_dict`` and ``from_dict`` through :func:`record_to_dict`
+    and :func:`record_from_dict`. A record whose stored form differs overrides them."""
+
+    def to_dict(self) -> dict:
+        return record_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Self:
+        return record_from_dict(cls, data)

@@ -68,7 +68,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
 from optimizer.benchmark.result import BenchmarkResult, ModelMeasurement
 from optimizer.benchmark.stats import (
@@ -79,7 +79,7 @@ from optimizer.benchmark.stats import (
     twin_discrepancy,
 )
 from optimizer.errors import GateConfigError, validation_error_line
-from optimizer.files.records import record_to_dict
+from optimizer.files.records import JsonRecord, in_order, record_to_dict
 from optimizer.gate.near_ties import choose_among_promoted
 
 EXIT_PROMOTE = 0
@@ -129,7 +129,7 @@ def load_gate_config(path: str | os.PathLike) -> GateConfig:
 
 
 @dataclass(frozen=True)
-class Check:
+class Check(JsonRecord):
     name: str
     passed: bool
     measured: float | None
@@ -138,9 +138,6 @@ class Check:
     threshold_text: str
     reason: str
 
-    def to_dict(self) -> dict:
-        return record_to_dict(self)
-
     def line(self) -> str:
         status = "PASS" if self.passed else "FAIL"
         return (f"{status}  {self.name:<20} measured {self.measured_text:<24} "
@@ -148,7 +145,7 @@ class Check:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Verdict(JsonRecord):
     candidate: str
     baseline: str
     baseline_role: str
@@ -165,9 +162,6 @@ class Verdict:
             return f"PROMOTE {self.candidate}: all {len(self.checks)} checks passed"
         return (f"REJECT {self.candidate}: " + "; ".join(c.reason for c in self.failed))
 
-    def to_dict(self) -> dict:
-        return record_to_dict(self)
-
 
 @dataclass(frozen=True)
 class GateDecision:
@@ -178,6 +172,7 @@ class GateDecision:
     intervals: dict[str, dict[int, RatioInterval]]  # as recomputed at config.confidence
     twin: dict[int, RatioInterval] = field(default_factory=dict)  # the baseline's twin's
 
+    @computed_field  # written first, for the record's readers
     @property
     def promote(self) -> bool:
         return self.chosen is not None
@@ -190,13 +185,12 @@ class GateDecision:
         return next(v for v in self.verdicts if v.candidate == candidate)
 
     def to_dict(self) -> dict:
-        return {"promote": self.promote, "chosen": self.chosen,
-                "latency_batch_size": self.latency_batch_size,
-                "config": self.config.model_dump(),
-                "verdicts": [v.to_dict() for v in self.verdicts],
-                "intervals": {label: {str(b): r.to_dict() for b, r in by_batch.items()}
-                              for label, by_batch in self.intervals.items()},
-                "twin": {str(b): r.to_dict() for b, r in self.twin.items()}}
+        return in_order(record_to_dict(self), _DECISION_KEYS)
+
+
+# The verdict's JSON order (verdict.json, the report): the decision before what it rests on.
+_DECISION_KEYS = ("promote", "chosen", "latency_batch_size", "config", "verdicts", "intervals",
+                  "twin")
 
 
 def _pct(confidence: float) -> str:

@@ -18,6 +18,7 @@ from optimizer.errors import (
     UnknownSignatureError,
 )
 from optimizer.files.bounded_parse import parse_file
+from optimizer.files.records import JsonRecord
 from optimizer.model.op_scan import ScanPolicy, check_saved_model, current_policy
 from optimizer.model.signature import SignatureInfo
 
@@ -108,7 +109,7 @@ def op_histogram(graph_def, include_functions: bool = True) -> collections.Count
 
 
 @dataclass(frozen=True)
-class SavedModelDescription:
+class SavedModelDescription(JsonRecord):
     path: str
     tags: tuple[str, ...]
     signatures: dict[str, SignatureInfo]
@@ -116,14 +117,6 @@ class SavedModelDescription:
     size_bytes: int
     variable_count: int
     tf_version: str
-
-    def to_dict(self) -> dict:
-        return {
-            "path": self.path, "tags": list(self.tags),
-            "signatures": {k: v.to_dict() for k, v in self.signatures.items()},
-            "op_counts": self.op_counts, "size_bytes": self.size_bytes,
-            "variable_count": self.variable_count, "tf_version": self.tf_version,
-        }
 
 
 def _count_variables(meta_graph) -> int:

@@ -7,8 +7,12 @@ The signature is the contract with TF Serving and with every caller of
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
+from pydantic import ConfigDict, Field, model_serializer
+
+from optimizer.files.records import JsonRecord, in_order
 
 # DataType enum values from tensorflow/core/framework/types.proto, so that reading a signature
 # does not need TensorFlow imported.
@@ -31,11 +35,14 @@ def dtype_enum(name: str) -> int:
 
 
 @dataclass(frozen=True)
-class TensorSpecInfo:
+class TensorSpecInfo(JsonRecord):
     """One input or output of a signature: its key, graph tensor, dtype and shape."""
 
+    # written as "tensor" (the JSON's name, older than the field's), read by either name
+    __pydantic_config__ = ConfigDict(validate_by_name=True, serialize_by_alias=True)
+
     key: str
-    tensor_name: str
+    tensor_name: Annotated[str, Field(alias="tensor")]
     dtype: str
     shape: Shape
 
@@ -67,19 +74,9 @@ class TensorSpecInfo:
             "None" if d is None else str(d) for d in self.shape) + ")"
         return f"{self.key}: {self.dtype}{dims}"
 
-    def to_dict(self) -> dict:
-        return {"key": self.key, "tensor": self.tensor_name, "dtype": self.dtype,
-                "shape": None if self.shape is None else list(self.shape)}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> TensorSpecInfo:
-        shape = data["shape"]
-        return cls(key=data["key"], tensor_name=data["tensor"], dtype=data["dtype"],
-                   shape=None if shape is None else tuple(shape))
-
 
 @dataclass(frozen=True)
-class SignatureInfo:
+class SignatureInfo(JsonRecord):
     name: str
     inputs: tuple[TensorSpecInfo, ...]
     outputs: tuple[TensorSpecInfo, ...]
@@ -117,17 +114,10 @@ class SignatureInfo:
         outs = ", ".join(s.describe() for s in self.outputs)
         return f"{self.name}({ins}) -> {{{outs}}}"
 
-    def to_dict(self) -> dict:
-        return {"name": self.name, "method_name": self.method_name,
-                "inputs": [s.to_dict() for s in self.inputs],
-                "outputs": [s.to_dict() for s in self.outputs]}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> SignatureInfo:
-        """What :meth:`to_dict` wrote (a step's JSON output carries it to the next step)."""
-        return cls(name=data["name"], method_name=data["method_name"],
-                   inputs=tuple(TensorSpecInfo.from_dict(s) for s in data["inputs"]),
-                   outputs=tuple(TensorSpecInfo.from_dict(s) for s in data["outputs"]))
+    @model_serializer(mode="wrap")
+    def _stored_form(self, fields) -> dict:
+        # the JSON's order, older than the fields' (the default comes last)
+        return in_order(fields(self), ("name", "method_name", "inputs", "outputs"))
 
 
 def contract_difference(saved: SignatureInfo, converted: SignatureInfo) -> str | None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.files.records import record_from_dict, record_to_dict
+from optimizer.files.records import JsonRecord
 from optimizer.model.frozen import FrozenModel
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE, read_saved_model_proto, serving_meta_graph
 
@@ -40,7 +40,7 @@ class OpTime:
 
 
 @dataclass(frozen=True)
-class OpProfile:
+class OpProfile(JsonRecord):
     label: str
     runs: int
     total_micros_per_run: float
@@ -49,13 +49,6 @@ class OpProfile:
 
     def top(self, n: int) -> tuple[OpTime, ...]:
         return self.ops[:n]
-
-    def to_dict(self) -> dict:
-        return record_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> OpProfile:
-        return record_from_dict(cls, data)
 
 
 def aggregate_step_stats(step_stats_list, graph_ops: Mapping[str, str] | None = None):

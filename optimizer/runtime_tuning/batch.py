@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pydantic import computed_field
 
-from optimizer.files.records import record_from_dict, record_to_dict
+from optimizer.files.records import JsonRecord
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.runtime_tuning.checks import RuntimeTuningError, positive
 from optimizer.runtime_tuning.grid import ThreadSetting, has_per_model_threads, validate_grid
@@ -28,7 +28,7 @@ DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 
 
 @dataclass(frozen=True)
-class BatchPoint:
+class BatchPoint(JsonRecord):
     batch_size: int
     p50_seconds: float
     runs: int
@@ -44,13 +44,6 @@ class BatchPoint:
     def throughput(self) -> float:
         """Items per second at this batch size: batch / p50."""
         return self.batch_size / self.p50_seconds
-
-    def to_dict(self) -> dict:
-        return record_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> BatchPoint:
-        return record_from_dict(cls, data)
 
 
 @dataclass(frozen=True)

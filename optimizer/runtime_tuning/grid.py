@@ -13,12 +13,12 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from optimizer.files.records import record_from_dict, record_to_dict
+from optimizer.files.records import JsonRecord
 from optimizer.runtime_tuning.checks import RuntimeTuningError, positive
 
 
 @dataclass(frozen=True)
-class ThreadSetting:
+class ThreadSetting(JsonRecord):
     """TensorFlow's two pool sizes, or a per-model runtime's ``num_threads`` (a LiteRT
     interpreter's); None = unset."""
 
@@ -49,13 +49,6 @@ class ThreadSetting:
     def total_threads(self) -> int:
         return (self.intra_op_threads or 0) + (self.inter_op_threads or 0) + \
             (self.num_threads or 0)
-
-    def to_dict(self) -> dict:
-        return record_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ThreadSetting:
-        return record_from_dict(cls, data)
 
 
 def has_per_model_threads(model: str | os.PathLike) -> bool:

@@ -14,6 +14,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from optimizer.files.records import record_error_line, record_from_dict, record_to_dict
 from optimizer.runtime_tuning.batch import BatchPoint
 from optimizer.runtime_tuning.checks import RuntimeTuningError
 from optimizer.runtime_tuning.grid import ThreadSetting, serving_env
@@ -84,44 +87,15 @@ class TunedRuntimeSettings:
                                omp_num_threads=self.intra_op_threads)
 
     def to_dict(self) -> dict:
-        return {
-            "model": self.model,
-            "intra_op_threads": self.intra_op_threads,
-            "inter_op_threads": self.inter_op_threads,
-            "num_threads": self.num_threads,
-            "recommended_batch_size": self.recommended_batch_size,
-            "batch_reason": self.batch_reason,
-            "throughput_target": self.throughput_target,
-            "latency_slo_ms": self.latency_slo_ms,
-            "serving": self.serving(),
-            "reference": self.reference.to_dict(),
-            "thread_probes": [p.to_dict() for p in self.thread_probes],
-            "batch_curve": [p.to_dict() for p in self.batch_curve],
-            "batches_not_measured": list(self.batches_not_measured),
-            "available_cpus": self.available_cpus,
-            "cpu_quota": self.cpu_quota,
-            "cpu_model": self.cpu_model,
-            "method": self.method,
-            "created": self.created,
-        }
+        return {**record_to_dict(self), "serving": self.serving()}  # serving: for its readers
 
     @classmethod
     def from_dict(cls, data: dict) -> TunedRuntimeSettings:
         try:
-            return cls(
-                model=data["model"], intra_op_threads=data["intra_op_threads"],
-                inter_op_threads=data["inter_op_threads"], num_threads=data["num_threads"],
-                recommended_batch_size=data["recommended_batch_size"],
-                batch_reason=data["batch_reason"], throughput_target=data["throughput_target"],
-                latency_slo_ms=data["latency_slo_ms"],
-                reference=ThreadSetting.from_dict(data["reference"]),
-                thread_probes=tuple(ThreadProbe.from_dict(p) for p in data["thread_probes"]),
-                batch_curve=tuple(BatchPoint.from_dict(p) for p in data["batch_curve"]),
-                batches_not_measured=tuple(data["batches_not_measured"]),
-                available_cpus=data["available_cpus"], cpu_quota=data["cpu_quota"],
-                cpu_model=data["cpu_model"], method=data["method"], created=data["created"])
-        except (KeyError, TypeError) as exc:
-            raise RuntimeTuningError(f"not a runtime settings record: {exc}") from None
+            return record_from_dict(cls, data)
+        except ValidationError as exc:
+            raise RuntimeTuningError(f"not a runtime settings record: "
+                                     f"{record_error_line(exc)}") from None
 
     def to_json(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
         """Write the record to ``path`` (conventionally :data:`RUNTIME_SETTINGS_FILE` next to

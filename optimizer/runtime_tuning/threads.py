@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import computed_field
 
 from optimizer.errors import SourceNotFoundError
-from optimizer.files.records import record_from_dict, record_to_dict
+from optimizer.files.records import JsonRecord
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.runtime_tuning.checks import check_min_gain, positive
 from optimizer.runtime_tuning.grid import (
@@ -41,7 +41,7 @@ SIGN_TEST_LEVEL = 0.05
 
 
 @dataclass(frozen=True)
-class ThreadProbe:
+class ThreadProbe(JsonRecord):
     """One setting's figures: per-round batch-1 p50s and ratios to the reference's."""
 
     setting: ThreadSetting
@@ -77,13 +77,6 @@ class ThreadProbe:
         """P(at least ``wins`` wins in these rounds) if neither setting were faster."""
         n = len(self.ratios)
         return sum(math.comb(n, k) for k in range(self.wins, n + 1)) / 2 ** n
-
-    def to_dict(self) -> dict:
-        return record_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ThreadProbe:
-        return record_from_dict(cls, data)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from pydantic import computed_field
 
-from optimizer.files.records import record_from_dict, record_to_dict
+from optimizer.files.records import JsonRecord
 from optimizer.system.cgroup import CGROUP_ROOT, PROC_SELF_CGROUP, own_cgroup_paths, with_ancestors
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ _V1_CPU_DIRS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
 
 
 @dataclass(frozen=True)
-class CpuAvailability:
+class CpuAvailability(JsonRecord):
     logical_cpus: int  # CPUs the kernel reports for the machine
     affinity_cpus: int | None  # CPUs this process may run on; None where unknown
     quota_cpus: float | None  # the cgroup quota in CPUs; None for no limit
@@ -53,13 +53,6 @@ class CpuAvailability:
         if self.quota_cpus is not None:
             limits.append(max(1, math.floor(self.quota_cpus)))
         return max(1, min(limits))
-
-    def to_dict(self) -> dict:
-        return record_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> CpuAvailability:
-        return record_from_dict(cls, data)
 
 
 def _read_v2_quota(directory: Path) -> float | None:
@@ -124,7 +117,7 @@ def available_cpus(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_SELF_CGROU
 
 
 @dataclass(frozen=True)
-class RuntimeSettings:
+class RuntimeSettings(JsonRecord):
     """What the benchmark asks of TF and its OpenMP/oneDNN runtime.
 
     ``onednn``: ``TF_ENABLE_ONEDNN_OPTS`` (None leaves the environment's choice; TF's default on
@@ -148,13 +141,6 @@ class RuntimeSettings:
             env["TF_ENABLE_ONEDNN_OPTS"] = "1" if self.onednn else "0"
         return env
 
-    def to_dict(self) -> dict:
-        return record_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> RuntimeSettings:
-        return record_from_dict(cls, data)
-
 
 def default_runtime_settings(threads: int | None = None, cpus: CpuAvailability | None = None,
                              inter_op_threads: int = 1, onednn: bool | None = None,
@@ -169,7 +155,7 @@ def default_runtime_settings(threads: int | None = None, cpus: CpuAvailability |
 
 
 @dataclass(frozen=True)
-class AppliedRuntime:
+class AppliedRuntime(JsonRecord):
     """The settings asked for and the ones in effect (TF reports 0 for "its default")."""
 
     requested: RuntimeSettings
@@ -180,13 +166,6 @@ class AppliedRuntime:
     settings_in_effect: bool
     cpus: CpuAvailability
     notes: tuple[str, ...] = field(default=())
-
-    def to_dict(self) -> dict:
-        return record_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> AppliedRuntime:
-        return record_from_dict(cls, data)
 
 
 RECORDED_ENV = ("OMP_NUM_THREADS", "KMP_BLOCKTIME", "KMP_AFFINITY", "TF_ENABLE_ONEDNN_OPTS")

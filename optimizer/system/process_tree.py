@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from optimizer.files.records import record_from_dict, record_to_dict
+from optimizer.files.records import JsonRecord
 
 PROC = Path("/proc")
 SAMPLE_SECONDS = 0.2
@@ -65,18 +65,11 @@ def tree_rss_bytes(pid: int | None = None, proc: Path = PROC) -> int | None:
 
 
 @dataclass(frozen=True)
-class Cost:
+class Cost(JsonRecord):
     """Wall time and peak tree RSS of one piece of work (``peak_rss_bytes`` None: unknown)."""
 
     wall_seconds: float
     peak_rss_bytes: int | None
-
-    def to_dict(self) -> dict:
-        return record_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Cost:
-        return record_from_dict(cls, data)
 
 
 class TreeMeter:

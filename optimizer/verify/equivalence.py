@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from optimizer.errors import EquivalenceError
-from optimizer.files.records import record_to_dict
+from optimizer.files.records import JsonRecord
 from optimizer.inputs.generated import infer_int_ranges, make_inputs
 from optimizer.inputs.vocabulary import infer_vocabularies
 from optimizer.model.frozen import FrozenModel
@@ -43,7 +43,7 @@ class OutputDiff:
 
 
 @dataclass(frozen=True)
-class EquivalenceReport:
+class EquivalenceReport(JsonRecord):
     max_abs_diff: float
     max_rel_diff: float
     top1_agreement: float | None
@@ -64,9 +64,6 @@ class EquivalenceReport:
         top1 = "n/a" if self.top1_agreement is None else f"{self.top1_agreement:.4f}"
         return (f"max abs diff {self.max_abs_diff:.3g}, max rel diff {self.max_rel_diff:.3g}, "
                 f"top-1 agreement {top1} over {self.batches} batch(es)")
-
-    def to_dict(self) -> dict:
-        return record_to_dict(self)
 
 
 def _diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
