@@ -49,7 +49,9 @@ class Settings(BaseModel):
     value raises the subclass's ``error`` (a :class:`~optimizer.errors.TfoptError`, so the CLI
     exits with its code) in one line naming the setting and its bound."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: the validators are compiled on first use, not when the CLI, reading the
+    # defaults for its help, imports these classes
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     error: ClassVar[type[Exception]] = ValueError
     subject: ClassVar[str] = "setting"  # how the error line names these settings
