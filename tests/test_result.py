@@ -38,6 +38,32 @@ def test_json_is_plain_data_with_batch_sizes_as_keys(result):
     assert BenchmarkResult.from_dict(data) == result
 
 
+def test_a_result_written_before_the_later_keys_still_loads(result, tmp_path):
+    data = result.to_dict()
+    for measurement in (data["baseline"], *data["candidates"]):
+        for key in ("format", "runtime", "num_threads", "block_size"):
+            del measurement[key]
+    for key in ("reference", "twin", "notes"):
+        del data[key]
+    del data["settings"]["block_size"]
+    path = tmp_path / "RESULT.json"
+    path.write_text(json.dumps(data))
+    loaded = load_result(path)
+    assert (loaded.baseline.format, loaded.baseline.runtime) == ("savedmodel", "tensorflow")
+    assert loaded.baseline.block_size is None and loaded.settings.block_size == 1
+    assert (loaded.notes, loaded.reference, loaded.twin) == ((), None, None)
+    assert loaded.candidate("fast").samples == result.candidate("fast").samples
+
+
+def test_the_json_keeps_the_formats_key_order(result):
+    data = json.loads(result.to_json())
+    assert list(data) == ["format_version", "created", "wall_seconds", "settings", "environment",
+                          "baseline", "candidates", "reference", "twin", "ratios", "notes"]
+    assert list(data["baseline"])[:8] == ["label", "role", "path", "digest", "format", "runtime",
+                                          "num_threads", "size_bytes"]
+    assert "baseline_samples" not in data["baseline"]  # written only for grouped benchmarks
+
+
 @pytest.mark.parametrize("content, message", [
     ("{", "is not JSON"),
     ("[1, 2]", "is not a tfopt benchmark result"),
