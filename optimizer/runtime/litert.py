@@ -9,9 +9,9 @@ kernels. Threads default to the CPUs this process really has (affinity and cgrou
 Calls go through :class:`SignatureCall`, not the interpreter's ``SignatureRunner``: the same
 native calls (set each input, invoke, copy each output out) with the tensor indices resolved
 once, and without the runner's per-call resize and re-allocation, keyword dict and checks. For a
-model that runs in a few microseconds that is what a call costs: on the StringLookup classifier
-of ``benchmarks/families.py`` (7 us a call at 2 threads) the ``SignatureRunner`` call took
-about 1 us more (``benchmarks/litert_calls.py`` times both kinds of call on two models in one
+model that runs in a few microseconds that is most of a call: on the StringLookup classifier of
+``benchmarks/families.py`` at 2 threads, 3.25 us a call this way and 6.89 us through the
+``SignatureRunner`` (``benchmarks/litert_calls.py``, both kinds of call on two models in one
 process). The outputs are copies (the wrapper's ``GetTensor`` copies out of the interpreter's
 buffers), so a later call never overwrites what an earlier one returned.
 
