@@ -22,38 +22,30 @@ classifier, a quarter out of it); the outputs of the four are checked equal befo
 Ratios are ``p50(A, signature runner) / p50(subject)`` with a 95% paired block-bootstrap
 interval.
 
-Results, 2026-11-25 00:51, load average 7.9-8.1 (other developers' jobs), ``flock
-/work/wt/bench.lock .venv/bin/python benchmarks/litert_calls.py
-work/families_r23/string/opt_all/model.tflite work/families_r23/string/direct/model.tflite
---seconds 20 --rounds 40``: A = the ``litert_fp32`` candidate ``tfopt optimize --targets
-savedmodel,litert,onnx,openvino --tune`` chose for ``benchmarks/families.py``'s string family,
-B = ``TFLiteConverter.from_saved_model(SRC).convert()`` of the same stock model (the same ten
-nodes in the execution plan), 2 threads, 39107 rounds:
-
-| subject | p50 us | x A signature runner [95%] |
-|---|---:|---:|
-| A signature runner | 6.89 | 1 |
-| A bound | 3.25 | 2.119 [2.119, 2.120] |
-| B signature runner | 6.89 | 1.001 [1.001, 1.001] |
-| B bound | 3.24 | 2.128 [2.127, 2.129] |
-
-The two models tie through either kind of call (1.001x, 0.996x); the ``SignatureRunner`` call
-costs 3.6 us of its 6.9 us in Python. So a table that times one model through one kind of call
-and the other through the other compares call code, not models.
-
-Then A = the same candidate with the lookup's index map folded into its table
+Results, 2026-11-25, 2 threads, ``flock /work/wt/bench.lock .venv/bin/python
+benchmarks/litert_calls.py A B --seconds 20 --rounds 40`` with B =
+``TFLiteConverter.from_saved_model(SRC).convert()`` of ``benchmarks/families.py``'s string
+classifier (``work/families_r23/string/direct/model.tflite``) and A = the ``litert_fp32``
+candidate ``tfopt optimize --targets savedmodel,litert,onnx,openvino --tune`` chose for it:
+first (00:51, load average 7.9-8.1, 39107 rounds) as converted before round 23, the same ten
+nodes in the execution plan as B; then (01:06, load average 15.6-14.5, 24615 rounds) as round 23
+converts it, the lookup's index map folded into its table
 (:func:`optimizer.graph.lookup_gathers.fold_index_map_into_table`: ``HASHTABLE_FIND``,
-``GATHER`` without ``LESS``, ``ADD``, ``SELECT_V2``; its outputs bit for bit B's), B as before,
-00:57, load average 10.0-10.4, 32356 rounds:
+``GATHER`` without ``LESS``, ``ADD``, ``SELECT_V2``; its outputs bit for bit B's). p50 us, and
+``x`` = p50(A, signature runner) / p50 with its 95% interval:
 
-| subject | p50 us | x A signature runner [95%] |
-|---|---:|---:|
-| A signature runner | 5.85 | 1 |
-| A bound | 2.77 | 2.116 [2.115, 2.116] |
-| B signature runner | 6.76 | 0.866 [0.866, 0.866] |
-| B bound | 3.19 | 1.836 [1.836, 1.837] |
+| subject | A as B's ops: p50 | x | A folded: p50 | x |
+|---|---:|---:|---:|---:|
+| A signature runner | 6.89 | 1 | 5.99 | 1 |
+| A bound | 3.25 | 2.119 [2.119, 2.120] | 2.76 | 2.176 [2.174, 2.178] |
+| B signature runner | 6.89 | 1.001 [1.001, 1.001] | 6.85 | 0.875 [0.875, 0.875] |
+| B bound | 3.24 | 2.128 [2.127, 2.129] | 3.18 | 1.893 [1.892, 1.894] |
 
-A is 1.15x faster than B called either way (2.77 vs 3.19 us bound).
+With the same ops the two models tie through either kind of call (1.001x, 0.996x); the
+``SignatureRunner`` call costs 3.6 us of its 6.9 us in Python, so a table that times one model
+through one kind of call and the other through the other compares call code, not models. Folded,
+A is 1.15x faster than B called either way (2.76 vs 3.18 us bound, 5.99 vs 6.85 us through the
+``SignatureRunner``).
 """
 
 from __future__ import annotations
