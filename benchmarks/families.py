@@ -39,7 +39,10 @@ Per family, in this one process:
   ``Core().compile_model(model, "CPU")`` with no config (on a CPU with native bfloat16 the
   plugin then computes in bf16); ``litert``: ``tf.lite.TFLiteConverter.from_saved_model(SRC)
   .convert()`` with no options, run by ``ai_edge_litert``'s ``Interpreter`` with its default
-  threads, and ``litert Nt`` with ``num_threads`` = the CPUs available.
+  threads, and ``litert Nt`` with ``num_threads`` = the CPUs available; both called as the
+  chosen LiteRT model is, bound through :class:`optimizer.runtime.litert.SignatureCall` (the
+  interpreter's ``SignatureRunner`` adds 3.6 us of Python to a 3.3 us call:
+  ``benchmarks/litert_calls.py``), so that a LiteRT row compares models, not calling code.
 
 All of them are timed in one group (:func:`optimizer.benchmark.interleaved.time_interleaved`,
 blocks of 10 timed calls after one untimed call, the order rotating each round, at least
@@ -507,23 +510,28 @@ def openvino_subject(src: Path, directory: Path, timing_feeds: dict) -> Subject:
 
 def litert_subjects(src: Path, directory: Path, timing_feeds: dict, cpus: int) -> list[Subject]:
     """``TFLiteConverter.from_saved_model`` with no options, then ai_edge_litert's Interpreter
-    with its default threads and with ``num_threads`` = the CPUs available."""
+    with its default threads and with ``num_threads`` = the CPUs available. Called as the
+    chosen LiteRT model is (:class:`optimizer.runtime.litert.SignatureCall`, bound): the
+    interpreter's ``SignatureRunner`` spends ~4 us a call in Python (resize, re-allocate, dicts)
+    on a 3 us model (``benchmarks/litert_calls.py``), which would compare call code, not
+    models."""
     from ai_edge_litert.interpreter import Interpreter
+
+    from optimizer.runtime.litert import SignatureCall
 
     path = convert_litert(src, directory)
     subjects = []
+    [key] = timing_feeds
     for label, threads in (("litert", None), (f"litert {cpus}t", cpus)):
         interpreter = Interpreter(model_path=str(path), num_threads=threads)
-        runner = interpreter.get_signature_runner()
-        [key] = timing_feeds
+        signature_call = SignatureCall(interpreter, "serving_default", [key])
 
-        def predict(feeds, runner=runner, key=key):
-            return next(iter(runner(**{key: feeds[key]}).values()))
+        def predict(feeds, signature_call=signature_call):
+            return next(iter(signature_call.call([np.asarray(feeds[key])]).values()))
 
-        fixed = {key: timing_feeds[key]}
         predict(timing_feeds)
-        subjects.append(Subject(label, lambda runner=runner, fixed=fixed: runner(**fixed),
-                                predict, note=f"threads {threads or 'default'}"))
+        subjects.append(Subject(label, signature_call.bind([np.asarray(timing_feeds[key])]),
+                                predict, note=f"threads {threads or 'default'}, bound call"))
     return subjects
 
 
