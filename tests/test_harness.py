@@ -178,3 +178,16 @@ def test_every_timed_call_is_the_bound_call_not_call(models, monkeypatch):
     assert counts["bound"] >= timed
     # what does go through call: the first call at load and the fidelity check's, not timing
     assert counts["call"] < timed / 5
+
+
+def test_generated_ids_cover_the_embedding_they_index(tmp_path):
+    # Ids of 0 and 1 would check two embedding rows only: an int8 candidate that loses top-1
+    # on most tokens would pass, and one that keeps it could be refused on two rows' noise.
+    from model_zoo import keras_token_attention
+
+    keras_token_attention(tmp_path / "stock", vocab=57)
+    write_saved_model(freeze(tmp_path / "stock"), tmp_path / "frozen")
+    result = run_benchmark(Subject.baseline(tmp_path / "stock"),
+                           [Subject.candidate(tmp_path / "frozen")], QUICK)
+    assert "ids drawn from token_ids [0, 57)" in result.settings.inputs
+    assert result.candidates[0].fidelity.inputs == "generated"

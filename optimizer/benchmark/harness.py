@@ -145,20 +145,36 @@ def _rows(array: np.ndarray, batch_size: int) -> np.ndarray:
     return np.resize(array, (batch_size, *array.shape[1:]))
 
 
+@dataclass(frozen=True)
+class _Generation:
+    """What generated inputs draw from: the model's own tokens for inputs that key a table
+    (:mod:`optimizer.inputs.vocabulary`), and ``[0, rows)`` for integer ids that index an
+    embedding (:func:`optimizer.inputs.generated.infer_int_ranges`). Without the rows, ids
+    would all be 0 or 1: a check on two embedding rows cannot tell an int8 model that keeps
+    the top-1 from one that loses it."""
+
+    vocabularies: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    int_ranges: Mapping[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+
+    def inputs(self, signature: SignatureInfo, batch_size: int, seed: int) -> dict:
+        return make_inputs(signature, batch_size, seed, dict(self.int_ranges),
+                           vocabularies=dict(self.vocabularies))
+
+
 def _batch_feeds(signature: SignatureInfo, batch_size: int, seed: int,
                  inputs: Mapping[str, np.ndarray] | None,
                  eval_data: LabelledData | None,
-                 vocabularies: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+                 generation: _Generation | None = None) -> dict[str, np.ndarray]:
     if inputs is not None:
         return {k: _rows(np.asarray(inputs[k]), batch_size) for k in signature.input_keys}
     if eval_data is not None and len(signature.inputs) == 1:
         spec = signature.inputs[0]
         return {spec.key: _rows(eval_data.x, batch_size).astype(spec.numpy_dtype, copy=False)}
-    return make_inputs(signature, batch_size, seed, vocabularies=dict(vocabularies or {}))
+    return (generation or _Generation()).inputs(signature, batch_size, seed)
 
 
 def _fidelity_feeds(runner: ModelRunner, seed: int, inputs, eval_data,
-                    vocabularies: Mapping[str, np.ndarray] | None = None) -> tuple[list, str]:
+                    generation: _Generation | None = None) -> tuple[list, str]:
     if eval_data is not None and len(runner.signature.inputs) == 1:
         spec = runner.signature.inputs[0]
         x = eval_data.x[:FIDELITY_ROWS].astype(spec.numpy_dtype, copy=False)
@@ -166,23 +182,27 @@ def _fidelity_feeds(runner: ModelRunner, seed: int, inputs, eval_data,
             "eval data"
     if inputs is not None:
         return [dict(inputs)], "supplied"
-    return [make_inputs(runner.signature, 8, seed + 100 + i, vocabularies=dict(vocabularies or {}))
-            for i in range(3)], "generated"
+    generation = generation or _Generation()
+    return [generation.inputs(runner.signature, 8, seed + 100 + i) for i in range(3)], \
+        "generated"
 
 
-def _vocabularies(subjects: Sequence[Subject], contract: SignatureInfo, signature: str,
-                  generated: bool) -> dict[str, np.ndarray]:
-    """Tokens for generated string inputs (and integer inputs that key a table), from the
-    SavedModels among ``subjects`` (:mod:`optimizer.inputs.vocabulary`); none needed when the inputs
-    are supplied."""
+def _generation(subjects: Sequence[Subject], contract: SignatureInfo, signature: str,
+                generated: bool) -> _Generation:
+    """How to generate inputs for ``subjects``, read from the SavedModels among them; nothing
+    to read when the inputs are supplied or none is an integer or a string."""
     if not generated or not any(s.dtype == "string" or s.dtype.startswith(("int", "uint"))
                                 for s in contract.inputs):
-        return {}
-    from optimizer.inputs.vocabulary import saved_model_vocabularies
+        return _Generation()
+    from optimizer.inputs.vocabulary import saved_model_int_ranges, saved_model_vocabularies
     from optimizer.runtime import detect_format
 
     paths = [s.path for s in subjects if (s.format or detect_format(s.path)) == "savedmodel"]
-    return saved_model_vocabularies(paths, signature, contract)
+    vocabularies = saved_model_vocabularies(paths, signature, contract)
+    ids = [s for s in contract.inputs
+           if s.dtype.startswith(("int", "uint")) and s.key not in vocabularies]
+    return _Generation(vocabularies,
+                       saved_model_int_ranges(paths, signature) if ids else {})
 
 
 @dataclass
@@ -325,10 +345,10 @@ def run_benchmark(
     if isinstance(eval_data, (str, os.PathLike)):
         eval_data = load_labelled_data(eval_data, contract)
 
-    vocabularies = _vocabularies(subjects, contract, config.signature,
-                                 generated=inputs is None and eval_data is None)
+    generation = _generation(subjects, contract, config.signature,
+                             generated=inputs is None and eval_data is None)
     first_feeds = _batch_feeds(contract, min(config.batch_sizes), config.seed, inputs, eval_data,
-                               vocabularies)
+                               generation)
     loaded: list[_Loaded] = []
     for subject, label in zip(subjects, labels):
         if subject.role == TWIN:  # as the baseline was loaded, threads and all
@@ -338,7 +358,7 @@ def run_benchmark(
                                             runtime, say, label)
         say(f"loading {label} ({subject.role}) from {subject.path}")
         item = _load(subject, label, config.signature, lambda r: _batch_feeds(
-            r.signature, min(config.batch_sizes), config.seed, inputs, eval_data, vocabularies))
+            r.signature, min(config.batch_sizes), config.seed, inputs, eval_data, generation))
         # the converters' own check: a dimension may be unknown on one side (tf2onnx leaves
         # an LSTM's time dimension unknown), a known one must agree
         if loaded and contract_difference(loaded[0].runner.signature, item.runner.signature):
@@ -353,7 +373,7 @@ def run_benchmark(
     ref_item = checked or loaded[0]
     twin_item = timed_models[-1] if config.twin else None
     block_size = _scaled_block_size(timed_models, config, lambda r: _batch_feeds(
-        r.signature, min(config.batch_sizes), config.seed, inputs, eval_data, vocabularies))
+        r.signature, min(config.batch_sizes), config.seed, inputs, eval_data, generation))
     if block_size < config.block_size:
         say(f"blocks of {block_size} call(s), not {config.block_size}: a call takes "
             f"{config.block_seconds:g}s or more, long enough to time it warm without a block")
@@ -362,7 +382,7 @@ def run_benchmark(
     rounds: dict[str, dict[int, np.ndarray]] = {item.label: {} for item in loaded}
     for batch_size in config.batch_sizes:
         feeds = _batch_feeds(loaded[0].runner.signature, batch_size, config.seed, inputs,
-                             eval_data, vocabularies)
+                             eval_data, generation)
         # bound calls: the arguments packed once, as a serving loop with its inputs ready
         # calls the runtime (ModelRunner.bind); packing them per call would be timed too
         calls = {item.label: item.runner.bind(item.runner.to_tensors(feeds))
@@ -407,7 +427,7 @@ def run_benchmark(
 
     fidelities: dict[str, Fidelity] = {}
     feeds_list, feeds_source = _fidelity_feeds(ref_item.runner, config.seed, inputs, eval_data,
-                                               vocabularies)
+                                               generation)
     for item in loaded:
         if item is ref_item:
             continue
@@ -438,9 +458,12 @@ def run_benchmark(
         inputs_source = f"rows of {eval_data.source}"
     else:
         inputs_source = f"generated from the signature (seed {config.seed})"
-        if vocabularies:
+        if generation.vocabularies:
             inputs_source += ("; tokens from the model's vocabulary, "
                               f"{OUT_OF_VOCABULARY_SHARE:.0%} out of it")
+        if generation.int_ranges:
+            inputs_source += "; ids drawn from " + ", ".join(
+                f"{key} [{low}, {high})" for key, (low, high) in generation.int_ranges.items())
     settings = BenchmarkSettings(
         batch_sizes=tuple(config.batch_sizes), warmup=config.warmup, min_runs=config.min_runs,
         min_seconds=config.min_seconds, max_runs=config.max_runs, confidence=config.confidence,

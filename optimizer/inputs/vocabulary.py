@@ -83,10 +83,12 @@ def infer_vocabularies(graph_def, signature: SignatureInfo) -> dict[str, np.ndar
     return found
 
 
-def saved_model_vocabularies(paths: Sequence[str | os.PathLike], signature_name: str,
-                             signature: SignatureInfo) -> dict[str, np.ndarray]:
-    """Vocabularies for ``signature``'s inputs from the first of the SavedModels at ``paths``
-    that shows them; {} when none does (generated strings then all miss the tables)."""
+def _read_saved_models(paths: Sequence[str | os.PathLike], signature_name: str, infer,
+                       freeze_first: bool, unknown: str) -> dict:
+    """``infer(graph_def, signature)`` on the first SavedModel among ``paths`` whose serving
+    graph shows something (a SavedModel tfopt wrote is frozen already), else, when
+    ``freeze_first``, on the first one frozen; {} when none shows anything (``unknown``: what
+    that costs, logged if freezing fails)."""
     from optimizer.model.savedmodel import read_saved_model_proto, serving_meta_graph
 
     for path in paths:
@@ -95,17 +97,38 @@ def saved_model_vocabularies(paths: Sequence[str | os.PathLike], signature_name:
             continue
         written = SignatureInfo.from_signature_def(signature_name,
                                                    meta_graph.signature_def[signature_name])
-        found = infer_vocabularies(meta_graph.graph_def, written)
+        found = infer(meta_graph.graph_def, written)
         if found:
             return found
-    if not paths or not any(s.dtype == "string" for s in signature.inputs):
+    if not paths or not freeze_first:
         return {}
     from optimizer.model.freeze import freeze
 
     try:
         frozen = freeze(paths[0], signature_name)
     except TfoptError as exc:
-        log.warning("no vocabulary for the generated string inputs (%s): they all miss the "
-                    "model's tables", exc)
+        log.warning("%s (%s)", unknown, exc)
         return {}
-    return infer_vocabularies(frozen.graph_def, frozen.signature)
+    return infer(frozen.graph_def, frozen.signature)
+
+
+def saved_model_vocabularies(paths: Sequence[str | os.PathLike], signature_name: str,
+                             signature: SignatureInfo) -> dict[str, np.ndarray]:
+    """Vocabularies for ``signature``'s inputs from the first of the SavedModels at ``paths``
+    that shows them; {} when none does (generated strings then all miss the tables)."""
+    return _read_saved_models(
+        paths, signature_name, infer_vocabularies,
+        freeze_first=any(s.dtype == "string" for s in signature.inputs),
+        unknown="no vocabulary for the generated string inputs: they all miss the model's tables")
+
+
+def saved_model_int_ranges(paths: Sequence[str | os.PathLike],
+                           signature_name: str) -> dict[str, tuple[int, int]]:
+    """``key -> (0, rows)`` for integer inputs that index an embedding, read as
+    :func:`saved_model_vocabularies` reads tokens; {} when no SavedModel shows any (generated
+    ids then stay 0 and 1)."""
+    from optimizer.inputs.generated import infer_int_ranges
+
+    return _read_saved_models(paths, signature_name, infer_int_ranges, freeze_first=True,
+                              unknown="integer inputs generated as 0 and 1 only: the size of "
+                                      "the embedding they index is unknown")
