@@ -99,7 +99,8 @@ def _search_settings(args):
 
 
 def _recipe(args):
-    from optimizer.optimize.recipe import Recipe, default_recipe, load_recipe_file
+    from optimizer.optimize.recipe import Recipe, default_recipe
+    from optimizer.optimize.recipe_yaml import load_recipe_file
     from optimizer.transforms.base import TransformConfigError
 
     if args.targets is not None and args.transforms is None and args.config is None:

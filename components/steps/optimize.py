@@ -15,7 +15,8 @@ LABEL = "optimized"
 
 
 def recipe_of(config: PipelineConfig):
-    from optimizer.optimize.recipe import Recipe, specs_from_yaml
+    from optimizer.optimize.recipe import Recipe
+    from optimizer.optimize.recipe_yaml import specs_from_yaml
 
     recipe = config.optimize.recipe
     if isinstance(recipe, str):

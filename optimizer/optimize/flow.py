@@ -25,7 +25,8 @@ from optimizer.inputs.generated import infer_int_ranges, make_inputs
 from optimizer.inputs.vocabulary import infer_vocabularies
 from optimizer.model.frozen import FrozenModel
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.optimize.recipe import BACKENDS, Recipe, build_transforms
+from optimizer.optimize.recipe import BACKENDS, Recipe
+from optimizer.optimize.recipe_building import build_transforms
 from optimizer.search.settings import DEFAULT_ALPHA, DEFAULT_BUDGET, DEFAULT_TIME_BUDGET_SECONDS
 from optimizer.transforms.base import TransformConfigError
 from optimizer.transforms.pipeline import run_transforms
