@@ -7,7 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from components.cli.model_scan_flags import add_allow_op_argument
+from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
 from components.cli.optimize_targets import add_arguments as add_target_arguments
 from components.cli.output import human_bytes, op_histogram_table, table
 from optimizer.search.settings import DEFAULT_ALPHA, DEFAULT_BUDGET, DEFAULT_TIME_BUDGET_SECONDS
@@ -262,7 +262,8 @@ def _run(args, costs: dict) -> int:
 
     with TreeMeter() as meter:
         result = optimize(args.src, recipe, signature_name=args.signature, tolerance=tolerance,
-                          backend=args.backend, search=search, in_worker=in_worker)
+                          backend=args.backend, search=search, in_worker=in_worker,
+                          policy=scan_policy(args))
     costs["optimize"] = meter.cost
     # A big model's candidates are built and timed in workers, each applying the default
     # thread settings itself: this process starts no TensorFlow (0.65 GiB) beside them.

@@ -100,7 +100,8 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
         result = run_benchmark_within(
             memory_budget(config.resources.memory_gb), baseline, subjects, settings,
             variants={c.label: c.variant for c in candidates if c.variant}, runtime=runtime,
-            progress=lambda message: log.info("benchmark: %s", message), reference=reference)
+            progress=lambda message: log.info("benchmark: %s", message), reference=reference,
+            policy=config.security.scan_policy())
         if champion is not None and champion.intra_op_threads is not None and (
                 champion.intra_op_threads, champion.inter_op_threads) != (
                 runtime.intra_op_threads, runtime.inter_op_threads):

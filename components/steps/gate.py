@@ -46,7 +46,8 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace,
         publishable = publishable_labels(decision.to_dict())
         # Every model measured keeps the source's signature; the baseline's is read here.
         signature = read_signature(result.baseline.path, config.signature,
-                                   format=result.baseline.format)
+                                   format=result.baseline.format,
+                                   policy=config.security.scan_policy())
         # The report explains the best candidate even when it is rejected, for the reviewer.
         report_dir = report(config, evaluation, result, decision, publishable[0], signature,
                             step_dir, step_costs)
@@ -79,7 +80,8 @@ def report(config: PipelineConfig, evaluation: EvaluationOutput, result, decisio
     profiles = []
     try:
         feeds = make_inputs(signature, batch_size=min(result.settings.batch_sizes))
-        profiles = profile_baseline_and_candidate(result, shown, feeds)
+        profiles = profile_baseline_and_candidate(result, shown, feeds,
+                                                  policy=config.security.scan_policy())
     except Exception as exc:  # noqa: BLE001 - the profile is an aid, never a blocker
         log.warning("gate: op profile skipped: %s", exc)
     rows = candidate_rows(result, decision,
@@ -106,7 +108,8 @@ def tune(config: PipelineConfig, model_path: str, step_dir: Path) -> Path | None
             latency_slo_ms=section.latency_slo_ms, signature=config.signature,
             rounds=section.rounds, seconds_per_probe=section.seconds_per_probe,
             time_budget_seconds=section.time_budget_seconds,
-            progress=lambda message: log.info("tuning: %s", message))
+            progress=lambda message: log.info("tuning: %s", message),
+            policy=config.security.scan_policy())
     except TfoptError as exc:
         log.warning("gate: runtime tuning skipped: %s", exc)
         return None

@@ -26,6 +26,7 @@ from optimizer.errors import TfoptError
 from optimizer.graph.consts import resolve_through_identity, values_from_const
 from optimizer.graph.lookup_tables import HIT_NODE, SCOPE
 from optimizer.graph.names import node_name_from_input
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.signature import SignatureInfo
 
 log = logging.getLogger(__name__)
@@ -84,13 +85,15 @@ def infer_vocabularies(graph_def, signature: SignatureInfo) -> dict[str, np.ndar
 
 
 def saved_model_vocabularies(paths: Sequence[str | os.PathLike], signature_name: str,
-                             signature: SignatureInfo) -> dict[str, np.ndarray]:
+                             signature: SignatureInfo, *, policy: ScanPolicy = DEFAULT_POLICY
+                             ) -> dict[str, np.ndarray]:
     """Vocabularies for ``signature``'s inputs from the first of the SavedModels at ``paths``
-    that shows them; {} when none does (generated strings then all miss the tables)."""
+    that shows them; {} when none does (generated strings then all miss the tables). The
+    models are read under ``policy`` (:mod:`optimizer.model.op_scan`)."""
     from optimizer.model.savedmodel import read_saved_model_proto, serving_meta_graph
 
     for path in paths:
-        meta_graph = serving_meta_graph(read_saved_model_proto(path), path)
+        meta_graph = serving_meta_graph(read_saved_model_proto(path, policy), path)
         if signature_name not in meta_graph.signature_def:
             continue
         written = SignatureInfo.from_signature_def(signature_name,
@@ -103,7 +106,7 @@ def saved_model_vocabularies(paths: Sequence[str | os.PathLike], signature_name:
     from optimizer.model.freeze import freeze
 
     try:
-        frozen = freeze(paths[0], signature_name)
+        frozen = freeze(paths[0], signature_name, policy=policy)
     except TfoptError as exc:
         log.warning("no vocabulary for the generated string inputs (%s): they all miss the "
                     "model's tables", exc)

@@ -24,6 +24,7 @@ from optimizer.errors import EquivalenceError
 from optimizer.inputs.generated import infer_int_ranges, make_inputs
 from optimizer.inputs.vocabulary import infer_vocabularies
 from optimizer.model.frozen import FrozenModel
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.optimize.recipe import BACKENDS, Recipe
 from optimizer.optimize.recipe_building import build_transforms
@@ -291,12 +292,15 @@ def evaluate(
     candidate: Candidate,
     tolerance: Tolerance,
     signature_name: str = DEFAULT_SIGNATURE,
+    *,
+    policy: ScanPolicy = DEFAULT_POLICY,
 ) -> OptimizeResult:
-    """Compare the source SavedModel with the candidate on inputs made from the signature."""
+    """Compare the source SavedModel (scanned under ``policy``) with the candidate on inputs
+    made from the signature."""
     # Integer ids are drawn from the embedding sizes, and tokens from the lookup tables, found in
     # the original graph: a candidate's rewritten graph may no longer show them.
     return check_equivalence(source, original, equivalence_inputs(original), candidate,
-                             tolerance, signature_name)
+                             tolerance, signature_name, policy=policy)
 
 
 def equivalence_inputs(original: FrozenModel) -> list[dict]:
@@ -310,12 +314,12 @@ def equivalence_inputs(original: FrozenModel) -> list[dict]:
 
 def check_equivalence(source: str | os.PathLike, original: FrozenModel, inputs: list[dict],
                       candidate: Candidate, tolerance: Tolerance,
-                      signature_name: str = DEFAULT_SIGNATURE, load_candidate=None
-                      ) -> OptimizeResult:
+                      signature_name: str = DEFAULT_SIGNATURE, load_candidate=None, *,
+                      policy: ScanPolicy = DEFAULT_POLICY) -> OptimizeResult:
     """:func:`evaluate` on inputs already made (the original may be an outline by then);
     ``load_candidate(frozen model)`` makes the candidate's runner (default: ``load_runner``)."""
     report = compare(str(source), candidate.model, inputs, signature_name=signature_name,
-                     load_candidate=load_candidate)
+                     load_candidate=load_candidate, policy=policy)
     log.info("equivalence: %s", report.summary())
     return OptimizeResult(source=str(source), original=original, candidate=candidate,
                           report=report, tolerance=tolerance)
@@ -330,6 +334,7 @@ def optimize(
     search: SearchSettings | None = None,
     *,
     in_worker: bool | None = None,
+    policy: ScanPolicy = DEFAULT_POLICY,
 ) -> OptimizeResult:
     """Freeze ``source``, apply ``recipe`` (or run ``search``), and measure the candidate against
     ``source``.
@@ -344,6 +349,9 @@ def optimize(
     and transforming hold several copies of the weights, which TensorFlow does not give back
     to the system while its process lives. The result is then the same, but its graphs are
     outlines (no weights) and the optimized model is kept on disk until the result is gone.
+
+    ``policy``: what the source may hold (:mod:`optimizer.model.op_scan`), applied to every
+    read of it, in this process or the worker.
     """
     if search is not None:
         tolerance = tolerance or Tolerance()
@@ -361,19 +369,21 @@ def optimize(
     if in_worker:
         from optimizer.optimize.worker import optimize_in_worker
 
-        return optimize_in_worker(source, recipe, signature_name, tolerance, backend, search)
-    return optimize_here(source, recipe, signature_name, tolerance, backend, search)
+        return optimize_in_worker(source, recipe, signature_name, tolerance, backend, search,
+                                  policy=policy)
+    return optimize_here(source, recipe, signature_name, tolerance, backend, search,
+                         policy=policy)
 
 
 def optimize_here(source: str | os.PathLike, recipe: Recipe | None, signature_name: str,
                   tolerance: Tolerance, backend: str | None, search: SearchSettings | None,
-                  on_frozen=None) -> OptimizeResult:
+                  on_frozen=None, *, policy: ScanPolicy = DEFAULT_POLICY) -> OptimizeResult:
     """:func:`optimize` in this process, its settings resolved. ``on_frozen(original)``, when
     given, returns what the result keeps of the original (an outline, say): the frozen
     original is then let go before the candidate is checked."""
     from optimizer.model.freeze import freeze
 
-    original = freeze(source, signature_name)
+    original = freeze(source, signature_name, policy=policy)
     inputs = equivalence_inputs(original)
     kept = original
     if on_frozen is not None:
@@ -387,14 +397,15 @@ def optimize_here(source: str | os.PathLike, recipe: Recipe | None, signature_na
                  else apply_recipe(original, recipe, backend))
     del original
     if on_frozen is None:
-        return check_equivalence(source, kept, inputs, candidate, tolerance, signature_name)
+        return check_equivalence(source, kept, inputs, candidate, tolerance, signature_name,
+                                 policy=policy)
     from optimizer.runtime.tensorflow import frozen_session_runner
 
     return_freed_memory()  # the original and every intermediate graph, before the check
     # the graph imported into a session holds about two copies of the weights less than
     # as a function (:func:`frozen_session_runner`)
     return check_equivalence(source, kept, inputs, candidate, tolerance, signature_name,
-                             load_candidate=frozen_session_runner)
+                             load_candidate=frozen_session_runner, policy=policy)
 
 
 def write_optimized(result: OptimizeResult, dst: str | os.PathLike,
