@@ -109,12 +109,12 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> i
     :class:`~optimizer.system.process_tree.Cost`."""
     from optimizer.benchmark.harness import BenchmarkConfig
     from optimizer.candidates.build import (
-        Candidate,
         CandidateSettings,
         derive_candidates,
         parse_targets,
         savedmodel_load_instructions,
     )
+    from optimizer.candidates.candidate import Candidate
     from optimizer.files.atomic import atomic_directory, check_writable
     from optimizer.gate.selection import select_candidate
     from optimizer.gate.verdict import EXIT_REJECT, GateConfig

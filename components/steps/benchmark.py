@@ -117,7 +117,7 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
             baseline_role=baseline.role, baseline_path=str(baseline.path),
             baseline_format=result.baseline.format, baseline_runtime=result.baseline.runtime,
             candidate_paths={c.label: c.path for c in candidates},
-            candidate_tags=[c.tag() for c in candidates],
+            candidate_tags=[c.candidate().to_dict() for c in candidates],
             candidates=[c.to_dict() for c in candidates])
 
     baseline_identity = champion.digest if champion is not None else pulled.digest

@@ -95,10 +95,7 @@ def derive(config: PipelineConfig, pulled: PulledModel, optimized, step_dir: Pat
         calibration=_calibration(config, pulled, step_dir, settings),
         source_digest=pulled.digest, budget=memory_budget(config.resources.memory_gb),
         policy=config.security.scan_policy())
-    models = [CandidateModel(label=c.label, path=c.path, kind="derived",
-                             digest=model_digest(c.artifact_dir), target=c.target,
-                             variant=c.variant, format=c.format, runtime=c.runtime,
-                             how_to_load=c.how_to_load, calibration=c.calibration)
+    models = [CandidateModel.made(c, kind="derived", digest=model_digest(c.artifact_dir))
               for c in made]
     return models, skipped
 

@@ -53,11 +53,12 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from optimizer.candidates.candidate import Candidate, Skipped
 from optimizer.candidates.litert.unrolled_source import LiteRTSource
 from optimizer.errors import InvalidInputsError, TfoptError, first_line
 from optimizer.inputs.calibration import Calibration, synthetic
@@ -83,45 +84,6 @@ OPENVINO_FILE = "model.xml"
 
 def savedmodel_load_instructions(signature: str) -> str:
     return f'tf.saved_model.load(path).signatures["{signature}"]'
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A model to measure: what it is, where it is, what runs it."""
-
-    label: str
-    target: str  # one of TARGETS
-    variant: str  # fp32, bf16, xla, or the LiteRT, ONNX or OpenVINO flavour
-    format: str  # savedmodel | tflite | onnx | openvino (optimizer.runtime.registry)
-    runtime: str  # tensorflow | tensorflow+xla | ai-edge-litert | onnxruntime | openvino
-    path: str  # the SavedModel directory, or the model file (.tflite, .onnx, .xml)
-    how_to_load: str
-    calibration: str | None = None  # int8 calibrated on: "data" | "synthetic"; else None
-
-    @property
-    def artifact_dir(self) -> Path:
-        """The directory that holds everything of this candidate (what gets published)."""
-        return artifact_dir(self.path, self.format)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def artifact_dir(path: str | os.PathLike, format: str) -> Path:
-    """A model file's directory (it holds the sidecar and companions), or a SavedModel itself."""
-    from optimizer.runtime.registry import runtime_for
-
-    path = Path(path)
-    return path.parent if runtime_for(format).suffix is not None else path
-
-
-@dataclass(frozen=True)
-class Skipped:
-    label: str
-    reason: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

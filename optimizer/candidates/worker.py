@@ -42,7 +42,7 @@ def build_in_worker(source, optimized, workdir: Path, settings, labels: Sequence
     """``(made, skipped)`` for ``labels``, built by a child process that has exited when this
     returns (:func:`optimizer.candidates.build.build_candidates` runs there, reading the source
     under ``policy``, the model scan's, which the job carries)."""
-    from optimizer.candidates.build import Candidate, Skipped
+    from optimizer.candidates.candidate import Candidate, Skipped
 
     outcome = run_job(__name__, {
         "source": str(source), "optimized": optimized, "workdir": str(workdir),
@@ -59,7 +59,7 @@ def build_in_worker(source, optimized, workdir: Path, settings, labels: Sequence
         raise CandidateWorkerError(f"the worker building {', '.join(labels)} exited with code "
                                    f"{outcome.returncode}: {outcome.last_line()}")
     answer = json.loads(outcome.answer)
-    return ([Candidate(**c) for c in answer["made"]],
+    return ([Candidate.from_dict(c) for c in answer["made"]],
             [Skipped(**s) for s in answer["skipped"]])
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
 from optimizer.benchmark.result import UNOPTIMIZED_INPUT, BenchmarkResult
-from optimizer.candidates.build import Candidate, Skipped
+from optimizer.candidates.candidate import Candidate, Skipped
 from optimizer.errors import InvalidInputsError
 from optimizer.gate.verdict import GateConfig, GateDecision, evaluate_gate
 from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
@@ -170,7 +170,8 @@ def select_candidate(
             budget, base, subjects, benchmark_config or BenchmarkConfig(),
             variants={c.label: c.variant for c in candidates}, runtime=runtime,
             eval_data=eval_data, progress=progress, policy=policy)
-    decision = evaluate_gate(result, gate_config)
+    decision = evaluate_gate(result, gate_config,
+                             precisions={c.label: c.precision for c in candidates})
     measured = {c.label for c in result.candidates}
     # left out of the benchmark: they fit beside the baseline in no group within the budget
     skipped = [*skipped, *(Skipped(c.label, "does not fit beside the baseline within the "

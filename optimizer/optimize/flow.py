@@ -50,15 +50,17 @@ SEARCH_MAX_QUEUE = 64
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """An optimized version of the frozen original, and how it was made.
+class OptimizedGraph:
+    """The frozen original after a recipe or a search, and how it was made: what
+    :func:`optimize` checks against the source (not yet a candidate of the pipeline's,
+    :class:`optimizer.candidates.candidate.Candidate`, which is a model on disk to measure).
 
     For a recipe, ``recipe`` is its GTT text and ``trace`` holds one
-    :class:`optimizer.transforms.pipeline.TraceStep` per transform. For a search, ``recipe``
+    :class:`~optimizer.transforms.pipeline.TransformStep` per transform. For a search, ``recipe``
     describes the search (``relaxed(alpha=1.05)``), ``backend`` is ``search``, ``trace`` holds
-    one :class:`optimizer.search.search.TraceStep` (substitution, cost after it) per applied
-    substitution, and ``search`` the whole :meth:`SearchResult.to_dict` (stats, which graph was
-    returned, the end-to-end re-measurements). Both kinds of step have ``to_dict``.
+    one :class:`~optimizer.search.search.SubstitutionStep` (substitution, cost after it) per
+    applied substitution, and ``search`` the whole :meth:`SearchResult.to_dict` (stats, which
+    graph was returned, the end-to-end re-measurements). Both kinds of step have ``to_dict``.
     """
 
     model: FrozenModel
@@ -109,7 +111,7 @@ class SearchSettings:
 class OptimizeResult:
     source: str
     original: FrozenModel
-    candidate: Candidate
+    candidate: OptimizedGraph
     report: EquivalenceReport
     tolerance: Tolerance
 
@@ -175,7 +177,7 @@ def check_recipe(recipe: Recipe, backend: str | None = None) -> None:
         native_transforms(recipe.transforms)
 
 
-def apply_recipe(model: FrozenModel, recipe: Recipe, backend: str | None = None) -> Candidate:
+def apply_recipe(model: FrozenModel, recipe: Recipe, backend: str | None = None) -> OptimizedGraph:
     """The recipe's transforms applied in order to ``model``; each step in the trace."""
     check_recipe(recipe, backend)
     chosen = resolve_backend(recipe, backend)
@@ -185,14 +187,14 @@ def apply_recipe(model: FrozenModel, recipe: Recipe, backend: str | None = None)
         from optimizer.optimize.native_gtt import run_native_transforms
 
         optimized, trace = run_native_transforms(model, recipe.transforms)
-    return Candidate(model=optimized, recipe=recipe.text, backend=chosen, trace=tuple(trace))
+    return OptimizedGraph(model=optimized, recipe=recipe.text, backend=chosen, trace=tuple(trace))
 
 
 def search_candidate(model: FrozenModel, strategy: str = "relaxed", alpha: float = DEFAULT_ALPHA,
                      budget: int = DEFAULT_BUDGET,
                      time_budget: float = DEFAULT_TIME_BUDGET_SECONDS, cost: str = "model",
                      tolerance: Tolerance | None = None, remeasure_top: int = 3,
-                     cost_cache: str | os.PathLike | None = None) -> Candidate:
+                     cost_cache: str | os.PathLike | None = None) -> OptimizedGraph:
     """The cheapest graph equivalent to ``model``'s that a substitution search finds.
 
     ``greedy`` keeps only strictly cheaper graphs (alpha = 1); ``relaxed`` keeps graphs up to
@@ -228,11 +230,10 @@ GREEDY_SHARE_OF_TIME = 0.5
 
 
 def _search(model: FrozenModel, settings: SearchSettings, tolerance: Tolerance,
-            cost_cache=None) -> Candidate:
+            cost_cache=None) -> OptimizedGraph:
     from optimizer.search.cost import MeasuredCost, OpCostModel
     from optimizer.search.remeasure import remeasure
-    from optimizer.search.search import TraceStep as SearchStep
-    from optimizer.search.search import continued_from, relaxed_search
+    from optimizer.search.search import SubstitutionStep, continued_from, relaxed_search
 
     cost = OpCostModel(cache_path=cost_cache) if settings.cost == "model" else MeasuredCost(model)
     input_cost = cost.cost(model.graph_def)
@@ -240,7 +241,8 @@ def _search(model: FrozenModel, settings: SearchSettings, tolerance: Tolerance,
     cleaned = model
     for transform in build_transforms(Recipe.from_string(SEARCH_CLEANUP).transforms):
         cleaned, _ = run_transforms(cleaned, [transform])
-        cleanup.append(SearchStep(f"cleanup:{transform.describe()}", cost.cost(cleaned.graph_def)))
+        cleanup.append(SubstitutionStep(f"cleanup:{transform.describe()}",
+                                        cost.cost(cleaned.graph_def)))
     model = cleaned
 
     def progress(p) -> None:
@@ -282,14 +284,14 @@ def _search(model: FrozenModel, settings: SearchSettings, tolerance: Tolerance,
     search = {**result.to_dict(), "input_cost": input_cost,
               "trace": [step.to_dict() for step in trace], "cleanup": SEARCH_CLEANUP,
               "greedy_baseline": greedy.to_dict() if greedy is not None else None}
-    return Candidate(model=result.model, recipe=settings.describe(), backend=SEARCH_BACKEND,
+    return OptimizedGraph(model=result.model, recipe=settings.describe(), backend=SEARCH_BACKEND,
                      trace=trace, search=search)
 
 
 def evaluate(
     source: str | os.PathLike,
     original: FrozenModel,
-    candidate: Candidate,
+    candidate: OptimizedGraph,
     tolerance: Tolerance,
     signature_name: str = DEFAULT_SIGNATURE,
     *,
@@ -313,7 +315,7 @@ def equivalence_inputs(original: FrozenModel) -> list[dict]:
 
 
 def check_equivalence(source: str | os.PathLike, original: FrozenModel, inputs: list[dict],
-                      candidate: Candidate, tolerance: Tolerance,
+                      candidate: OptimizedGraph, tolerance: Tolerance,
                       signature_name: str = DEFAULT_SIGNATURE, load_candidate=None, *,
                       policy: ScanPolicy = DEFAULT_POLICY) -> OptimizeResult:
     """:func:`evaluate` on inputs already made (the original may be an outline by then);

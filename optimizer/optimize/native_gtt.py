@@ -22,7 +22,7 @@ from optimizer.errors import TfoptError, first_line
 from optimizer.model.frozen import FrozenModel
 from optimizer.optimize.gtt_syntax import TransformSpec, format_transforms, parse_transforms
 from optimizer.transforms.base import Transform, TransformConfigError, TransformContext
-from optimizer.transforms.pipeline import TraceStep, TransformFailed, run_transforms
+from optimizer.transforms.pipeline import TransformFailed, TransformStep, run_transforms
 
 BINDING_MODULE = "tensorflow.python.util._pywrap_transform_graph"
 
@@ -137,7 +137,7 @@ def _check_signature_nodes(before: FrozenModel, after: FrozenModel) -> None:
 
 
 def run_native_transforms(model: FrozenModel, specs: Iterable[TransformSpec]
-                          ) -> tuple[FrozenModel, list[TraceStep]]:
+                          ) -> tuple[FrozenModel, list[TransformStep]]:
     """Like :func:`optimizer.transforms.pipeline.run_transforms`, with GTT doing each step."""
     result, trace = run_transforms(model, native_transforms(specs))
     _check_signature_nodes(model, result)
