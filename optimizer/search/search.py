@@ -52,8 +52,7 @@ PROGRESS_EVERY_SECONDS = 5.0
 
 @dataclass(frozen=True)
 class SubstitutionStep:
-    """One step of a search's trace: the substitution applied, and the graph's cost after it.
-    (A recipe's step is :class:`optimizer.transforms.pipeline.TransformStep`.)"""
+    """One step of a search's trace: the substitution applied, and the graph's cost after it."""
 
     substitution: str
     cost: float
