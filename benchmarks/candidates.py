@@ -63,11 +63,11 @@ def build_candidates(name: str, workdir: Path):
     path, as ``tfopt optimize --targets savedmodel,litert`` builds them. Full int8 calibrates on
     the eval data's inputs, else on inputs generated from the signature (tagged synthetic)."""
     from optimizer.candidates.build import (
-        Candidate,
         CandidateSettings,
         derive_candidates,
         savedmodel_load_instructions,
     )
+    from optimizer.candidates.candidate import Candidate
     from optimizer.inputs.calibration import choose_calibration
     from optimizer.model.savedmodel import get_signature
     from optimizer.optimize.flow import optimize, write_optimized

@@ -89,12 +89,8 @@ def main() -> int:
     from optimizer.inputs.generated import make_inputs
     from optimizer.model.export import write_saved_model
     from optimizer.model.freeze import freeze
-    from optimizer.optimize.recipe import (
-        GTT_INFERENCE_RECIPE,
-        INFERENCE_RECIPE,
-        Recipe,
-        build_transforms,
-    )
+    from optimizer.optimize.recipe import GTT_INFERENCE_RECIPE, INFERENCE_RECIPE, Recipe
+    from optimizer.optimize.recipe_building import build_transforms
     from optimizer.runtime import load_runner
     from optimizer.transforms.pipeline import run_transforms
 

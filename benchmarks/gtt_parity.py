@@ -64,7 +64,8 @@ def measure(name: str, workdir: Path) -> dict:
     from optimizer.inputs.generated import make_inputs
     from optimizer.model.freeze import freeze
     from optimizer.optimize.native_gtt import run_native_recipe
-    from optimizer.optimize.recipe import INFERENCE_RECIPE, Recipe, build_transforms
+    from optimizer.optimize.recipe import INFERENCE_RECIPE, Recipe
+    from optimizer.optimize.recipe_building import build_transforms
     from optimizer.runtime import load_runner
     from optimizer.transforms.pipeline import run_transforms
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Self, TypeVar
 
+from optimizer.candidates.candidate import Candidate
+
 T = TypeVar("T", bound="Record")
 
 
@@ -57,42 +59,39 @@ class ChampionModel(Record):
         return f"champion-v{self.version}"
 
 
-@dataclass(frozen=True)
-class CandidateModel(Record):
-    """A model made from the source. The frozen and optimized float32 SavedModels were checked
-    for equivalence before they were written; the ones derived from the optimized one (bf16,
-    XLA, LiteRT: ``derived`` of the optimize step's output, see optimizer/candidates/build.py) are
-    judged by the evaluation's accuracy instead."""
+@dataclass(frozen=True, kw_only=True)
+class CandidateModel(Record, Candidate):
+    """A candidate (:class:`optimizer.candidates.candidate.Candidate`: what it is, where it is,
+    what runs it) as the step that made it records it, with its provenance. The frozen and
+    optimized float32 SavedModels were checked for equivalence before they were written; the
+    ones derived from the optimized one (bf16, XLA, LiteRT, ONNX, OpenVINO: ``derived`` of the
+    optimize step's output, see optimizer/candidates/build.py) are judged by the evaluation's
+    accuracy instead."""
 
-    label: str
-    path: str  # a SavedModel directory, or a model file (.tflite, .onnx, .xml)
+    # A frozen or optimized model is a float32 SavedModel that TensorFlow runs.
+    target: str = "savedmodel"
+    variant: str = "fp32"
+    format: str = "savedmodel"
+    runtime: str = "tensorflow"
+    how_to_load: str = ""
     kind: str  # frozen | optimized | derived
     digest: str
     recipe: str | None = None
     equivalence: dict[str, Any] = field(default_factory=dict)
     trace: list[dict[str, Any]] = field(default_factory=list)
-    target: str = "savedmodel"  # savedmodel | litert | onnx | openvino
-    variant: str = "fp32"  # fp32 | bf16 | xla | the LiteRT, ONNX or OpenVINO flavour
-    format: str = "savedmodel"  # savedmodel | tflite | onnx | openvino
-    runtime: str = "tensorflow"  # tensorflow | tensorflow+xla | ai-edge-litert | onnxruntime...
-    how_to_load: str = ""
-    calibration: str | None = None  # int8 calibrated on "data" or "synthetic" inputs; else None
     derived: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)  # {label, reason}
 
-    @property
-    def artifact_dir(self) -> str:
-        """The directory holding everything of this candidate: what gets published."""
-        from optimizer.candidates.build import artifact_dir
+    @classmethod
+    def made(cls, candidate: Candidate, **provenance: Any) -> CandidateModel:
+        """``candidate``, a builder's, with what the step records of it (``kind``, ``digest``...)."""
+        return cls(**{f.name: getattr(candidate, f.name) for f in fields(Candidate)},
+                   **provenance)
 
-        return str(artifact_dir(self.path, self.format))
-
-    def tag(self) -> dict[str, str | None]:
-        """What the candidate is, as :class:`optimizer.candidates.build.Candidate` fields: carried
-        by the benchmark and evaluate records so the gate's table says it, not a guess."""
-        return {"label": self.label, "target": self.target, "variant": self.variant,
-                "format": self.format, "runtime": self.runtime, "path": self.path,
-                "how_to_load": self.how_to_load, "calibration": self.calibration}
+    def candidate(self) -> Candidate:
+        """The candidate alone, as the benchmark and evaluate records carry it so that the
+        gate's table says what each is, not a guess."""
+        return Candidate(**{f.name: getattr(self, f.name) for f in fields(Candidate)})
 
 
 def candidate_models(*models: CandidateModel) -> list[CandidateModel]:
@@ -121,7 +120,7 @@ class BenchmarkOutput(Record):
     baseline_format: str = "savedmodel"
     baseline_runtime: str = "tensorflow"
     candidate_paths: dict[str, str] = field(default_factory=dict)  # label -> model path
-    candidate_tags: list[dict[str, str | None]] = field(default_factory=list)  # .tag()
+    candidate_tags: list[dict[str, str | None]] = field(default_factory=list)  # each .candidate()
     # The candidates measured (CandidateModel.to_dict()), carried on so that publish, at the
     # end, reads them from the gate's record instead of reaching back to freeze and optimize.
     candidates: list[dict[str, Any]] = field(default_factory=list)

@@ -60,22 +60,19 @@ def run_pipeline(config: PipelineConfig, run_context: dict[str, Any] | None = No
                  publish_results: bool = True) -> PipelineOutcome:
     """Every step; without ``publish_results``, no registry is asked: the candidates are
     judged against the input and nothing is published."""
-    from optimizer.model.op_scan import using_policy
     from optimizer.system.free_memory import return_freed_memory
 
     steps = NAMES if publish_results else NAMES[:NAMES.index("publish")]
     started = time.perf_counter()
     outputs: dict[str, dict] = {}
-    # Every model read in this run (the pull's scan first) applies the config's security.
-    with using_policy(config.security.scan_policy()):
-        for n, name in enumerate(steps, 1):
-            log.info("[%d/%d] %s (%.0fs)", n, len(NAMES), name, time.perf_counter() - started)
-            outputs[name] = run_step(name, config, outputs, run_context,
-                                     offline=not publish_results)
-            return_freed_memory()  # what the step held and freed, before the next one adds its own
-            cost = outputs[name][COSTS_KEY][name]
-            log.info("%s: %.1fs, peak memory %s", name, cost["wall_seconds"],
-                     _gib(cost.get("peak_rss_bytes")))
+    for n, name in enumerate(steps, 1):
+        log.info("[%d/%d] %s (%.0fs)", n, len(NAMES), name, time.perf_counter() - started)
+        outputs[name] = run_step(name, config, outputs, run_context,
+                                 offline=not publish_results)
+        return_freed_memory()  # what the step held and freed, before the next one adds its own
+        cost = outputs[name][COSTS_KEY][name]
+        log.info("%s: %.1fs, peak memory %s", name, cost["wall_seconds"],
+                 _gib(cost.get("peak_rss_bytes")))
     evaluation = EvaluationOutput.from_dict(outputs["evaluate"])
     return PipelineOutcome(
         pulled=PulledModel.from_dict(outputs["pull"]),

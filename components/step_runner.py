@@ -70,15 +70,15 @@ def run_step(name: str, config: PipelineConfig, inputs: dict[str, Any] | None = 
     those of every step before it (so publish, reading only some outputs, has them all).
     ``offline``: no registry, so no champion to judge against (``tfopt run`` without publish).
     """
-    from optimizer.model.op_scan import using_policy
     from optimizer.system.process_tree import TreeMeter
 
     step = step_named(name)
     inputs = inputs or {}
     _require(step, inputs)
     costs = inherited_costs(inputs)
-    # Every model this step reads applies the config's security (see optimizer.model.op_scan).
-    with using_policy(config.security.scan_policy()), TreeMeter() as meter:
+    # Every model the step reads is scanned under config.security.scan_policy(), which the step
+    # passes down to each read (optimizer.model.op_scan).
+    with TreeMeter() as meter:
         output = _run(step, config, inputs, run_context or {}, costs, offline)
     result = {**output.to_dict(), COSTS_KEY: {**costs, name: meter.cost.to_dict()}}
     if name == "pull" and output.size_bytes is not None:

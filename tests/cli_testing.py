@@ -31,7 +31,7 @@ def assert_chosen_is_the_fastest_or_a_more_precise_tie(rows: dict, chosen: str):
     """The gate serves the fastest promoted candidate, unless one whose speedup interval overlaps
     the fastest one's keeps more precision (optimizer.gate.near_ties): whichever it chose, the table's
     figures must say why."""
-    from optimizer.gate.near_ties import precision_rank
+    from optimizer.gate.near_ties import precision_of_label, precision_rank
 
     promoted = [r for r in rows.values() if r["verdict"] in ("chosen", "passed")]
     fastest = max(promoted, key=lambda r: r["speedup"])
@@ -39,5 +39,6 @@ def assert_chosen_is_the_fastest_or_a_more_precise_tie(rows: dict, chosen: str):
         return
     (low, high), (f_low, f_high) = rows[chosen]["ratio_interval"], fastest["ratio_interval"]
     assert low <= f_high and f_low <= high, f"{chosen} is slower than {fastest['label']}, no tie"
-    assert precision_rank(chosen) < precision_rank(fastest["label"]), (
+    assert (precision_rank(precision_of_label(chosen))
+            < precision_rank(precision_of_label(fastest["label"]))), (
         f"{chosen} was chosen over the faster {fastest['label']} without more precision")

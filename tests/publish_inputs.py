@@ -64,7 +64,7 @@ def judge(root: Path, baseline: Path, candidates: list, gate_config=None, **benc
     the evaluate and gate steps write them."""
     from components.artifacts import EvaluationOutput, GateOutput
     from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-    from optimizer.candidates.build import Candidate
+    from optimizer.candidates.candidate import Candidate
     from optimizer.gate.selection import candidate_rows
     from optimizer.gate.verdict import GateConfig, evaluate_gate
     from optimizer.report.write import write_report
@@ -80,7 +80,7 @@ def judge(root: Path, baseline: Path, candidates: list, gate_config=None, **benc
         Subject.baseline(baseline, label="input"),
         [Subject.candidate(c.path, label=c.label, format=c.format) for c in candidates],
         BenchmarkConfig(**settings))
-    tags = [c.tag() for c in candidates]
+    tags = [c.candidate().to_dict() for c in candidates]
     evaluation = EvaluationOutput(result_path=str(result.save(root / "evaluation.json")),
                                   has_labels=False, metric="top1", candidate_tags=tags,
                                   candidates=[c.to_dict() for c in candidates])
@@ -89,7 +89,7 @@ def judge(root: Path, baseline: Path, candidates: list, gate_config=None, **benc
     verdict_path.write_text(json.dumps(decision.to_dict(), indent=2))
     report = write_report(result, root / "report", decision,
                           candidate_rows=candidate_rows(result, decision,
-                                                        [Candidate(**t) for t in tags]))
+                                                        [Candidate.from_dict(t) for t in tags]))
     shown = decision.verdict(decision.chosen) if decision.chosen else decision.verdicts[0]
     gate = GateOutput(promote=decision.promote, chosen=decision.chosen,
                       chosen_path=result.candidate(decision.chosen).path

@@ -73,8 +73,9 @@ def test_calibration_data_and_block_size_have_defaults_and_change_the_fingerprin
 
 
 def test_the_native_backend_defaults_to_gtts_own_recipe_and_keeps_a_given_one():
+    from optimizer.optimize.gtt_syntax import parse_transforms
     from optimizer.optimize.native_gtt import KNOWN_NATIVE_TRANSFORMS
-    from optimizer.optimize.recipe import GTT_INFERENCE_RECIPE, INFERENCE_RECIPE, parse_transforms
+    from optimizer.optimize.recipe import GTT_INFERENCE_RECIPE, INFERENCE_RECIPE
 
     native = config_from_mapping({"source": "/m", "optimize": {"backend": "native"}})
     assert native.optimize.recipe == GTT_INFERENCE_RECIPE

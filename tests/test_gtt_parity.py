@@ -20,7 +20,8 @@ from optimizer.graph.names import is_control_input, node_name_from_input
 from optimizer.inputs.generated import make_inputs
 from optimizer.model.freeze import freeze
 from optimizer.optimize.native_gtt import run_native_recipe
-from optimizer.optimize.recipe import GTT_INFERENCE_RECIPE, Recipe, build_transforms
+from optimizer.optimize.recipe import GTT_INFERENCE_RECIPE, Recipe
+from optimizer.optimize.recipe_building import build_transforms
 from optimizer.runtime import load_runner
 from optimizer.transforms.pipeline import run_transforms
 

@@ -201,10 +201,14 @@ def test_the_pipeline_module_imports_only_kfp_the_standard_library_and_the_step_
     assert {name.split(".")[0] for name in _imports(MODULE)} == {"kfp", "components"}
     assert {name for name in _imports(MODULE) if name.startswith("components")} == {
         "components.step_table"}
-    # ... which the Kubeflow environment can import: the standard library and the records.
+    # ... which the Kubeflow environment can import: the standard library and the records,
+    # the candidate record among them.
     table = REPO / "components" / "step_table.py"
     assert _imports(table) == {"components", "components.artifacts"}
-    assert _imports(REPO / "components" / "artifacts.py") == set()
+    assert _imports(REPO / "components" / "artifacts.py") == {"optimizer.candidates.candidate"}
+    assert _imports(REPO / "optimizer" / "candidates" / "candidate.py") == set()
+    for package in ("optimizer", "optimizer/candidates"):
+        assert _imports(REPO / package / "__init__.py") == set()
 
 
 def test_nothing_in_the_main_environment_imports_the_pipeline_module():

@@ -23,7 +23,7 @@ from components.config import config_from_mapping
 from components.step_runner import run_step
 from optimizer.errors import CorruptSavedModelError, OversizedSavedModelError, TfoptError
 from optimizer.files import bounded_parse
-from optimizer.model.op_scan import MIB, ScanPolicy
+from optimizer.model.op_scan import DEFAULT_POLICY, MIB, ScanPolicy
 from optimizer.model.savedmodel import describe, read_saved_model_proto
 
 GIB = 1 << 30
@@ -70,7 +70,7 @@ def _model(tmp_path, name, data: bytes | None = None, sparse: int | None = None,
     return root
 
 
-def _one_line_error(path, policy=None, expected=TfoptError) -> str:
+def _one_line_error(path, policy=DEFAULT_POLICY, expected=TfoptError) -> str:
     with pytest.raises(expected) as caught:
         read_saved_model_proto(path, policy)
     message = str(caught.value)

@@ -7,7 +7,7 @@ from graph_testing import assert_same_outputs, build_graph, op_counts, tf
 
 from optimizer.model.freeze import freeze
 from optimizer.optimize import native_gtt
-from optimizer.optimize.recipe import RecipeSyntaxError, parse_transforms
+from optimizer.optimize.gtt_syntax import RecipeSyntaxError, parse_transforms
 from optimizer.transforms.pipeline import TransformFailed
 from optimizer.verify.equivalence import compare
 

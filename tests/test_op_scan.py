@@ -8,8 +8,6 @@ signature, a restore op that also saves to a path of the model's choosing).
 """
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,13 +22,13 @@ from optimizer.model.export import write_saved_model
 from optimizer.model.freeze import freeze
 from optimizer.model.op_scan import (
     CONDITIONAL_OPS,
+    DEFAULT_POLICY,
     DENIED_OPS,
     ScanPolicy,
     ScanPolicyError,
     find_dangerous_ops,
-    using_policy,
 )
-from optimizer.model.savedmodel import read_saved_model_proto
+from optimizer.model.savedmodel import get_signature, read_saved_model_proto
 from optimizer.tf_runtime import import_tensorflow
 
 tf = import_tensorflow()
@@ -149,7 +147,7 @@ def _rewrite(path, change) -> None:
     pb.write_bytes(proto.SerializeToString())
 
 
-def _refusal(path, policy=None) -> str:
+def _refusal(path, policy=DEFAULT_POLICY) -> str:
     with pytest.raises(DangerousOpError) as caught:
         read_saved_model_proto(path, policy)
     message = str(caught.value)
@@ -315,22 +313,34 @@ def test_allowing_the_op_lets_a_trusted_model_through(hostile):
     path, op = hostile("read_file")
     trusting = ScanPolicy.create([op])
     assert find_dangerous_ops(read_saved_model_proto(path, trusting), trusting) == []
-    with using_policy(ScanPolicy.create([op])):
-        read_saved_model_proto(path)
-    _refusal(path)  # the block's policy ended with it
+    assert get_signature(path, policy=trusting).input_keys == ["x"]
+    _refusal(path)  # a read given no policy applies the default one: nothing lingers
 
 
-def test_processes_started_under_a_policy_apply_it_and_others_do_not():
-    """Runtime-tuning probes and other workers read models in processes of their own."""
-    code = ("from types import SimpleNamespace as Node; "
-            "from optimizer.model.op_scan import current_policy; "
-            "print(current_policy().refusal(Node(op='ReadFile', attr={})))")
-    probe = [sys.executable, "-c", code]
-    with using_policy(ScanPolicy.create(["ReadFile"])):
-        inside = subprocess.run(probe, check=False, capture_output=True, text=True, timeout=60)
-    outside = subprocess.run(probe, check=False, capture_output=True, text=True, timeout=60)
-    assert (inside.stdout.strip(), outside.stdout.strip()) == ("None", "reads files"), (
-        inside.stderr, outside.stderr)
+def test_a_policy_given_to_optimize_reaches_the_scan_in_its_worker_process(hostile):
+    """The policy is part of the worker's job, not of this process's state or environment.
+    Asked for a signature the model lacks, the worker answers with the first check that fails
+    when it reads the source: the scan without the policy, the signature with it (past the
+    scan, before TensorFlow would load the model)."""
+    from optimizer.errors import UnknownSignatureError
+    from optimizer.optimize.flow import optimize
+
+    path, op = hostile("read_file")
+    with pytest.raises(DangerousOpError, match=f"op {op}"):
+        optimize(path, "strip_unused_nodes", "no_such_signature", in_worker=True)
+    with pytest.raises(UnknownSignatureError, match="no_such_signature"):
+        optimize(path, "strip_unused_nodes", "no_such_signature", in_worker=True,
+                 policy=ScanPolicy.create([op]))
+
+
+def test_a_policy_crosses_to_json_speaking_workers_unchanged():
+    """Runtime-tuning probes get the policy in their JSON arguments (records.py's form)."""
+    import json
+
+    from optimizer.files.records import record_from_dict, record_to_dict
+
+    policy = ScanPolicy.create(["ReadFile"], ["Conv2D"], max_pb_bytes=1234)
+    assert record_from_dict(ScanPolicy, json.loads(json.dumps(record_to_dict(policy)))) == policy
 
 
 def test_a_frozen_lstm_s_loop_bodies_are_scanned(model_dir, tmp_path):
@@ -373,10 +383,10 @@ def test_freeze_refuses_a_model_that_writes_on_call_and_nothing_runs(hostile):
     with pytest.raises(DangerousOpError, match="op WriteFile"):
         freeze(path)
     assert not hostile.marker.exists()
-    with using_policy(ScanPolicy.create(["WriteFile"])):  # control: allowed, it does write
-        from optimizer.runtime import load_runner
+    from optimizer.runtime import load_runner
 
-        load_runner(path)({"x": np.ones((1, 2), np.float32)})
+    # control: allowed, it does write
+    load_runner(path, policy=ScanPolicy.create(["WriteFile"]))({"x": np.ones((1, 2), np.float32)})
     assert hostile.marker.read_text() == "pwned"
     hostile.marker.unlink()
 

@@ -5,20 +5,15 @@ import pytest
 from graph_testing import build_graph, context, run_graph, tf
 
 from optimizer.errors import TfoptError
-from optimizer.optimize.recipe import (
-    DEPLOYMENT_RECIPE,
-    GTT_INFERENCE_RECIPE,
-    INFERENCE_RECIPE,
-    IgnoringErrors,
-    RecipeFileError,
+from optimizer.optimize.gtt_syntax import (
     RecipeSyntaxError,
     TransformSpec,
-    build_transforms,
     format_transforms,
-    load_recipe_file,
     parse_transforms,
-    parse_yaml_transforms,
 )
+from optimizer.optimize.recipe import DEPLOYMENT_RECIPE, GTT_INFERENCE_RECIPE, INFERENCE_RECIPE
+from optimizer.optimize.recipe_building import IgnoringErrors, build_transforms
+from optimizer.optimize.recipe_yaml import RecipeFileError, load_recipe_file, parse_yaml_transforms
 from optimizer.transforms import registry
 from optimizer.transforms.base import TransformConfigError
 from optimizer.verify.tolerance import Tolerance, ToleranceError

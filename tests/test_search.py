@@ -427,7 +427,7 @@ def test_a_search_continued_from_another_reads_as_one_search_from_its_input():
     assert joined.input_cost == first.input_cost == START_COST + 2
     assert joined.cost == CANCELLED_COST and joined.model is then.model
     assert joined.stats.expansions == first.stats.expansions + then.stats.expansions
-    assert all(c.trace[:len(first.trace)] == first.trace for c in joined.candidates)
+    assert all(c.trace[:len(first.trace)] == first.trace for c in joined.kept)
     # nothing better found after greedy: greedy's graph, under greedy's name
     idle = relaxed_search(first.model, [DropMarker()], FakeCost(), alpha=1.1, budget=5)
     assert idle.returned == "input"

@@ -7,9 +7,9 @@ import pytest
 from benchmark_testing import noisy_samples, synthetic_result, top1_fidelity, with_damaged_weights
 
 from optimizer.benchmark.harness import BenchmarkConfig
-from optimizer.candidates.build import Candidate
+from optimizer.candidates.candidate import Candidate
 from optimizer.candidates.litert.convert import convert_to_litert
-from optimizer.gate.near_ties import precision_rank
+from optimizer.gate.near_ties import precision_of_label, precision_rank
 from optimizer.gate.selection import select_candidate
 from optimizer.gate.verdict import GateConfig, evaluate_gate
 from optimizer.model.export import write_saved_model
@@ -83,10 +83,34 @@ def _timed(speedups: dict[str, float], noise: float = 0.05):
 
 
 def test_precision_rank_orders_float32_reduced_floats_and_int8():
-    assert [precision_rank(label) for label in
+    assert [precision_rank(precision_of_label(label)) for label in
             ("optimized", "xla", "litert_fp32", "onnx_optimized", "bf16", "litert_fp16",
              "openvino_bf16", "litert_dynamic_int8", "onnx_static_int8", "openvino_int8")
             ] == [0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
+
+
+def test_a_candidate_s_precision_is_read_from_its_variant_not_its_label(tmp_path):
+    from optimizer.candidates.candidate import FLOAT32, INT8, REDUCED_FLOAT
+
+    def made(label, variant):
+        return Candidate(label, "litert", variant, "tflite", "ai-edge-litert",
+                         str(tmp_path / label / "model.tflite"), "")
+
+    assert [made("plain", v).precision for v in ("fp32", "fp16", "full_int8")] == [
+        FLOAT32, REDUCED_FLOAT, INT8]
+    assert made("litert_int8_but_float", "fp32").precision == FLOAT32
+
+
+def test_in_a_tie_the_records_precision_decides_where_labels_say_nothing():
+    from optimizer.candidates.candidate import FLOAT32, INT8, REDUCED_FLOAT
+
+    # timed as in the test below, where litert_fp32 ties with a faster fp16 and int8
+    result = _timed({"a": 20.2, "b": 20.4, "c": 20.0, "d": 1.5})
+    by_label = evaluate_gate(result)
+    fastest = max(by_label.verdicts, key=lambda v: v.speedup).candidate
+    assert fastest != "c" and by_label.chosen == fastest  # all equal by label: the fastest
+    precisions = {"a": REDUCED_FLOAT, "b": INT8, "c": FLOAT32, "d": REDUCED_FLOAT}
+    assert evaluate_gate(result, precisions=precisions).chosen == "c"
 
 
 def test_among_overlapping_intervals_the_most_precise_candidate_is_chosen():

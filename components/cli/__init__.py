@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 
-from components.cli import model_scan_flags, native_log_filter
+from components.cli import native_log_filter
 
 # Command name -> module under components.cli. Adding a command: a module and a line here.
 COMMANDS = {
@@ -66,8 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     _configure_logging(args.verbose)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        with model_scan_flags.scan_policy_for(args):
-            return int(args.run(args) or 0)
+        return int(args.run(args) or 0)
     except TfoptError as exc:
         print(f"tfopt: error: {exc}", file=sys.stderr)
         return exc.exit_code

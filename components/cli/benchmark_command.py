@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.cli.model_scan_flags import add_allow_op_argument
+from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
 from components.cli.output import human_bytes, table
 from optimizer.benchmark.settings import BenchmarkConfig
 from optimizer.files.records import default_of
@@ -95,15 +95,15 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _check_inputs(args) -> None:
+def _check_inputs(args, policy) -> None:
     """Fail on bad paths and options before TensorFlow starts or anything is timed."""
     from optimizer.errors import InvalidInputsError
     from optimizer.model.savedmodel import get_signature
     from optimizer.verify.evaluation import get_metric
 
-    baseline = get_signature(args.baseline, args.signature)
+    baseline = get_signature(args.baseline, args.signature, policy=policy)
     for path in args.candidates:
-        signature = get_signature(path, args.signature)
+        signature = get_signature(path, args.signature, policy=policy)
         if not signature.same_contract(baseline):
             raise InvalidInputsError(f"{path} has signature {signature.describe()}, but the "
                                      f"baseline has {baseline.describe()}")
@@ -141,7 +141,8 @@ def run(args) -> int:
     from optimizer.model.savedmodel import get_signature
     from optimizer.verify.evaluation import load_labelled_data
 
-    _check_inputs(args)
+    policy = scan_policy(args)
+    _check_inputs(args, policy)
     config = BenchmarkConfig(batch_sizes=args.batch_sizes, warmup=args.warmup,
                              min_runs=args.min_runs, min_seconds=args.min_seconds,
                              block_size=args.block_size, block_seconds=args.block_seconds,
@@ -151,8 +152,8 @@ def run(args) -> int:
     gate_config = load_gate_config(args.gate_config) if args.gate_config else GateConfig()
     eval_data = None
     if args.eval_data:
-        eval_data = load_labelled_data(args.eval_data, get_signature(args.baseline,
-                                                                     args.signature))
+        eval_data = load_labelled_data(args.eval_data, get_signature(
+            args.baseline, args.signature, policy=policy))
     runtime = apply_runtime_settings(settings)
 
     from optimizer.benchmark.harness import Subject, run_benchmark
@@ -160,13 +161,14 @@ def run(args) -> int:
 
     result = run_benchmark(Subject.baseline(args.baseline, args.baseline_role),
                            [Subject.candidate(c) for c in args.candidates], config,
-                           runtime=runtime, eval_data=eval_data, progress=_progress)
+                           runtime=runtime, eval_data=eval_data, progress=_progress,
+                           policy=policy)
     if args.json_out:
         result.save(args.json_out)
     decision = evaluate_gate(result, gate_config)
     _print_summary(result, decision)
     if args.report:
-        profiles = [] if args.no_profile else _profiles(result, decision, eval_data)
+        profiles = [] if args.no_profile else _profiles(result, decision, eval_data, policy)
         from optimizer.report.write import write_report
 
         files = write_report(result, args.report, decision, profiles)
@@ -176,13 +178,13 @@ def run(args) -> int:
     return 0
 
 
-def _profiles(result, decision, eval_data):
+def _profiles(result, decision, eval_data, policy):
     from optimizer.inputs.generated import make_inputs
     from optimizer.model.savedmodel import get_signature
     from optimizer.report.profile import profile_baseline_and_candidate
 
     target = decision.chosen or max(decision.verdicts, key=lambda v: v.speedup or 0).candidate
-    signature = get_signature(result.baseline.path, result.settings.signature)
+    signature = get_signature(result.baseline.path, result.settings.signature, policy=policy)
     batch = min(result.settings.batch_sizes)
     if eval_data is not None and len(signature.inputs) == 1:
         spec = signature.inputs[0]
@@ -190,7 +192,7 @@ def _profiles(result, decision, eval_data):
     else:
         feeds = make_inputs(signature, batch)
     _progress(f"profiling ops of {result.baseline.label} and {target}")
-    return profile_baseline_and_candidate(result, target, feeds)
+    return profile_baseline_and_candidate(result, target, feeds, policy=policy)
 
 
 def _print_summary(result, decision) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from components.cli.model_scan_flags import add_allow_op_argument
+from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
 from components.cli.output import human_bytes
 
 
@@ -31,8 +31,9 @@ def run(args) -> int:
     from optimizer.verify.equivalence import compare
 
     check_writable(args.dst, args.overwrite)
-    frozen = freeze(args.src, args.signature)
-    report = compare(args.src, frozen, signature_name=args.signature)
+    policy = scan_policy(args)
+    frozen = freeze(args.src, args.signature, policy=policy)
+    report = compare(args.src, frozen, signature_name=args.signature, policy=policy)
     print(f"equivalence  {report.summary()}")
     if not report.within(atol=args.atol):
         raise EquivalenceError(

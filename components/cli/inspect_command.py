@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from components.cli.model_scan_flags import add_allow_op_argument
+from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
 from components.cli.output import human_bytes, op_histogram_table
 
 
@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from optimizer.model.savedmodel import describe
 
-    info = describe(args.src)
+    info = describe(args.src, policy=scan_policy(args))
     if args.json:
         print(json.dumps(info.to_dict(), indent=2))
         return 0

@@ -1,12 +1,11 @@
 """``--allow-op OP``: lift the model scan's refusal of an op type for one command.
 
 Every command that reads a model scans it first (:mod:`optimizer.model.op_scan`); a model that needs
-one of the refused ops, and whose source is trusted, passes with ``--allow-op`` for each op.
+one of the refused ops, and whose source is trusted, passes with ``--allow-op`` for each op. The
+command passes :func:`scan_policy` to every function that reads a model.
 """
 
 from __future__ import annotations
-
-import contextlib
 
 
 def add_allow_op_argument(parser) -> None:
@@ -16,10 +15,8 @@ def add_allow_op_argument(parser) -> None:
                                            "access); repeatable")
 
 
-def scan_policy_for(args):
-    """The policy ``args`` asks for, in force for the command; a no-op for other commands."""
-    from optimizer.model.op_scan import ScanPolicy, using_policy
+def scan_policy(args):
+    """The model scan's policy that ``args`` (``--allow-op``) asks for."""
+    from optimizer.model.op_scan import ScanPolicy
 
-    if not hasattr(args, "allow_ops"):
-        return contextlib.nullcontext()
-    return using_policy(ScanPolicy.create(args.allow_ops))
+    return ScanPolicy.create(args.allow_ops)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import get_args
 
-from components.cli.model_scan_flags import add_allow_op_argument
+from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
 from components.cli.optimize_targets import add_arguments as add_target_arguments
 from components.cli.output import human_bytes, op_histogram_table, table
 from optimizer.files.records import default_of
@@ -104,7 +104,8 @@ def _search_settings(args):
 
 
 def _recipe(args):
-    from optimizer.optimize.recipe import Recipe, default_recipe, load_recipe_file
+    from optimizer.optimize.recipe import Recipe, default_recipe
+    from optimizer.optimize.recipe_yaml import load_recipe_file
     from optimizer.transforms.base import TransformConfigError
 
     if args.targets is not None and args.transforms is None and args.config is None:
@@ -264,7 +265,8 @@ def _run(args, costs: dict) -> int:
 
     with TreeMeter() as meter:
         result = optimize(args.src, recipe, signature_name=args.signature, tolerance=tolerance,
-                          backend=args.backend, search=search, in_worker=in_worker)
+                          backend=args.backend, search=search, in_worker=in_worker,
+                          policy=scan_policy(args))
     costs["optimize"] = meter.cost
     # A big model's candidates are built and timed in workers, each applying the default
     # thread settings itself: this process starts no TensorFlow (0.65 GiB) beside them.

@@ -26,6 +26,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from components.cli.model_scan_flags import scan_policy
 from components.cli.output import human_bytes, table
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,8 @@ def check_arguments(args) -> None:
 
     parse_targets(args.targets)
     if args.calibration_data is not None:
-        read_inputs(args.calibration_data, get_signature(args.src, args.signature))
+        read_inputs(args.calibration_data,
+                    get_signature(args.src, args.signature, policy=scan_policy(args)))
 
 
 def _calibration(signature, args, settings):
@@ -107,12 +109,12 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> i
     :class:`~optimizer.system.process_tree.Cost`."""
     from optimizer.benchmark.harness import BenchmarkConfig
     from optimizer.candidates.build import (
-        Candidate,
         CandidateSettings,
         derive_candidates,
         parse_targets,
         savedmodel_load_instructions,
     )
+    from optimizer.candidates.candidate import Candidate
     from optimizer.files.atomic import atomic_directory, check_writable
     from optimizer.gate.selection import select_candidate
     from optimizer.gate.verdict import EXIT_REJECT, GateConfig
@@ -122,9 +124,10 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> i
     from optimizer.verify.evaluation import load_labelled_data
 
     settings = CandidateSettings(targets=parse_targets(args.targets))
+    policy = scan_policy(args)
     gate = GateConfig(max_accuracy_drop_abs=args.accuracy_budget, min_speedup=args.min_speedup)
     dst = check_writable(args.dst, args.overwrite)
-    signature = get_signature(args.src, args.signature)
+    signature = get_signature(args.src, args.signature, policy=policy)
     eval_data = (load_labelled_data(args.eval_data, signature)
                  if args.eval_data is not None else None)
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -140,7 +143,7 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> i
             derived, skipped = derive_candidates(
                 args.src, result.candidate.model, workdir, settings, signature=args.signature,
                 calibration=_calibration(signature, args, settings),
-                budget=getattr(args, "budget", None))
+                budget=getattr(args, "budget", None), policy=policy)
         costs["candidates"] = meter.cost
         candidates = ([optimized] if "savedmodel" in settings.targets else []) + derived
         with TreeMeter() as meter:
@@ -149,7 +152,7 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> i
                 BenchmarkConfig(min_seconds=args.seconds, signature=args.signature),
                 skipped=skipped, eval_data=eval_data, runtime=runtime,
                 progress=lambda message: log.info("benchmark: %s", message),
-                budget=getattr(args, "budget", None))
+                budget=getattr(args, "budget", None), policy=policy)
         costs["benchmark+evaluate"] = meter.cost
         rows = selection.rows()
         _print_rows(rows)
@@ -165,7 +168,7 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> i
             selection.write_json(staging / CANDIDATES_FILE, kept={chosen.label: str(final)})
             if args.tune:
                 _tune(staging, staging / Path(chosen.path).name if is_file else staging,
-                      args.signature)
+                      args.signature, policy)
         print(f"chosen       {chosen.label} ({chosen.format}, {chosen.runtime}): "
               f"{selection.decision.verdict(chosen.label).speedup:.2f}x vs {args.src}")
         print(f"load with    {chosen.how_to_load.strip().splitlines()[-1]}")
@@ -175,11 +178,12 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> i
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _tune(directory: Path, model_path: Path, signature: str) -> None:
+def _tune(directory: Path, model_path: Path, signature: str, policy) -> None:
     from optimizer.runtime_tuning import RUNTIME_SETTINGS_FILE, tune_runtime
 
     settings = tune_runtime(model_path, signature=signature,
-                            progress=lambda message: log.info("tuning: %s", message))
+                            progress=lambda message: log.info("tuning: %s", message),
+                            policy=policy)
     settings.to_json(directory / RUNTIME_SETTINGS_FILE)
     threads = settings.threads
     print(f"runtime      best threads {threads.label}; recommended batch "

@@ -152,7 +152,7 @@ def _signature(config: PipelineConfig, pulled: PulledModel, gate: GateOutput) ->
         return SignatureInfo.from_dict(gate.signature)
     from optimizer.runtime import read_signature
 
-    return read_signature(pulled.path, config.signature)
+    return read_signature(pulled.path, config.signature, policy=config.security.scan_policy())
 
 
 def publication(config: PipelineConfig, pulled: PulledModel,

@@ -95,7 +95,8 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
         result = run_benchmark_within(
             memory_budget(config.resources.memory_gb), baseline, subjects, settings,
             variants={c.label: c.variant for c in candidates if c.variant}, runtime=runtime,
-            progress=lambda message: log.info("benchmark: %s", message), reference=reference)
+            progress=lambda message: log.info("benchmark: %s", message), reference=reference,
+            policy=config.security.scan_policy())
         if champion is not None and champion.intra_op_threads is not None and (
                 champion.intra_op_threads, champion.inter_op_threads) != (
                 runtime.intra_op_threads, runtime.inter_op_threads):
@@ -111,7 +112,7 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
             baseline_role=baseline.role, baseline_path=str(baseline.path),
             baseline_format=result.baseline.format, baseline_runtime=result.baseline.runtime,
             candidate_paths={c.label: c.path for c in candidates},
-            candidate_tags=[c.tag() for c in candidates],
+            candidate_tags=[c.candidate().to_dict() for c in candidates],
             candidates=[c.to_dict() for c in candidates])
 
     baseline_identity = champion.digest if champion is not None else pulled.digest

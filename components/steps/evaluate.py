@@ -58,8 +58,9 @@ def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
                                     candidates=benchmark.candidates)
 
         metric = get_metric(config.evaluation.metric)
+        policy = config.security.scan_policy()
         runners = {m.label: load_runner(m.path, config.signature, format=m.format,
-                                        num_threads=m.num_threads)
+                                        num_threads=m.num_threads, policy=policy)
                    for m in result.measured}
         reference = result.accuracy_reference
         data = load_labelled_data(local_data_file(config.evaluation.data, config, step_dir),

@@ -32,8 +32,9 @@ def freeze(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> Candid
         from optimizer.verify.equivalence import compare
 
         log.info("freeze: %s [%s]", pulled.path, config.signature)
-        frozen = freeze_model(pulled.path, config.signature)
-        report = compare(pulled.path, frozen, signature_name=config.signature)
+        policy = config.security.scan_policy()
+        frozen = freeze_model(pulled.path, config.signature, policy=policy)
+        report = compare(pulled.path, frozen, signature_name=config.signature, policy=policy)
         if not report.within(atol=config.optimize.atol):
             raise EquivalenceError(f"frozen outputs differ from the source: {report.summary()}")
         target = step_dir / "savedmodel"

@@ -36,17 +36,22 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace,
     def run(step_dir: Path) -> GateOutput:
         from components.publishing.publication import publishable_labels
         from optimizer.benchmark.result import load_result
+        from optimizer.candidates.candidate import Candidate
         from optimizer.gate.verdict import evaluate_gate
         from optimizer.runtime import read_signature
 
         result = load_result(evaluation.result_path)
-        decision = evaluate_gate(result, config.gate)
+        # what each candidate is, from its record: the gate does not guess from labels
+        precisions = {tag["label"]: Candidate.from_dict(tag).precision
+                      for tag in evaluation.candidate_tags}
+        decision = evaluate_gate(result, config.gate, precisions=precisions)
         verdict_path = step_dir / "verdict.json"
         verdict_path.write_text(json.dumps(decision.to_dict(), indent=2) + "\n")
         publishable = publishable_labels(decision.to_dict())
         # Every model measured keeps the source's signature; the baseline's is read here.
         signature = read_signature(result.baseline.path, config.signature,
-                                   format=result.baseline.format)
+                                   format=result.baseline.format,
+                                   policy=config.security.scan_policy())
         # The report explains the best candidate even when it is rejected, for the reviewer.
         report_dir = report(config, evaluation, result, decision, publishable[0], signature,
                             step_dir, step_costs)
@@ -70,7 +75,7 @@ def report(config: PipelineConfig, evaluation: EvaluationOutput, result, decisio
            signature, step_dir: Path, step_costs: dict | None) -> Path:
     """The before/after report under ``step_dir/report``, with the op profile of the baseline
     and ``shown``; returns its directory."""
-    from optimizer.candidates.build import Candidate
+    from optimizer.candidates.candidate import Candidate
     from optimizer.gate.selection import candidate_rows
     from optimizer.inputs.generated import make_inputs
     from optimizer.report.profile import profile_baseline_and_candidate
@@ -79,11 +84,12 @@ def report(config: PipelineConfig, evaluation: EvaluationOutput, result, decisio
     profiles = []
     try:
         feeds = make_inputs(signature, batch_size=min(result.settings.batch_sizes))
-        profiles = profile_baseline_and_candidate(result, shown, feeds)
+        profiles = profile_baseline_and_candidate(result, shown, feeds,
+                                                  policy=config.security.scan_policy())
     except Exception as exc:  # noqa: BLE001 - the profile is an aid, never a blocker
         log.warning("gate: op profile skipped: %s", exc)
     rows = candidate_rows(result, decision,
-                          [Candidate(**tag) for tag in evaluation.candidate_tags])
+                          [Candidate.from_dict(tag) for tag in evaluation.candidate_tags])
     written = write_report(result, step_dir / "report", decision, profiles,
                            candidate_rows=rows, step_costs=step_costs)
     return written.directory
@@ -106,7 +112,8 @@ def tune(config: PipelineConfig, model_path: str, step_dir: Path) -> Path | None
             latency_slo_ms=section.latency_slo_ms, signature=config.signature,
             rounds=section.rounds, seconds_per_probe=section.seconds_per_probe,
             time_budget_seconds=section.time_budget_seconds,
-            progress=lambda message: log.info("tuning: %s", message))
+            progress=lambda message: log.info("tuning: %s", message),
+            policy=config.security.scan_policy())
     except TfoptError as exc:
         log.warning("gate: runtime tuning skipped: %s", exc)
         return None

@@ -15,7 +15,8 @@ LABEL = "optimized"
 
 
 def recipe_of(config: PipelineConfig):
-    from optimizer.optimize.recipe import Recipe, specs_from_yaml
+    from optimizer.optimize.recipe import Recipe
+    from optimizer.optimize.recipe_yaml import specs_from_yaml
 
     recipe = config.optimize.recipe
     if isinstance(recipe, str):
@@ -55,15 +56,16 @@ def optimize(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> Cand
         tolerance = Tolerance(atol=config.optimize.atol, rtol=config.optimize.rtol,
                               min_top1=config.optimize.min_top1)
         search = search_settings_of(config)
+        policy = config.security.scan_policy()
         if search is None:
             recipe = recipe_of(config)
             log.info("optimize: %s with %s", pulled.path, recipe.text)
             result = optimize_model(pulled.path, recipe, config.signature, tolerance,
-                                    backend=config.optimize.backend)
+                                    backend=config.optimize.backend, policy=policy)
         else:
             log.info("optimize: %s by %s", pulled.path, search.describe())
             result = optimize_model(pulled.path, None, config.signature, tolerance,
-                                    search=search)
+                                    search=search, policy=policy)
         target = step_dir / "savedmodel"
         write_optimized(result, target, overwrite=True)  # refuses diverging outputs
         derived, skipped = derive(config, pulled, result.candidate.model, step_dir)
@@ -91,11 +93,9 @@ def derive(config: PipelineConfig, pulled: PulledModel, optimized, step_dir: Pat
     made, skipped = derive_candidates(
         pulled.path, optimized, step_dir / "candidates", settings, signature=config.signature,
         calibration=_calibration(config, pulled, step_dir, settings),
-        source_digest=pulled.digest, budget=memory_budget(config.resources.memory_gb))
-    models = [CandidateModel(label=c.label, path=c.path, kind="derived",
-                             digest=model_digest(c.artifact_dir), target=c.target,
-                             variant=c.variant, format=c.format, runtime=c.runtime,
-                             how_to_load=c.how_to_load, calibration=c.calibration)
+        source_digest=pulled.digest, budget=memory_budget(config.resources.memory_gb),
+        policy=config.security.scan_policy())
+    models = [CandidateModel.made(c, kind="derived", digest=model_digest(c.artifact_dir))
               for c in made]
     return models, skipped
 
@@ -108,7 +108,8 @@ def _calibration(config: PipelineConfig, pulled: PulledModel, step_dir: Path, se
     from optimizer.model.savedmodel import get_signature
 
     calibration = choose_calibration(
-        get_signature(pulled.path, config.signature), settings.calibration_samples,
+        get_signature(pulled.path, config.signature, policy=config.security.scan_policy()),
+        settings.calibration_samples,
         calibration_data=config.calibration.data, eval_data=config.evaluation.data,
         fetch=lambda location: local_data_file(location, config, step_dir))
     if not calibration.synthetic:

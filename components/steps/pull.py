@@ -47,6 +47,7 @@ from optimizer.errors import (
 )
 from optimizer.files.atomic import PARTIAL_MARK, atomic_directory, clean_stale_partials, hold_lock
 from optimizer.model.footprint import disk_bytes
+from optimizer.model.op_scan import ScanPolicy
 from optimizer.model.savedmodel import read_saved_model_proto
 
 log = logging.getLogger(__name__)
@@ -65,18 +66,19 @@ def pull(config: PipelineConfig, *, s3_client=None, session=None) -> PulledModel
     """
     source = config.source
     sources = Path(config.workdir).absolute() / SOURCES_DIR
+    policy = config.security.scan_policy()  # what the source may hold: scanned before a copy
     # What killed pulls left behind; a pull running now holds its own (optimizer.files.atomic).
     clean_stale_partials(sources)
     if source.startswith("models:/"):
-        return _pull_registry(config, sources)
+        return _pull_registry(config, sources, policy)
     if source.startswith("s3://"):
         from components.storage.s3 import make_client
 
-        return _pull_s3(config, sources, s3_client or make_client(config.s3, session))
+        return _pull_s3(config, sources, s3_client or make_client(config.s3, session), policy)
     if "://" in source:
         raise TfoptError(f"unsupported source '{source}': use a local path, s3://bucket/prefix, "
                          f"s3://bucket/key.tar.gz or models:/name@alias")
-    return _pull_local(source, sources, config.security.allow_internal_links)
+    return _pull_local(source, sources, config.security.allow_internal_links, policy)
 
 
 def from_inputs(call) -> PulledModel:
@@ -84,8 +86,9 @@ def from_inputs(call) -> PulledModel:
     return pull(call.config)
 
 
-def find_savedmodel_root(directory: Path, uri: str) -> Path:
-    """``directory`` if it is a SavedModel, else its single top-level directory if that is one."""
+def find_savedmodel_root(directory: Path, uri: str, policy: ScanPolicy) -> Path:
+    """``directory`` if it is a SavedModel, else its single top-level directory if that is one;
+    parsed and scanned under ``policy``."""
     def holds_saved_model(path: Path) -> bool:
         return (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()
 
@@ -99,7 +102,7 @@ def find_savedmodel_root(directory: Path, uri: str) -> Path:
                 f"{uri} is not a SavedModel: no saved_model.pb at its top level nor in a single "
                 f"top-level directory")
     try:
-        read_saved_model_proto(root)
+        read_saved_model_proto(root, policy)
     except (CorruptSavedModelError, NotASavedModelError, DangerousOpError) as exc:
         # The staging path in the message is gone by the time anyone reads it; the URI is not.
         raise type(exc)(str(exc).replace(str(root), uri)) from None
@@ -135,7 +138,7 @@ def _write_marker(directory: Path, record: dict) -> None:
     os.replace(partial, target)
 
 
-def _store(target: Path, uri: str, fill: Callable[[Path], object], *,
+def _store(target: Path, uri: str, fill: Callable[[Path], object], policy: ScanPolicy, *,
            expected_digest: str | None = None, version: str | None = None) -> PulledModel:
     """Build ``target`` with ``fill(model_dir)``, check it, mark it, and rename it into place."""
     if target.exists():
@@ -149,7 +152,7 @@ def _store(target: Path, uri: str, fill: Callable[[Path], object], *,
         with atomic_directory(target) as staging:
             staging.mkdir()
             fill(staging / MODEL_DIR)
-            root = find_savedmodel_root(staging / MODEL_DIR, uri)
+            root = find_savedmodel_root(staging / MODEL_DIR, uri, policy)
             digest = model_digest(root)
             if expected_digest is not None and digest != expected_digest:
                 raise TfoptError(f"{uri} changed while it was being copied; run the pull again")
@@ -179,29 +182,31 @@ def _reused(target: Path, uri: str) -> PulledModel | None:
     return done
 
 
-def _pull_local(source: str, sources: Path, allow_internal_links: bool) -> PulledModel:
+def _pull_local(source: str, sources: Path, allow_internal_links: bool, policy: ScanPolicy
+                ) -> PulledModel:
     path = Path(source).expanduser()
     if not path.exists():
         raise SourceNotFoundError(f"no such source: {path}")
     if path.is_dir():
         # No link out of the model, before a byte of it is read (model_tree's docstring).
         check_model_tree(path, source, allow_links_inside=allow_internal_links)
-        root = find_savedmodel_root(path, source)  # before spending time hashing and copying
+        # before spending time hashing and copying
+        root = find_savedmodel_root(path, source, policy)
         digest = model_digest(root)
         target = sources / f"dir-{_short(digest)}"
         return _reused(target, source) or _store(
             target, source, lambda model_dir: copy_model_tree(
                 root, model_dir, source, allow_links_inside=allow_internal_links),
-            expected_digest=digest)
+            policy, expected_digest=digest)
     if is_archive(path.name):
         target = sources / f"tar-{file_checksums(path).sha256_hex[:_KEY_HEX]}"
         return _reused(target, source) or _store(
-            target, source, lambda model_dir: extract_archive(path, model_dir))
+            target, source, lambda model_dir: extract_archive(path, model_dir), policy)
     raise NotASavedModelError(
         f"{path} is a file, neither a SavedModel directory nor a .tar.gz/.tgz archive of one")
 
 
-def _pull_s3(config: PipelineConfig, sources: Path, client) -> PulledModel:
+def _pull_s3(config: PipelineConfig, sources: Path, client, policy: ScanPolicy) -> PulledModel:
     from components.storage import s3
 
     location = s3.parse_s3_uri(config.source)
@@ -218,7 +223,7 @@ def _pull_s3(config: PipelineConfig, sources: Path, client) -> PulledModel:
             (model_dir.parent / archive.name).unlink()
 
         return _reused(target, config.source) or _store(target, config.source,
-                                                         fetch_and_extract)
+                                                         fetch_and_extract, policy)
 
     objects = s3.list_objects(client, location)
     # Every key is checked before anything is written.
@@ -229,10 +234,10 @@ def _pull_s3(config: PipelineConfig, sources: Path, client) -> PulledModel:
     return _reused(target, config.source) or _store(
         target, config.source,
         lambda model_dir: s3.download_objects(client, location.bucket, plan, model_dir,
-                                              config.s3))
+                                              config.s3), policy)
 
 
-def _pull_registry(config: PipelineConfig, sources: Path) -> PulledModel:
+def _pull_registry(config: PipelineConfig, sources: Path, policy: ScanPolicy) -> PulledModel:
     from components.storage.registry import download_registered_model
 
     # The registry says which version an alias names only by downloading it, so the download
@@ -244,11 +249,11 @@ def _pull_registry(config: PipelineConfig, sources: Path) -> PulledModel:
         version = download_registered_model(config.source, scratch / MODEL_DIR,
                                             config.mlflow.tracking_uri)
         root = find_savedmodel_root(_saved_model_in(scratch / MODEL_DIR, config.source),
-                                    config.source)
+                                    config.source, policy)
         digest = model_digest(root)
         target = sources / f"mlflow-{_short(json.dumps([str(version), digest]))}"
         return _reused(target, config.source) or _store(
-            target, config.source, lambda model_dir: os.rename(root, model_dir),
+            target, config.source, lambda model_dir: os.rename(root, model_dir), policy,
             expected_digest=digest, version=str(version))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

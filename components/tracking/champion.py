@@ -104,12 +104,14 @@ def find_champion(config: PipelineConfig) -> ChampionModel | None:
             download_version(client, name, version, dest, tracking_uri)
     where = f"models:/{name}/{version} (the '{alias}' alias)"
     return usable_champion(dest, tags, uri=f"models:/{name}@{alias}", version=version,
-                           where=where, signature=config.signature)
+                           where=where, signature=config.signature,
+                           policy=config.security.scan_policy())
 
 
 def usable_champion(directory: Path, tags: dict[str, str], *, uri: str, version: str,
-                    where: str, signature: str) -> ChampionModel:
-    """The champion in ``directory`` as its version records it, checked to be runnable here."""
+                    where: str, signature: str, policy) -> ChampionModel:
+    """The champion in ``directory`` as its version records it, checked to be runnable here (a
+    SavedModel scanned under ``policy``, the model scan's)."""
     from optimizer.benchmark.environment import model_digest
     from optimizer.runtime import RUNTIMES
 
@@ -128,7 +130,7 @@ def usable_champion(directory: Path, tags: dict[str, str], *, uri: str, version:
             f"{where} is a {fmt} model for {runtime_name or runtime.name}, and the "
             f"{runtime.package} package is not installed here")
     path = _artifact_path(directory, artifact, runtime, where)
-    _check_readable(path, fmt, signature, where)
+    _check_readable(path, fmt, signature, where, policy)
     threads = _recorded_threads(path, directory, tags)
     log.info("champion: %s is %s on %s%s", where, fmt, runtime_name or runtime.name,
              f", {threads['num_threads']} threads" if threads.get("num_threads") else "")
@@ -169,14 +171,14 @@ def _artifact_path(directory: Path, artifact: str | None, runtime, where: str) -
     return files[0]
 
 
-def _check_readable(path: Path, fmt: str, signature: str, where: str) -> None:
+def _check_readable(path: Path, fmt: str, signature: str, where: str, policy) -> None:
     """Parse (and, for a SavedModel, scan) the artifact now: a corrupt champion fails here,
     with the version named, not in the middle of the benchmark."""
     from optimizer.errors import DangerousOpError
     from optimizer.runtime import read_signature
 
     try:
-        read_signature(path, signature, format=fmt)
+        read_signature(path, signature, format=fmt, policy=policy)
     except DangerousOpError:
         raise
     except TfoptError as exc:

@@ -69,6 +69,7 @@ from optimizer.benchmark.stats import (
 )
 from optimizer.errors import InvalidInputsError
 from optimizer.inputs.generated import OUT_OF_VOCABULARY_SHARE, make_inputs
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.signature import SignatureInfo, contract_difference
 from optimizer.runtime import ModelRunner, load_runner, read_signature
 from optimizer.runtime.registry import model_files
@@ -188,9 +189,10 @@ def _fidelity_feeds(runner: ModelRunner, seed: int, inputs, eval_data,
 
 
 def _generation(subjects: Sequence[Subject], contract: SignatureInfo, signature: str,
-                generated: bool) -> _Generation:
+                generated: bool, policy: ScanPolicy) -> _Generation:
     """How to generate inputs for ``subjects``, read from the SavedModels among them; nothing
-    to read when the inputs are supplied or none is an integer or a string."""
+    to read when the inputs are supplied or none is an integer or a string. The models are
+    read under ``policy`` (:mod:`optimizer.model.op_scan`)."""
     if not generated or not any(s.dtype == "string" or s.dtype.startswith(("int", "uint"))
                                 for s in contract.inputs):
         return _Generation()
@@ -198,11 +200,11 @@ def _generation(subjects: Sequence[Subject], contract: SignatureInfo, signature:
     from optimizer.runtime import detect_format
 
     paths = [s.path for s in subjects if (s.format or detect_format(s.path)) == "savedmodel"]
-    vocabularies = saved_model_vocabularies(paths, signature, contract)
+    vocabularies = saved_model_vocabularies(paths, signature, contract, policy=policy)
     ids = [s for s in contract.inputs
            if s.dtype.startswith(("int", "uint")) and s.key not in vocabularies]
     return _Generation(vocabularies,
-                       saved_model_int_ranges(paths, signature) if ids else {})
+                       saved_model_int_ranges(paths, signature, policy=policy) if ids else {})
 
 
 @dataclass
@@ -215,11 +217,12 @@ class _Loaded:
     growth: object
 
 
-def _load(subject: Subject, label: str, signature: str, first_feeds) -> _Loaded:
+def _load(subject: Subject, label: str, signature: str, first_feeds, policy: ScanPolicy
+          ) -> _Loaded:
     with measure_rss_growth() as growth:
         started = time.perf_counter()
         runner = load_runner(subject.path, signature, format=subject.format,
-                             num_threads=subject.num_threads)
+                             num_threads=subject.num_threads, policy=policy)
         load_seconds = time.perf_counter() - started
         started = time.perf_counter()
         runner(first_feeds(runner))
@@ -229,7 +232,7 @@ def _load(subject: Subject, label: str, signature: str, first_feeds) -> _Loaded:
 
 def _with_serving_threads(subject: Subject, baseline: Subject, signature: str, feeds,
                           runtime: AppliedRuntime, say: Callable[[str], None],
-                          label: str) -> Subject:
+                          label: str, policy: ScanPolicy) -> Subject:
     """``subject`` with the thread count it would be served with, where its runtime takes one
     per model and none was given: a champion's recorded count for the candidates in its runtime
     (like for like with the model as deployed; tuning after the gate finds the winner's own),
@@ -247,7 +250,7 @@ def _with_serving_threads(subject: Subject, baseline: Subject, signature: str, f
         say(f"{label}: {baseline.num_threads} thread(s), as the champion in its runtime")
         return dataclasses.replace(subject, format=fmt, num_threads=baseline.num_threads)
     threads, ratio = choose_threads(subject.path, signature, fmt, feeds,
-                                    runtime.cpus.available)
+                                    runtime.cpus.available, policy=policy)
     if ratio is not None:
         say(f"{label}: {threads} thread(s) (1 thread takes {ratio:.2f}x the time of "
             f"{runtime.cpus.available})")
@@ -316,6 +319,8 @@ def run_benchmark(
     eval_data: LabelledData | str | os.PathLike | None = None,
     progress: Callable[[str], None] | None = None,
     reference: Subject | None = None,
+    *,
+    policy: ScanPolicy = DEFAULT_POLICY,
 ) -> BenchmarkResult:
     """Measure ``baseline`` and every candidate; the result the gate and the report read.
 
@@ -341,12 +346,14 @@ def run_benchmark(
             ] if config.twin else []
     subjects = [baseline, *candidates, *twin, *([reference] if reference is not None else [])]
     labels = _unique_labels(subjects)
-    contract = read_signature(baseline.path, config.signature, format=baseline.format)
+    contract = read_signature(baseline.path, config.signature, format=baseline.format,
+                              policy=policy)
     if isinstance(eval_data, (str, os.PathLike)):
         eval_data = load_labelled_data(eval_data, contract)
 
     generation = _generation(subjects, contract, config.signature,
-                             generated=inputs is None and eval_data is None)
+                             generated=inputs is None and eval_data is None,
+                             policy=policy)
     first_feeds = _batch_feeds(contract, min(config.batch_sizes), config.seed, inputs, eval_data,
                                generation)
     loaded: list[_Loaded] = []
@@ -355,10 +362,11 @@ def run_benchmark(
             subject = dataclasses.replace(loaded[0].subject, role=TWIN, label=label)
         elif subject.role != REFERENCE:
             subject = _with_serving_threads(subject, baseline, config.signature, first_feeds,
-                                            runtime, say, label)
+                                            runtime, say, label, policy)
         say(f"loading {label} ({subject.role}) from {subject.path}")
         item = _load(subject, label, config.signature, lambda r: _batch_feeds(
-            r.signature, min(config.batch_sizes), config.seed, inputs, eval_data, generation))
+            r.signature, min(config.batch_sizes), config.seed, inputs, eval_data, generation),
+            policy)
         # the converters' own check: a dimension may be unknown on one side (tf2onnx leaves
         # an LSTM's time dimension unknown), a known one must agree
         if loaded and contract_difference(loaded[0].runner.signature, item.runner.signature):

@@ -35,6 +35,7 @@ from optimizer.model.footprint import (
     loaded_bytes,
     working_set_bytes,
 )
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.system.memory_budget import GIB, MemoryBudget
 from optimizer.system.process_tree import tree_rss_bytes
 from optimizer.system.worker_process import read_job, run_job
@@ -88,10 +89,12 @@ def estimate_subject(subject, variant: str | None = None) -> int:
 def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
                          config=None, *, variants: dict[str, str] | None = None,
                          runtime=None, eval_data=None, reference=None,
-                         progress: Callable[[str], None] | None = None):
+                         progress: Callable[[str], None] | None = None,
+                         policy: ScanPolicy = DEFAULT_POLICY):
     """:func:`~optimizer.benchmark.harness.run_benchmark`, in groups that fit ``budget`` when
     the models together do not (each group in its own process). ``variants`` (candidate label
-    -> variant, e.g. ``bf16``) sharpens the estimates."""
+    -> variant, e.g. ``bf16``) sharpens the estimates. ``policy``: the model scan's, part of
+    each group's job."""
     from optimizer.benchmark.harness import BenchmarkConfig, run_benchmark
 
     config = config or BenchmarkConfig()
@@ -109,7 +112,8 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
     separate = builds_in_workers(baseline.path)
     if not separate and together <= budget.bytes:
         return run_benchmark(baseline, candidates, config, runtime=runtime,
-                             eval_data=eval_data, progress=progress, reference=reference)
+                             eval_data=eval_data, progress=progress, reference=reference,
+                             policy=policy)
     target = working_set_bytes(baseline.path) if separate else budget.bytes
     # Each group's process starts its own runtime beside this one's memory.
     groups, unfit = plan_groups(in_use + PROCESS_BYTES + models, estimates, budget, target)
@@ -133,7 +137,8 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
         needs = PROCESS_BYTES + models + sum(by_label[s.label] for s in group)
         say(f"group {n}/{len(groups)}: {', '.join(s.label for s in group)} (estimated "
             f"{needs / GIB:.2f} GiB for its process)")
-        results.append(_run_in_process(baseline, group, config, runtime, eval_data, reference))
+        results.append(_run_in_process(baseline, group, config, runtime, eval_data, reference,
+                                       policy))
     if len(results) == 1 and not unfit:
         return results[0]  # all in one process: the same result as in this one
     combined = combine_groups(results, budget)
@@ -164,7 +169,7 @@ def combine_groups(results: Sequence, budget: MemoryBudget):
         wall_seconds=sum(r.wall_seconds for r in results), notes=(*first.notes, note))
 
 
-def _run_in_process(baseline, group, config, runtime, eval_data, reference):
+def _run_in_process(baseline, group, config, runtime, eval_data, reference, policy):
     """One group benchmarked by ``python -m optimizer.benchmark.memory_groups``; its result
     once that process has exited."""
     from optimizer.benchmark.result import BenchmarkResult
@@ -172,7 +177,7 @@ def _run_in_process(baseline, group, config, runtime, eval_data, reference):
     outcome = run_job(__name__, {
         "baseline": baseline, "candidates": list(group), "config": config,
         "runtime": runtime.requested if runtime is not None else None,
-        "eval_data": eval_data, "reference": reference,
+        "eval_data": eval_data, "reference": reference, "policy": policy,
         "log_level": logging.getLogger().getEffectiveLevel()})
     if outcome.answer is None:
         raise BenchmarkGroupError(
@@ -198,7 +203,7 @@ def main(argv: Sequence[str]) -> int:
         runtime = apply_runtime_settings(job["runtime"] or default_runtime_settings())
         result = run_benchmark(job["baseline"], job["candidates"], job["config"],
                                runtime=runtime, eval_data=job["eval_data"],
-                               reference=job["reference"])
+                               reference=job["reference"], policy=job["policy"])
     except TfoptError as exc:
         write_answer(json.dumps({"error": first_line(exc), "exit_code": exc.exit_code}))
         return exc.exit_code

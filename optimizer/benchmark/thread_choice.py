@@ -32,6 +32,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from optimizer.benchmark.interleaved import DEFAULT_BLOCK_SIZE, time_interleaved
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 
 CLEARLY_FASTER = 0.97
 WARMUP = 3
@@ -40,14 +41,16 @@ MIN_SECONDS = 0.3
 
 
 def choose_threads(path: str | os.PathLike, signature: str, fmt: str,
-                   feeds: Mapping[str, np.ndarray], cpus: int) -> tuple[int, float | None]:
+                   feeds: Mapping[str, np.ndarray], cpus: int, *,
+                   policy: ScanPolicy = DEFAULT_POLICY) -> tuple[int, float | None]:
     """``(thread count, median ratio of 1 thread to all CPUs)``; the ratio is None when there
-    was nothing to choose (one CPU)."""
+    was nothing to choose (one CPU). ``policy``: the model scan's, for loading ``path``."""
     from optimizer.runtime import load_runner
 
     if cpus <= 1:
         return 1, None
-    runners = {n: load_runner(path, signature, format=fmt, num_threads=n) for n in (1, cpus)}
+    runners = {n: load_runner(path, signature, format=fmt, num_threads=n, policy=policy)
+               for n in (1, cpus)}
     try:
         # each runner's bound call, as the benchmark times it: its inputs packed once
         timed = time_interleaved({n: r.bind(r.to_tensors(feeds)) for n, r in runners.items()},

@@ -53,16 +53,18 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from optimizer.candidates.candidate import Candidate, Skipped
 from optimizer.candidates.litert.unrolled_source import LiteRTSource
 from optimizer.errors import InvalidInputsError, TfoptError, first_line
 from optimizer.inputs.calibration import Calibration, synthetic
 from optimizer.model.footprint import WORKERS_FROM_BYTES, builds_in_workers
 from optimizer.model.frozen import FrozenModel
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.system.memory_budget import MemoryBudget
 
@@ -82,45 +84,6 @@ OPENVINO_FILE = "model.xml"
 
 def savedmodel_load_instructions(signature: str) -> str:
     return f'tf.saved_model.load(path).signatures["{signature}"]'
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A model to measure: what it is, where it is, what runs it."""
-
-    label: str
-    target: str  # one of TARGETS
-    variant: str  # fp32, bf16, xla, or the LiteRT, ONNX or OpenVINO flavour
-    format: str  # savedmodel | tflite | onnx | openvino (optimizer.runtime.registry)
-    runtime: str  # tensorflow | tensorflow+xla | ai-edge-litert | onnxruntime | openvino
-    path: str  # the SavedModel directory, or the model file (.tflite, .onnx, .xml)
-    how_to_load: str
-    calibration: str | None = None  # int8 calibrated on: "data" | "synthetic"; else None
-
-    @property
-    def artifact_dir(self) -> Path:
-        """The directory that holds everything of this candidate (what gets published)."""
-        return artifact_dir(self.path, self.format)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def artifact_dir(path: str | os.PathLike, format: str) -> Path:
-    """A model file's directory (it holds the sidecar and companions), or a SavedModel itself."""
-    from optimizer.runtime.registry import runtime_for
-
-    path = Path(path)
-    return path.parent if runtime_for(format).suffix is not None else path
-
-
-@dataclass(frozen=True)
-class Skipped:
-    label: str
-    reason: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -241,6 +204,7 @@ def derive_candidates(
     source_digest: str | None = None,
     in_workers: bool | None = None,
     budget: MemoryBudget | None = None,
+    policy: ScanPolicy = DEFAULT_POLICY,
 ) -> tuple[list[Candidate], list[Skipped]]:
     """Build every candidate ``settings`` allows under ``workdir`` (one directory each).
 
@@ -259,14 +223,16 @@ def derive_candidates(
     (:func:`builds_in_workers`). In workers, a build estimated not to fit the memory
     ``budget`` (default :func:`~optimizer.system.memory_budget.memory_budget`: the cgroup's limit,
     else the machine's memory) beside what this process holds is skipped with the estimate,
-    rather than started and killed by the kernel.
+    rather than started and killed by the kernel. ``policy``: what ``source`` may hold
+    (:mod:`optimizer.model.op_scan`), applied by every build that reads it, in workers too.
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     if settings.calibrates and calibration is None:
         from optimizer.model.savedmodel import get_signature
 
-        calibration = synthetic(get_signature(source, signature), settings.calibration_samples)
+        calibration = synthetic(get_signature(source, signature, policy=policy),
+                                settings.calibration_samples)
     groups, dominated = build_plan(source, settings)
     if in_workers is None:
         in_workers = builds_in_workers(source)
@@ -274,7 +240,7 @@ def derive_candidates(
         labels = [label for group in groups for label in group]
         made, skipped = build_candidates(source, optimized, workdir, settings, labels,
                                          signature=signature, calibration=calibration,
-                                         source_digest=source_digest)
+                                         source_digest=source_digest, policy=policy)
         return made, dominated + skipped
     from optimizer.candidates.worker import build_in_worker
     from optimizer.model.footprint import building_bytes
@@ -295,7 +261,7 @@ def derive_candidates(
         built, refused = build_in_worker(
             source, optimized if any(lb in SAVEDMODEL_VARIANTS for lb in labels) else None,
             workdir, settings, labels, signature=signature, calibration=calibration,
-            source_digest=source_digest)
+            source_digest=source_digest, policy=policy)
         made += built
         skipped += refused
     return made, skipped
@@ -311,9 +277,10 @@ def build_candidates(
     signature: str,
     calibration: Calibration | None,
     source_digest: str | None,
+    policy: ScanPolicy = DEFAULT_POLICY,
 ) -> tuple[list[Candidate], list[Skipped]]:
     """Build the candidates named ``labels`` here, in this process; a refused one is skipped
-    with its one-line reason."""
+    with its one-line reason. ``source`` is read under ``policy``."""
     wanted = set(labels)
     makers: list[tuple[str, Callable[[Path], Candidate]]] = []
     if "savedmodel" in settings.targets:
@@ -321,17 +288,17 @@ def build_candidates(
             if variant in wanted:
                 makers.append((variant, _savedmodel_maker(variant, optimized, signature)))
     if "litert" in settings.targets and any(lb.startswith("litert_") for lb in wanted):
-        converted_from = _litert_source(Path(source), workdir, signature)
+        converted_from = _litert_source(Path(source), workdir, signature, policy)
         for flavour in settings.litert_flavours:
             if f"litert_{flavour}" in wanted:
                 makers.append((f"litert_{flavour}", _litert_maker(
                     flavour, converted_from, signature, calibration,
-                    settings.calibration_samples, source_digest)))
+                    settings.calibration_samples, source_digest, policy)))
     for target in ("onnx", "openvino"):
         flavours = [f for f in settings.flavours(target) if f"{target}_{f}" in wanted]
         if target in settings.targets and flavours:
             make = _converter(target, Path(source), signature, calibration,
-                              settings.calibration_samples, source_digest)
+                              settings.calibration_samples, source_digest, policy)
             for flavour in flavours:
                 makers.append((f"{target}_{flavour}", functools.partial(make, flavour)))
     made, skipped = [], []
@@ -372,7 +339,8 @@ def _savedmodel_maker(variant: str, optimized: FrozenModel, signature: str):
     return make
 
 
-def _litert_source(source: Path, workdir: Path, signature: str) -> Callable[[], LiteRTSource]:
+def _litert_source(source: Path, workdir: Path, signature: str, policy: ScanPolicy
+                   ) -> Callable[[], LiteRTSource]:
     """What the converter reads, made once, when the first LiteRT flavour needs it: the source
     with its lookup tables filled from constants (:mod:`optimizer.candidates.litert.constant_tables`), then
     with its static loops unrolled (:mod:`optimizer.candidates.litert.unrolled_source`). Its failure skips
@@ -389,8 +357,9 @@ def _litert_source(source: Path, workdir: Path, signature: str) -> Callable[[], 
             )
 
             try:
-                tables_filled = with_constant_tables(source, workdir, signature)
-                made.append(with_loops_unrolled(tables_filled, signature, workdir))
+                tables_filled = with_constant_tables(source, workdir, signature, policy=policy)
+                made.append(with_loops_unrolled(tables_filled, signature, workdir,
+                                                policy=policy))
             except TfoptError as exc:
                 made.append(exc)
         if isinstance(made[0], TfoptError):
@@ -427,7 +396,8 @@ def _check_calibration_inputs(feeds: Sequence[Mapping[str, np.ndarray]]) -> None
 
 
 def _litert_maker(flavour: str, converted_from: Callable[[], LiteRTSource], signature: str,
-                  calibration: Calibration | None, samples: int, source_digest: str | None):
+                  calibration: Calibration | None, samples: int, source_digest: str | None,
+                  policy: ScanPolicy):
     calibrated = calibration if flavour == "full_int8" else None
 
     def make(dst: Path) -> Candidate:
@@ -445,7 +415,7 @@ def _litert_maker(flavour: str, converted_from: Callable[[], LiteRTSource], sign
                     representative_data=calibrated.feeds if calibrated else None,
                     calibration_samples=samples,
                     calibration_source=calibrated.source if calibrated else None,
-                    source_digest=source_digest)
+                    source_digest=source_digest, policy=policy)
             except LiteRTConversionError as exc:
                 if source.kept_loops is None:
                     raise
@@ -462,7 +432,7 @@ def _litert_maker(flavour: str, converted_from: Callable[[], LiteRTSource], sign
 
 
 def _converter(target: str, source: Path, signature: str, calibration: Calibration | None,
-               samples: int, source_digest: str | None) -> Callable:
+               samples: int, source_digest: str | None, policy: ScanPolicy) -> Callable:
     """``make(flavour, dst)``: one flavour of ``target`` (onnx or openvino) built into the
     candidate directory ``dst``; every flavour shares one conversion of the source."""
     if target == "onnx":
@@ -482,7 +452,7 @@ def _converter(target: str, source: Path, signature: str, calibration: Calibrati
             staging.mkdir(parents=True, exist_ok=True)
             converted = convert(source, staging / file_name, flavour, signature=signature,
                                 calibration=calibration, calibration_samples=samples,
-                                source_digest=source_digest, export=export)
+                                source_digest=source_digest, export=export, policy=policy)
         calibrated = calibration is not None and flavour in CALIBRATING[target]
         return Candidate(label=f"{target}_{flavour}", target=target, variant=flavour,
                          format=target, runtime=runtime, path=str(dst / file_name),

@@ -29,6 +29,7 @@ import numpy as np
 from optimizer.errors import DestinationError, InvalidInputsError, TfoptError, first_line
 from optimizer.files.atomic import check_file_writable
 from optimizer.inputs.calibration import Calibration, checked_feeds
+from optimizer.model.op_scan import ScanPolicy
 from optimizer.model.savedmodel import get_signature
 from optimizer.model.sidecar import Sidecar, sidecar_path, write_sidecar
 from optimizer.model.signature import SignatureInfo, contract_difference
@@ -171,7 +172,8 @@ class Request:
 def prepare(saved_model: str | os.PathLike, dst: str | os.PathLike, flavour: str, *,
             kind: str, flavours: Sequence[str], calibrating: Sequence[str], suffix: str,
             companions: Sequence[str], signature: str, calibration: Calibration | None,
-            samples: int, overwrite: bool, packages: Sequence[str], extra: str) -> Request:
+            samples: int, overwrite: bool, packages: Sequence[str], extra: str,
+            policy: ScanPolicy) -> Request:
     """Check a conversion request: the flavour, the destination's name and writability, the
     packages, the source and its signature, and a calibrating flavour's inputs."""
     if flavour not in flavours:
@@ -184,7 +186,7 @@ def prepare(saved_model: str | os.PathLike, dst: str | os.PathLike, flavour: str
     check_destination(files, overwrite)
     require(packages, extra, f"converting to {kind} {flavour}")
     saved_model = Path(saved_model)
-    contract = get_signature(saved_model, signature)  # typed errors for a bad source
+    contract = get_signature(saved_model, signature, policy=policy)  # typed errors, the scan
     feeds = (calibration_inputs(contract, calibration, samples, flavour)
              if flavour in calibrating else None)
     return Request(saved_model, dst, files, contract, feeds)

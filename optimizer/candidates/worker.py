@@ -38,15 +38,16 @@ class CandidateWorkerError(TfoptError):
 
 
 def build_in_worker(source, optimized, workdir: Path, settings, labels: Sequence[str], *,
-                    signature: str, calibration, source_digest: str | None):
+                    signature: str, calibration, source_digest: str | None, policy):
     """``(made, skipped)`` for ``labels``, built by a child process that has exited when this
-    returns (:func:`optimizer.candidates.build.build_candidates` runs there)."""
-    from optimizer.candidates.build import Candidate, Skipped
+    returns (:func:`optimizer.candidates.build.build_candidates` runs there, reading the source
+    under ``policy``, the model scan's, which the job carries)."""
+    from optimizer.candidates.candidate import Candidate, Skipped
 
     outcome = run_job(__name__, {
         "source": str(source), "optimized": optimized, "workdir": str(workdir),
         "settings": settings, "labels": list(labels), "signature": signature,
-        "calibration": calibration, "source_digest": source_digest,
+        "calibration": calibration, "source_digest": source_digest, "policy": policy,
         "log_level": logging.getLogger().getEffectiveLevel()}, directory=workdir)
     if outcome.returncode < 0:
         killer = signal.Signals(-outcome.returncode)
@@ -58,7 +59,7 @@ def build_in_worker(source, optimized, workdir: Path, settings, labels: Sequence
         raise CandidateWorkerError(f"the worker building {', '.join(labels)} exited with code "
                                    f"{outcome.returncode}: {outcome.last_line()}")
     answer = json.loads(outcome.answer)
-    return ([Candidate(**c) for c in answer["made"]],
+    return ([Candidate.from_dict(c) for c in answer["made"]],
             [Skipped(**s) for s in answer["skipped"]])
 
 
@@ -71,7 +72,7 @@ def main(argv: Sequence[str]) -> int:
     made, skipped = build_candidates(
         job["source"], job["optimized"], Path(job["workdir"]), job["settings"], job["labels"],
         signature=job["signature"], calibration=job["calibration"],
-        source_digest=job["source_digest"])
+        source_digest=job["source_digest"], policy=job["policy"])
     from optimizer.benchmark.memory import read_rss
 
     reading = read_rss()

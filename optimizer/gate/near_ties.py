@@ -4,29 +4,40 @@ The fastest promoted candidate is served unless another promoted one's speedup i
 the fastest one's: the benchmark cannot tell them apart, so the one that keeps more of the
 model's numeric precision wins (float32, then reduced floats, then int8). A fp16 LiteRT model
 tied with its fp32 twin was chosen by a hair's point estimate, and timed alone it was slower.
+
+What precision a candidate keeps is its record's :attr:`~optimizer.candidates.candidate.Candidate.precision`
+(from its variant). A result judged without its candidates' records (``tfopt gate`` on a result
+file, ``tfopt benchmark`` on model files) has only their labels: :func:`precision_of_label`
+reads the builders' label convention for those.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from optimizer.benchmark.stats import RatioInterval
+from optimizer.candidates.candidate import FLOAT32, INT8, PRECISION_ORDER, REDUCED_FLOAT
 
 if TYPE_CHECKING:
     from optimizer.gate.verdict import Verdict
 
-# How much numeric precision a candidate gives up, by its label's last part: the labels are
-# ``{target}_{variant}`` (``litert_fp16``, ``onnx_static_int8``) or a SavedModel variant.
-_REDUCED_FLOAT = ("fp16", "bf16")
-_INTEGER = "int8"
+# The builders' labels are ``{target}_{variant}`` (``litert_fp16``, ``onnx_static_int8``) or a
+# SavedModel variant (``bf16``).
+_REDUCED_FLOAT_SUFFIXES = ("fp16", "bf16")
+_INTEGER_SUFFIX = "int8"
 
 
-def precision_rank(label: str) -> int:
+def precision_of_label(label: str) -> str:
+    """The precision a builder's label says, for a candidate known by its label alone."""
+    if label.endswith(_INTEGER_SUFFIX):
+        return INT8
+    return REDUCED_FLOAT if label.endswith(_REDUCED_FLOAT_SUFFIXES) else FLOAT32
+
+
+def precision_rank(precision: str) -> int:
     """0: float32 (as the input computes); 1: reduced floats (fp16, bf16); 2: int8."""
-    if label.endswith(_INTEGER):
-        return 2
-    return 1 if label.endswith(_REDUCED_FLOAT) else 0
+    return PRECISION_ORDER.index(precision)
 
 
 def _overlaps(a: RatioInterval, b: RatioInterval) -> bool:
@@ -35,18 +46,23 @@ def _overlaps(a: RatioInterval, b: RatioInterval) -> bool:
 
 def choose_among_promoted(promoted: Sequence[Verdict],
                           intervals: dict[str, dict[int, RatioInterval]],
-                          batch: int) -> str | None:
+                          batch: int, precisions: Mapping[str, str] | None = None) -> str | None:
     """The promoted candidate to serve: the fastest, or among those whose interval at ``batch``
     overlaps the fastest one's, the most precise (:func:`precision_rank`), fastest first among
-    equals. None when nothing was promoted."""
+    equals. ``precisions``: label -> :attr:`Candidate.precision` from the candidates' records;
+    a label without one is read by :func:`precision_of_label`. None when nothing was promoted."""
     if not promoted:
         return None
     fastest = max(promoted, key=lambda v: v.speedup or 0.0)
     reference = intervals.get(fastest.candidate, {}).get(batch)
     if reference is None:
         return fastest.candidate
+    known = precisions or {}
+
+    def rank(label: str) -> int:
+        return precision_rank(known.get(label) or precision_of_label(label))
+
     tied = [v for v in promoted
             if (interval := intervals.get(v.candidate, {}).get(batch)) is not None
             and _overlaps(interval, reference)]
-    return min(tied, key=lambda v: (precision_rank(v.candidate), -(v.speedup or 0.0))
-               ).candidate
+    return min(tied, key=lambda v: (rank(v.candidate), -(v.speedup or 0.0))).candidate

@@ -31,9 +31,10 @@ from pathlib import Path
 
 from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
 from optimizer.benchmark.result import UNOPTIMIZED_INPUT, BenchmarkResult
-from optimizer.candidates.build import Candidate, Skipped
+from optimizer.candidates.candidate import Candidate, Skipped
 from optimizer.errors import InvalidInputsError
 from optimizer.gate.verdict import GateConfig, GateDecision, evaluate_gate
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 
 
 @dataclass(frozen=True)
@@ -146,10 +147,12 @@ def select_candidate(
     runtime=None,
     progress: Callable[[str], None] | None = None,
     budget=None,
+    policy: ScanPolicy = DEFAULT_POLICY,
 ) -> Selection:
     """Benchmark ``candidates`` against ``baseline`` and let the gate choose. With a memory
     ``budget`` (:class:`~optimizer.system.memory_budget.MemoryBudget`), in groups that fit it when
-    they do not all fit together (:mod:`optimizer.benchmark.memory_groups`)."""
+    they do not all fit together (:mod:`optimizer.benchmark.memory_groups`). Every SavedModel is
+    read under ``policy`` (:mod:`optimizer.model.op_scan`)."""
     if not candidates:
         raise InvalidInputsError("no candidate to choose from"
                                  + (f" ({len(skipped)} skipped: {skipped[0].reason})"
@@ -158,15 +161,17 @@ def select_candidate(
     base = Subject.baseline(baseline, role=baseline_role, label="input")
     if budget is None:
         result = run_benchmark(base, subjects, benchmark_config or BenchmarkConfig(),
-                               runtime=runtime, eval_data=eval_data, progress=progress)
+                               runtime=runtime, eval_data=eval_data, progress=progress,
+                               policy=policy)
     else:
         from optimizer.benchmark.memory_groups import run_benchmark_within
 
         result = run_benchmark_within(
             budget, base, subjects, benchmark_config or BenchmarkConfig(),
             variants={c.label: c.variant for c in candidates}, runtime=runtime,
-            eval_data=eval_data, progress=progress)
-    decision = evaluate_gate(result, gate_config)
+            eval_data=eval_data, progress=progress, policy=policy)
+    decision = evaluate_gate(result, gate_config,
+                             precisions={c.label: c.precision for c in candidates})
     measured = {c.label for c in result.candidates}
     # left out of the benchmark: they fit beside the baseline in no group within the budget
     skipped = [*skipped, *(Skipped(c.label, "does not fit beside the baseline within the "

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
@@ -370,7 +371,11 @@ def twin_intervals(result: BenchmarkResult, confidence: float) -> dict[int, Rati
     return _intervals(result, result.twin, confidence) if result.twin is not None else {}
 
 
-def evaluate_gate(result: BenchmarkResult, config: GateConfig | None = None) -> GateDecision:
+def evaluate_gate(result: BenchmarkResult, config: GateConfig | None = None, *,
+                  precisions: Mapping[str, str] | None = None) -> GateDecision:
+    """Each candidate's verdict, and the one to serve among those promoted
+    (:func:`~optimizer.gate.near_ties.choose_among_promoted`, ``precisions``: label -> the
+    candidate record's :attr:`~optimizer.candidates.candidate.Candidate.precision`)."""
     config = config or GateConfig()
     batch_sizes = sorted(result.settings.batch_sizes)
     batch = config.latency_batch_size or batch_sizes[0]
@@ -401,5 +406,5 @@ def evaluate_gate(result: BenchmarkResult, config: GateConfig | None = None) -> 
             speedup=by_batch[batch].speedup if batch in by_batch else None,
             checks=tuple(checks)))
     promoted = [v for v in verdicts if v.promote]
-    chosen = choose_among_promoted(promoted, intervals, batch)
+    chosen = choose_among_promoted(promoted, intervals, batch, precisions)
     return GateDecision(tuple(verdicts), chosen, config, batch, intervals, twin)

@@ -26,6 +26,7 @@ from optimizer.errors import TfoptError
 from optimizer.graph.consts import resolve_through_identity, values_from_const
 from optimizer.graph.lookup_tables import HIT_NODE, SCOPE
 from optimizer.graph.names import node_name_from_input
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.signature import SignatureInfo
 
 log = logging.getLogger(__name__)
@@ -84,15 +85,16 @@ def infer_vocabularies(graph_def, signature: SignatureInfo) -> dict[str, np.ndar
 
 
 def _read_saved_models(paths: Sequence[str | os.PathLike], signature_name: str, infer,
-                       freeze_first: bool, unknown: str) -> dict:
+                       freeze_first: bool, unknown: str, policy: ScanPolicy) -> dict:
     """``infer(graph_def, signature)`` on the first SavedModel among ``paths`` whose serving
     graph shows something (a SavedModel tfopt wrote is frozen already), else, when
     ``freeze_first``, on the first one frozen; {} when none shows anything (``unknown``: what
-    that costs, logged if freezing fails)."""
+    that costs, logged if freezing fails). The models are read under ``policy``
+    (:mod:`optimizer.model.op_scan`)."""
     from optimizer.model.savedmodel import read_saved_model_proto, serving_meta_graph
 
     for path in paths:
-        meta_graph = serving_meta_graph(read_saved_model_proto(path), path)
+        meta_graph = serving_meta_graph(read_saved_model_proto(path, policy), path)
         if signature_name not in meta_graph.signature_def:
             continue
         written = SignatureInfo.from_signature_def(signature_name,
@@ -105,7 +107,7 @@ def _read_saved_models(paths: Sequence[str | os.PathLike], signature_name: str, 
     from optimizer.model.freeze import freeze
 
     try:
-        frozen = freeze(paths[0], signature_name)
+        frozen = freeze(paths[0], signature_name, policy=policy)
     except TfoptError as exc:
         log.warning("%s (%s)", unknown, exc)
         return {}
@@ -113,17 +115,21 @@ def _read_saved_models(paths: Sequence[str | os.PathLike], signature_name: str, 
 
 
 def saved_model_vocabularies(paths: Sequence[str | os.PathLike], signature_name: str,
-                             signature: SignatureInfo) -> dict[str, np.ndarray]:
+                             signature: SignatureInfo, *, policy: ScanPolicy = DEFAULT_POLICY
+                             ) -> dict[str, np.ndarray]:
     """Vocabularies for ``signature``'s inputs from the first of the SavedModels at ``paths``
-    that shows them; {} when none does (generated strings then all miss the tables)."""
+    that shows them; {} when none does (generated strings then all miss the tables). The
+    models are read under ``policy`` (:mod:`optimizer.model.op_scan`)."""
     return _read_saved_models(
         paths, signature_name, infer_vocabularies,
         freeze_first=any(s.dtype == "string" for s in signature.inputs),
-        unknown="no vocabulary for the generated string inputs: they all miss the model's tables")
+        unknown="no vocabulary for the generated string inputs: they all miss the model's tables",
+        policy=policy)
 
 
 def saved_model_int_ranges(paths: Sequence[str | os.PathLike],
-                           signature_name: str) -> dict[str, tuple[int, int]]:
+                           signature_name: str, *, policy: ScanPolicy = DEFAULT_POLICY
+                           ) -> dict[str, tuple[int, int]]:
     """``key -> (0, rows)`` for integer inputs that index an embedding, read as
     :func:`saved_model_vocabularies` reads tokens; {} when no SavedModel shows any (generated
     ids then stay 0 and 1)."""
@@ -131,4 +137,4 @@ def saved_model_int_ranges(paths: Sequence[str | os.PathLike],
 
     return _read_saved_models(paths, signature_name, infer_int_ranges, freeze_first=True,
                               unknown="integer inputs generated as 0 and 1 only: the size of "
-                                      "the embedding they index is unknown")
+                                      "the embedding they index is unknown", policy=policy)

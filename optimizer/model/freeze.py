@@ -27,6 +27,7 @@ from optimizer.graph.lookup_tables import (
 )
 from optimizer.graph.names import node_name_from_input
 from optimizer.model.frozen import FrozenModel
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import (
     DEFAULT_SIGNATURE,
     get_signature,
@@ -38,10 +39,12 @@ from optimizer.tf_runtime import import_tensorflow
 log = logging.getLogger(__name__)
 
 
-def load_signature_function(path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE):
-    """``tf.saved_model.load(path).signatures[name]``, with typed errors for bad input."""
+def load_signature_function(path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE,
+                            *, policy: ScanPolicy = DEFAULT_POLICY):
+    """``tf.saved_model.load(path).signatures[name]``, with typed errors for bad input; the
+    model is scanned under ``policy`` before TensorFlow loads it."""
     tf = import_tensorflow()
-    tags = list(serving_meta_graph(read_saved_model_proto(path), path).meta_info_def.tags)
+    tags = list(serving_meta_graph(read_saved_model_proto(path, policy), path).meta_info_def.tags)
     try:
         loaded = tf.saved_model.load(str(path), tags=tags or None)
     except (tf.errors.OpError, ValueError, OSError) as exc:
@@ -60,13 +63,18 @@ def freeze(
     path: str | os.PathLike,
     signature_name: str = DEFAULT_SIGNATURE,
     lower_control_flow: bool = False,
+    *,
+    policy: ScanPolicy = DEFAULT_POLICY,
 ) -> FrozenModel:
+    """The signature ``signature_name`` of the SavedModel at ``path``, frozen; the model is
+    scanned under ``policy`` (:mod:`optimizer.model.op_scan`) before TensorFlow loads it."""
+    # read and scanned before TensorFlow is imported: a refused or broken model costs no runtime
+    signature = get_signature(path, signature_name, policy=policy)
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
     )
 
-    signature = get_signature(path, signature_name)
-    fn = load_signature_function(path, signature_name)
+    fn = load_signature_function(path, signature_name, policy=policy)
     log.info("freezing %s [%s]", path, signature_name)
     check_no_graph_tables(fn)
     frozen_fn = convert_variables_to_constants_v2(fn, lower_control_flow=lower_control_flow)

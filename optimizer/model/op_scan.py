@@ -32,19 +32,17 @@ tensor. The same op anywhere else, or writing to a path of the model's choosing,
 
 :class:`ScanPolicy` says what is accepted: ``allow_ops`` lifts the refusal of named op types
 (``security.allow_ops`` / ``--allow-op``), ``extra_denied_ops`` adds site-specific ones, and
-the byte limits bound what :mod:`optimizer.files.bounded_parse` will parse at all. The policy in force
-for this process is :func:`current_policy`; :func:`using_policy` sets it for a block (the CLI
-from its flags, the pipeline from its config), so every reader of a model applies it without
-threading it through every call, and exports it to the processes started meanwhile.
+the byte limits bound what :mod:`optimizer.files.bounded_parse` will parse at all. The policy is an
+argument of every function that reads a model, from the entry points down (the CLI builds it
+from its flags, a pipeline step from the config's ``security``), and part of the request of
+every worker process that reads one; a reader given none applies :data:`DEFAULT_POLICY`, the
+strictest. Nothing about it is process-wide state.
 """
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import json
 import os
-import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -220,63 +218,6 @@ class ScanPolicy:
 
 DEFAULT_POLICY = ScanPolicy()
 
-# Worker processes (runtime-tuning probes, a benchmark child) read models too: the policy in
-# force travels to them in the environment.
-POLICY_ENV = "TFOPT_SCAN_POLICY"
-
-
-def _policy_to_env(policy: ScanPolicy) -> str:
-    return json.dumps({"allow_ops": sorted(policy.allow_ops),
-                       "extra_denied_ops": sorted(policy.extra_denied_ops),
-                       "max_pb_bytes": policy.max_pb_bytes,
-                       "max_parse_memory_bytes": policy.max_parse_memory_bytes})
-
-
-def _policy_from_env() -> ScanPolicy:
-    text = os.environ.get(POLICY_ENV)
-    if not text:
-        return DEFAULT_POLICY
-    try:
-        fields = json.loads(text)
-        return ScanPolicy.create(fields["allow_ops"], fields["extra_denied_ops"],
-                                 max_pb_bytes=int(fields["max_pb_bytes"]),
-                                 max_parse_memory_bytes=int(fields["max_parse_memory_bytes"]))
-    except (ValueError, KeyError, TypeError, ScanPolicyError):
-        raise ScanPolicyError(f"{POLICY_ENV} is not a scan policy this version wrote; "
-                              f"unset it") from None
-
-
-_lock = threading.Lock()
-_current: ScanPolicy | None = None
-
-
-def current_policy() -> ScanPolicy:
-    global _current
-    if _current is None:
-        _current = _policy_from_env()
-    return _current
-
-
-@contextlib.contextmanager
-def using_policy(policy: ScanPolicy) -> Iterator[ScanPolicy]:
-    """Make ``policy`` the one every model read in this process (and the processes it starts)
-    applies, for the block."""
-    global _current
-    with _lock:
-        previous, previous_env = current_policy(), os.environ.get(POLICY_ENV)
-        _current = policy
-        os.environ[POLICY_ENV] = _policy_to_env(policy)
-    try:
-        yield policy
-    finally:
-        with _lock:
-            _current = previous
-            if previous_env is None:
-                os.environ.pop(POLICY_ENV, None)
-            else:
-                os.environ[POLICY_ENV] = previous_env
-
-
 @dataclass(frozen=True)
 class Finding:
     op: str
@@ -443,11 +384,11 @@ class _MetaGraphScan:
                               called_from=self.callers.get(fname), meta_graph=self.label)
 
 
-def find_dangerous_ops(saved_model, policy: ScanPolicy | None = None,
+def find_dangerous_ops(saved_model, policy: ScanPolicy = DEFAULT_POLICY,
                        root: str | os.PathLike | None = None) -> list[Finding]:
-    """Every refused node of a parsed ``SavedModel`` proto, in graph order; [] when clean.
-    ``root``: the model's directory, without which no table file is proved its own asset."""
-    policy = policy or current_policy()
+    """Every node of a parsed ``SavedModel`` proto that ``policy`` refuses, in graph order; []
+    when clean. ``root``: the model's directory, without which no table file is proved its own
+    asset."""
     several = len(saved_model.meta_graphs) > 1
     found: list[Finding] = []
     for meta_graph in saved_model.meta_graphs:
@@ -456,7 +397,7 @@ def find_dangerous_ops(saved_model, policy: ScanPolicy | None = None,
     return found
 
 
-def check_saved_model(saved_model, where: str, policy: ScanPolicy | None = None,
+def check_saved_model(saved_model, where: str, policy: ScanPolicy = DEFAULT_POLICY,
                       root: str | os.PathLike | None = None) -> None:
     """Raise :class:`DangerousOpError` naming the first refused node, and how many more."""
     found = find_dangerous_ops(saved_model, policy, root)

@@ -19,7 +19,7 @@ from optimizer.errors import (
 )
 from optimizer.files.bounded_parse import parse_file
 from optimizer.files.records import JsonRecord
-from optimizer.model.op_scan import ScanPolicy, check_saved_model, current_policy
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy, check_saved_model
 from optimizer.model.signature import SignatureInfo
 
 DEFAULT_SIGNATURE = "serving_default"
@@ -27,17 +27,16 @@ SERVE_TAG = "serve"
 _INTERNAL_SIGNATURES = ("__saved_model_init_op", "__saved_model_train_op")
 
 
-def read_saved_model_proto(path: str | os.PathLike, policy: ScanPolicy | None = None):
+def read_saved_model_proto(path: str | os.PathLike, policy: ScanPolicy = DEFAULT_POLICY):
     """Parse ``saved_model.pb`` (or ``.pbtxt``) under ``path`` and scan it; typed errors.
 
     Every reader of a model comes through here before TensorFlow touches it, so the bounded
-    parse (:mod:`optimizer.files.bounded_parse`) and the op scan (:mod:`optimizer.model.op_scan`, under
-    ``policy`` or the policy in force) guard every entry point: inspect, freeze, optimize,
-    benchmark, the pipeline's pull and every load after it.
+    parse (:mod:`optimizer.files.bounded_parse`) and the op scan (:mod:`optimizer.model.op_scan`),
+    both under ``policy``, guard every entry point: inspect, freeze, optimize, benchmark, the
+    pipeline's pull and every load after it.
     """
     from optimizer.model.tf_protos import saved_model_class
 
-    policy = policy or current_policy()
     root = Path(path)
     if not root.exists():
         raise SourceNotFoundError(f"no such SavedModel directory: {root}")
@@ -73,8 +72,9 @@ def serving_meta_graph(proto, path: str | os.PathLike = ""):
     raise NotASavedModelError(f"{path}: no MetaGraph tagged 'serve' (tags found: {tags})")
 
 
-def list_signatures(path: str | os.PathLike) -> dict[str, SignatureInfo]:
-    mg = serving_meta_graph(read_saved_model_proto(path), path)
+def list_signatures(path: str | os.PathLike, *, policy: ScanPolicy = DEFAULT_POLICY
+                    ) -> dict[str, SignatureInfo]:
+    mg = serving_meta_graph(read_saved_model_proto(path, policy), path)
     return {
         name: SignatureInfo.from_signature_def(name, sig)
         for name, sig in sorted(mg.signature_def.items())
@@ -82,8 +82,9 @@ def list_signatures(path: str | os.PathLike) -> dict[str, SignatureInfo]:
     }
 
 
-def get_signature(path: str | os.PathLike, name: str = DEFAULT_SIGNATURE) -> SignatureInfo:
-    signatures = list_signatures(path)
+def get_signature(path: str | os.PathLike, name: str = DEFAULT_SIGNATURE, *,
+                  policy: ScanPolicy = DEFAULT_POLICY) -> SignatureInfo:
+    signatures = list_signatures(path, policy=policy)
     if name not in signatures:
         available = ", ".join(signatures) or "none"
         raise UnknownSignatureError(
@@ -130,14 +131,15 @@ def _count_variables(meta_graph) -> int:
                if n.op in ("VariableV2", "VarHandleOp", "Variable"))
 
 
-def describe(path: str | os.PathLike) -> SavedModelDescription:
-    proto = read_saved_model_proto(path)
+def describe(path: str | os.PathLike, *, policy: ScanPolicy = DEFAULT_POLICY
+             ) -> SavedModelDescription:
+    proto = read_saved_model_proto(path, policy)
     mg = serving_meta_graph(proto, path)
     counts = op_histogram(mg.graph_def)
     return SavedModelDescription(
         path=str(path),
         tags=tuple(mg.meta_info_def.tags),
-        signatures=list_signatures(path),
+        signatures=list_signatures(path, policy=policy),
         op_counts=dict(counts.most_common()),
         size_bytes=directory_size(path),
         variable_count=_count_variables(mg),

@@ -24,8 +24,10 @@ from optimizer.errors import EquivalenceError
 from optimizer.inputs.generated import infer_int_ranges, make_inputs
 from optimizer.inputs.vocabulary import infer_vocabularies
 from optimizer.model.frozen import FrozenModel
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.optimize.recipe import BACKENDS, Recipe, build_transforms
+from optimizer.optimize.recipe import BACKENDS, Recipe
+from optimizer.optimize.recipe_building import build_transforms
 from optimizer.search.settings import SearchSettings
 from optimizer.transforms.base import TransformConfigError
 from optimizer.transforms.pipeline import run_transforms
@@ -46,15 +48,17 @@ SEARCH_MAX_QUEUE = 64
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """An optimized version of the frozen original, and how it was made.
+class OptimizedGraph:
+    """The frozen original after a recipe or a search, and how it was made: what
+    :func:`optimize` checks against the source (not yet a candidate of the pipeline's,
+    :class:`optimizer.candidates.candidate.Candidate`, which is a model on disk to measure).
 
     For a recipe, ``recipe`` is its GTT text and ``trace`` holds one
-    :class:`optimizer.transforms.pipeline.TraceStep` per transform. For a search, ``recipe``
+    :class:`~optimizer.transforms.pipeline.TransformStep` per transform. For a search, ``recipe``
     describes the search (``relaxed(alpha=1.05)``), ``backend`` is ``search``, ``trace`` holds
-    one :class:`optimizer.search.search.TraceStep` (substitution, cost after it) per applied
-    substitution, and ``search`` the whole :meth:`SearchResult.to_dict` (stats, which graph was
-    returned, the end-to-end re-measurements). Both kinds of step have ``to_dict``.
+    one :class:`~optimizer.search.search.SubstitutionStep` (substitution, cost after it) per
+    applied substitution, and ``search`` the whole :meth:`SearchResult.to_dict` (stats, which
+    graph was returned, the end-to-end re-measurements). Both kinds of step have ``to_dict``.
     """
 
     model: FrozenModel
@@ -68,7 +72,7 @@ class Candidate:
 class OptimizeResult:
     source: str
     original: FrozenModel
-    candidate: Candidate
+    candidate: OptimizedGraph
     report: EquivalenceReport
     tolerance: Tolerance
 
@@ -134,7 +138,7 @@ def check_recipe(recipe: Recipe, backend: str | None = None) -> None:
         native_transforms(recipe.transforms)
 
 
-def apply_recipe(model: FrozenModel, recipe: Recipe, backend: str | None = None) -> Candidate:
+def apply_recipe(model: FrozenModel, recipe: Recipe, backend: str | None = None) -> OptimizedGraph:
     """The recipe's transforms applied in order to ``model``; each step in the trace."""
     check_recipe(recipe, backend)
     chosen = resolve_backend(recipe, backend)
@@ -144,12 +148,12 @@ def apply_recipe(model: FrozenModel, recipe: Recipe, backend: str | None = None)
         from optimizer.optimize.native_gtt import run_native_transforms
 
         optimized, trace = run_native_transforms(model, recipe.transforms)
-    return Candidate(model=optimized, recipe=recipe.text, backend=chosen, trace=tuple(trace))
+    return OptimizedGraph(model=optimized, recipe=recipe.text, backend=chosen, trace=tuple(trace))
 
 
 def search_candidate(model: FrozenModel, tolerance: Tolerance | None = None,
                      cost_cache: str | os.PathLike | None = None,
-                     **settings) -> Candidate:
+                     **settings) -> OptimizedGraph:
     """The cheapest graph equivalent to ``model``'s that a substitution search finds, searching
     as ``settings`` (:class:`SearchSettings`' keys and defaults) say.
 
@@ -185,11 +189,10 @@ GREEDY_SHARE_OF_TIME = 0.5
 
 
 def _search(model: FrozenModel, settings: SearchSettings, tolerance: Tolerance,
-            cost_cache=None) -> Candidate:
+            cost_cache=None) -> OptimizedGraph:
     from optimizer.search.cost import MeasuredCost, OpCostModel
     from optimizer.search.remeasure import remeasure
-    from optimizer.search.search import TraceStep as SearchStep
-    from optimizer.search.search import continued_from, relaxed_search
+    from optimizer.search.search import SubstitutionStep, continued_from, relaxed_search
 
     cost = OpCostModel(cache_path=cost_cache) if settings.cost == "model" else MeasuredCost(model)
     input_cost = cost.cost(model.graph_def)
@@ -197,7 +200,8 @@ def _search(model: FrozenModel, settings: SearchSettings, tolerance: Tolerance,
     cleaned = model
     for transform in build_transforms(Recipe.from_string(SEARCH_CLEANUP).transforms):
         cleaned, _ = run_transforms(cleaned, [transform])
-        cleanup.append(SearchStep(f"cleanup:{transform.describe()}", cost.cost(cleaned.graph_def)))
+        cleanup.append(SubstitutionStep(f"cleanup:{transform.describe()}",
+                                        cost.cost(cleaned.graph_def)))
     model = cleaned
 
     def progress(p) -> None:
@@ -239,22 +243,25 @@ def _search(model: FrozenModel, settings: SearchSettings, tolerance: Tolerance,
     search = {**result.to_dict(), "input_cost": input_cost,
               "trace": [step.to_dict() for step in trace], "cleanup": SEARCH_CLEANUP,
               "greedy_baseline": greedy.to_dict() if greedy is not None else None}
-    return Candidate(model=result.model, recipe=settings.describe(), backend=SEARCH_BACKEND,
+    return OptimizedGraph(model=result.model, recipe=settings.describe(), backend=SEARCH_BACKEND,
                      trace=trace, search=search)
 
 
 def evaluate(
     source: str | os.PathLike,
     original: FrozenModel,
-    candidate: Candidate,
+    candidate: OptimizedGraph,
     tolerance: Tolerance,
     signature_name: str = DEFAULT_SIGNATURE,
+    *,
+    policy: ScanPolicy = DEFAULT_POLICY,
 ) -> OptimizeResult:
-    """Compare the source SavedModel with the candidate on inputs made from the signature."""
+    """Compare the source SavedModel (scanned under ``policy``) with the candidate on inputs
+    made from the signature."""
     # Integer ids are drawn from the embedding sizes, and tokens from the lookup tables, found in
     # the original graph: a candidate's rewritten graph may no longer show them.
     return check_equivalence(source, original, equivalence_inputs(original), candidate,
-                             tolerance, signature_name)
+                             tolerance, signature_name, policy=policy)
 
 
 def equivalence_inputs(original: FrozenModel) -> list[dict]:
@@ -267,13 +274,13 @@ def equivalence_inputs(original: FrozenModel) -> list[dict]:
 
 
 def check_equivalence(source: str | os.PathLike, original: FrozenModel, inputs: list[dict],
-                      candidate: Candidate, tolerance: Tolerance,
-                      signature_name: str = DEFAULT_SIGNATURE, load_candidate=None
-                      ) -> OptimizeResult:
+                      candidate: OptimizedGraph, tolerance: Tolerance,
+                      signature_name: str = DEFAULT_SIGNATURE, load_candidate=None, *,
+                      policy: ScanPolicy = DEFAULT_POLICY) -> OptimizeResult:
     """:func:`evaluate` on inputs already made (the original may be an outline by then);
     ``load_candidate(frozen model)`` makes the candidate's runner (default: ``load_runner``)."""
     report = compare(str(source), candidate.model, inputs, signature_name=signature_name,
-                     load_candidate=load_candidate)
+                     load_candidate=load_candidate, policy=policy)
     log.info("equivalence: %s", report.summary())
     return OptimizeResult(source=str(source), original=original, candidate=candidate,
                           report=report, tolerance=tolerance)
@@ -288,6 +295,7 @@ def optimize(
     search: SearchSettings | None = None,
     *,
     in_worker: bool | None = None,
+    policy: ScanPolicy = DEFAULT_POLICY,
 ) -> OptimizeResult:
     """Freeze ``source``, apply ``recipe`` (or run ``search``), and measure the candidate against
     ``source``.
@@ -302,6 +310,9 @@ def optimize(
     and transforming hold several copies of the weights, which TensorFlow does not give back
     to the system while its process lives. The result is then the same, but its graphs are
     outlines (no weights) and the optimized model is kept on disk until the result is gone.
+
+    ``policy``: what the source may hold (:mod:`optimizer.model.op_scan`), applied to every
+    read of it, in this process or the worker.
     """
     if search is not None:
         tolerance = tolerance or Tolerance()
@@ -319,19 +330,21 @@ def optimize(
     if in_worker:
         from optimizer.optimize.worker import optimize_in_worker
 
-        return optimize_in_worker(source, recipe, signature_name, tolerance, backend, search)
-    return optimize_here(source, recipe, signature_name, tolerance, backend, search)
+        return optimize_in_worker(source, recipe, signature_name, tolerance, backend, search,
+                                  policy=policy)
+    return optimize_here(source, recipe, signature_name, tolerance, backend, search,
+                         policy=policy)
 
 
 def optimize_here(source: str | os.PathLike, recipe: Recipe | None, signature_name: str,
                   tolerance: Tolerance, backend: str | None, search: SearchSettings | None,
-                  on_frozen=None) -> OptimizeResult:
+                  on_frozen=None, *, policy: ScanPolicy = DEFAULT_POLICY) -> OptimizeResult:
     """:func:`optimize` in this process, its settings resolved. ``on_frozen(original)``, when
     given, returns what the result keeps of the original (an outline, say): the frozen
     original is then let go before the candidate is checked."""
     from optimizer.model.freeze import freeze
 
-    original = freeze(source, signature_name)
+    original = freeze(source, signature_name, policy=policy)
     inputs = equivalence_inputs(original)
     kept = original
     if on_frozen is not None:
@@ -345,14 +358,15 @@ def optimize_here(source: str | os.PathLike, recipe: Recipe | None, signature_na
                  else apply_recipe(original, recipe, backend))
     del original
     if on_frozen is None:
-        return check_equivalence(source, kept, inputs, candidate, tolerance, signature_name)
+        return check_equivalence(source, kept, inputs, candidate, tolerance, signature_name,
+                                 policy=policy)
     from optimizer.runtime.tensorflow import frozen_session_runner
 
     return_freed_memory()  # the original and every intermediate graph, before the check
     # the graph imported into a session holds about two copies of the weights less than
     # as a function (:func:`frozen_session_runner`)
     return check_equivalence(source, kept, inputs, candidate, tolerance, signature_name,
-                             load_candidate=frozen_session_runner)
+                             load_candidate=frozen_session_runner, policy=policy)
 
 
 def write_optimized(result: OptimizeResult, dst: str | os.PathLike,

@@ -8,8 +8,8 @@ errors raised as ``ValueError`` (or ``RuntimeError``) carrying GTT's status mess
 private symbol: :func:`is_available` says whether this TensorFlow has it.
 
 This backend is the reference the Python transforms are measured against, and the fallback for
-GTT transforms this package has not ported. Recipes are parsed with :mod:`optimizer.optimize.recipe`
-first (GTT's own parser accepts some malformed strings, e.g. an unclosed ``(`` silently drops
+GTT transforms this package has not ported. Recipes are parsed with
+:mod:`optimizer.optimize.gtt_syntax` first (GTT's own parser accepts some malformed strings, e.g. an unclosed ``(`` silently drops
 the transform) and handed to GTT one transform at a time, so that the trace shows each step.
 A GTT transform that hits a ``CHECK`` aborts the process; GTT offers no way to guard that.
 """
@@ -20,9 +20,9 @@ from collections.abc import Iterable, Sequence
 
 from optimizer.errors import TfoptError, first_line
 from optimizer.model.frozen import FrozenModel
-from optimizer.optimize.recipe import TransformSpec, format_transforms, parse_transforms
+from optimizer.optimize.gtt_syntax import TransformSpec, format_transforms, parse_transforms
 from optimizer.transforms.base import Transform, TransformConfigError, TransformContext
-from optimizer.transforms.pipeline import TraceStep, TransformFailed, run_transforms
+from optimizer.transforms.pipeline import TransformFailed, TransformStep, run_transforms
 
 BINDING_MODULE = "tensorflow.python.util._pywrap_transform_graph"
 
@@ -137,7 +137,7 @@ def _check_signature_nodes(before: FrozenModel, after: FrozenModel) -> None:
 
 
 def run_native_transforms(model: FrozenModel, specs: Iterable[TransformSpec]
-                          ) -> tuple[FrozenModel, list[TraceStep]]:
+                          ) -> tuple[FrozenModel, list[TransformStep]]:
     """Like :func:`optimizer.transforms.pipeline.run_transforms`, with GTT doing each step."""
     result, trace = run_transforms(model, native_transforms(specs))
     _check_signature_nodes(model, result)

@@ -131,14 +131,15 @@ def copy_written(written: str | os.PathLike, dst: str | os.PathLike,
 
 
 def optimize_in_worker(source, recipe, signature_name: str, tolerance, backend,
-                       search):
+                       search, *, policy):
     """:func:`optimizer.optimize.flow.optimize_here` in a child process that has exited when this
-    returns; the result's graphs are outlines."""
+    returns; the result's graphs are outlines. ``policy``, the model scan's, is part of the job:
+    the child reads the source under it."""
     scratch = Path(tempfile.mkdtemp(prefix="tfopt-optimize-"))
     try:
         outcome = run_job(__name__, {
             "source": str(source), "recipe": recipe, "signature": signature_name,
-            "tolerance": tolerance, "backend": backend, "search": search,
+            "tolerance": tolerance, "backend": backend, "search": search, "policy": policy,
             "scratch": str(scratch), "log_level": logging.getLogger().getEffectiveLevel()},
             directory=scratch)
         if outcome.answer is None:
@@ -163,7 +164,8 @@ def _optimize(job: dict):
 
     scratch = Path(job["scratch"])
     result = optimize_here(job["source"], job["recipe"], job["signature"], job["tolerance"],
-                           job["backend"], job["search"], on_frozen=outline)
+                           job["backend"], job["search"], on_frozen=outline,
+                           policy=job["policy"])
     candidate = result.candidate.model
     stored = written = None
     if result.accepted:

@@ -26,6 +26,7 @@ import numpy as np
 
 from optimizer.files.records import JsonRecord
 from optimizer.model.frozen import FrozenModel
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE, read_saved_model_proto, serving_meta_graph
 
 _LABEL_OP = re.compile(r"^\S+ = ([A-Za-z0-9_]+)\(")
@@ -75,18 +76,20 @@ def _session_config(tf):
         inter_op_parallelism_threads=threading.get_inter_op_parallelism_threads())
 
 
-def _open_session(model, signature_name: str):
-    """``(session, feed tensor names by key, fetch tensor names, how the graph was obtained)``."""
+def _open_session(model, signature_name: str, policy: ScanPolicy):
+    """``(session, feed tensor names by key, fetch tensor names, how the graph was obtained)``;
+    a SavedModel is read under ``policy``."""
     from optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     source = "frozen graph"
     if not isinstance(model, FrozenModel):
-        meta_graph = serving_meta_graph(read_saved_model_proto(model), model)
+        meta_graph = serving_meta_graph(read_saved_model_proto(model, policy), model)
         if len(meta_graph.object_graph_def.nodes):
             from optimizer.model.freeze import freeze
 
-            model, source = freeze(model, signature_name), "stock SavedModel, frozen to profile"
+            model = freeze(model, signature_name, policy=policy)
+            source = "stock SavedModel, frozen to profile"
         else:
             graph = tf.Graph()
             session = tf.compat.v1.Session(graph=graph, config=_session_config(tf))
@@ -107,12 +110,14 @@ def _open_session(model, signature_name: str):
 
 def profile_ops(model: FrozenModel | str | os.PathLike, feeds: Mapping[str, np.ndarray],
                 label: str = "", runs: int = 10, warmup: int = 2,
-                signature_name: str = DEFAULT_SIGNATURE) -> OpProfile:
-    """Trace ``runs`` runs of the model on ``feeds`` (``{signature key: array}``)."""
+                signature_name: str = DEFAULT_SIGNATURE, *,
+                policy: ScanPolicy = DEFAULT_POLICY) -> OpProfile:
+    """Trace ``runs`` runs of the model on ``feeds`` (``{signature key: array}``); a SavedModel
+    is scanned under ``policy`` (:mod:`optimizer.model.op_scan`) before it loads."""
     from optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
-    session, feed_names, fetches, source = _open_session(model, signature_name)
+    session, feed_names, fetches, source = _open_session(model, signature_name, policy)
     try:
         graph_ops = {n.name: n.type for n in session.graph.get_operations()}
         feed_dict = {feed_names[k]: np.asarray(v) for k, v in feeds.items()}
@@ -137,11 +142,13 @@ def profile_ops(model: FrozenModel | str | os.PathLike, feeds: Mapping[str, np.n
 
 
 def profile_baseline_and_candidate(result, candidate_label: str, feeds: Mapping[str, np.ndarray],
-                                   runs: int = 10) -> list[OpProfile]:
+                                   runs: int = 10, *, policy: ScanPolicy = DEFAULT_POLICY
+                                   ) -> list[OpProfile]:
     """Profiles of a :class:`BenchmarkResult`'s baseline and one candidate, on ``feeds``; a
-    model another runtime than TensorFlow runs has no step stats and is left out."""
+    model another runtime than TensorFlow runs has no step stats and is left out. The models
+    are read under ``policy``."""
     signature = result.settings.signature
     return [profile_ops(m.path, feeds, label=f"{m.label} ({m.role})", runs=runs,
-                        signature_name=signature)
+                        signature_name=signature, policy=policy)
             for m in (result.baseline, result.candidate(candidate_label))
             if m.format == "savedmodel"]

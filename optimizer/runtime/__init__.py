@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from optimizer.model.frozen import FrozenModel
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.model.signature import SignatureInfo
 from optimizer.runtime.base import (
@@ -31,10 +32,12 @@ __all__ = ["RUNTIMES", "CorruptModelError", "Model", "ModelRunner", "Runtime",
 
 
 def load_runner(model: Model, signature_name: str = DEFAULT_SIGNATURE, *,
-                format: str | None = None, num_threads: int | None = None) -> ModelRunner:
+                format: str | None = None, num_threads: int | None = None,
+                policy: ScanPolicy = DEFAULT_POLICY) -> ModelRunner:
     """A runner for ``model``; ``format`` defaults to what the path looks like
     (:func:`~optimizer.runtime.registry.detect_format`). ``num_threads`` applies where the
-    runtime sets threads per model; None takes the CPUs this process may use."""
+    runtime sets threads per model; None takes the CPUs this process may use. ``policy``: what
+    a SavedModel may hold (:mod:`optimizer.model.op_scan`), scanned before TensorFlow loads it."""
     if isinstance(model, ModelRunner):
         return model
     if isinstance(model, FrozenModel):
@@ -42,11 +45,13 @@ def load_runner(model: Model, signature_name: str = DEFAULT_SIGNATURE, *,
 
         return frozen_runner(model)
     runtime = runtime_for(format or detect_format(model))
-    return runtime.implementation().load_runner(model, signature_name, num_threads)
+    return runtime.implementation().load_runner(model, signature_name, num_threads, policy)
 
 
 def read_signature(model: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE, *,
-                   format: str | None = None) -> SignatureInfo:
-    """The signature of a model on disk, read without running it."""
+                   format: str | None = None, policy: ScanPolicy = DEFAULT_POLICY
+                   ) -> SignatureInfo:
+    """The signature of a model on disk, read without running it (a SavedModel scanned under
+    ``policy``)."""
     runtime = runtime_for(format or detect_format(model))
-    return runtime.implementation().read_signature(model, signature_name)
+    return runtime.implementation().read_signature(model, signature_name, policy)

@@ -37,6 +37,7 @@ from optimizer.errors import (
     UnknownSignatureError,
     first_line,
 )
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.model.signature import SignatureInfo, TensorSpecInfo
 from optimizer.runtime.base import (
@@ -255,10 +256,11 @@ class LiteRTRunner(ModelRunner):
 
 
 def load_runner(path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE,
-                num_threads: int | None = None) -> LiteRTRunner:
+                num_threads: int | None = None, policy: ScanPolicy = DEFAULT_POLICY
+                ) -> LiteRTRunner:
     return LiteRTRunner(path, signature_name, num_threads=num_threads)
 
 
-def read_signature(path: str | os.PathLike,
-                   signature_name: str = DEFAULT_SIGNATURE) -> SignatureInfo:
+def read_signature(path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE,
+                   policy: ScanPolicy = DEFAULT_POLICY) -> SignatureInfo:
     return read_litert_signature(path, signature_name)

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from optimizer.errors import SourceNotFoundError, first_line
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.model.sidecar import runtime_options
 from optimizer.model.signature import SignatureInfo, TensorSpecInfo
@@ -153,12 +154,13 @@ class OnnxRunner(ModelRunner):
 
 
 def load_runner(path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE,
-                num_threads: int | None = None) -> OnnxRunner:
+                num_threads: int | None = None, policy: ScanPolicy = DEFAULT_POLICY
+                ) -> OnnxRunner:
     return OnnxRunner(path, signature_name, num_threads=num_threads)
 
 
-def read_signature(path: str | os.PathLike,
-                   signature_name: str = DEFAULT_SIGNATURE) -> SignatureInfo:
+def read_signature(path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE,
+                   policy: ScanPolicy = DEFAULT_POLICY) -> SignatureInfo:
     """The inputs and outputs of an ``.onnx`` file: a session on one thread that optimizes
     nothing and is never called."""
     path = Path(path)

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from optimizer.errors import SourceNotFoundError
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.model.sidecar import runtime_options
 from optimizer.model.signature import SignatureInfo, TensorSpecInfo
@@ -151,12 +152,13 @@ class OpenVINORunner(ModelRunner):
 
 
 def load_runner(path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE,
-                num_threads: int | None = None) -> OpenVINORunner:
+                num_threads: int | None = None, policy: ScanPolicy = DEFAULT_POLICY
+                ) -> OpenVINORunner:
     return OpenVINORunner(path, signature_name, num_threads=num_threads)
 
 
-def read_signature(path: str | os.PathLike,
-                   signature_name: str = DEFAULT_SIGNATURE) -> SignatureInfo:
+def read_signature(path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE,
+                   policy: ScanPolicy = DEFAULT_POLICY) -> SignatureInfo:
     """The inputs and outputs of an IR, read without compiling it."""
     path = Path(path)
     runtime_options(path, FORMAT)  # a broken sidecar is a broken model

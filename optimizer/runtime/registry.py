@@ -1,7 +1,9 @@
 """Which runtime runs which model format, and how a model on disk says its format.
 
 One :class:`Runtime` per format, each implemented by one module of this package that defines
-``load_runner(path, signature, num_threads)`` and ``read_signature(path, signature)``. The
+``load_runner(path, signature, num_threads, policy)`` and ``read_signature(path, signature,
+policy)``; ``policy`` is the model scan's (:mod:`optimizer.model.op_scan`), which only a runtime
+that loads SavedModels (programs) applies. The
 module is imported only when a model of its format is loaded, so a runtime that is not
 installed costs nothing until it is needed, and then fails with one line naming the package.
 

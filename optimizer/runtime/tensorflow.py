@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from optimizer.model.frozen import FrozenModel
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE, get_signature
 from optimizer.model.signature import SignatureInfo
 from optimizer.runtime.base import ModelRunner
@@ -111,14 +112,15 @@ class SessionRunner(ModelRunner):
 
 
 def load_runner(path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE,
-                num_threads: int | None = None) -> TensorFlowRunner:
+                num_threads: int | None = None, policy: ScanPolicy = DEFAULT_POLICY
+                ) -> TensorFlowRunner:
     from optimizer.model.freeze import load_signature_function
 
-    signature = get_signature(path, signature_name)
-    fn = load_signature_function(path, signature_name)
+    signature = get_signature(path, signature_name, policy=policy)
+    fn = load_signature_function(path, signature_name, policy=policy)
     return TensorFlowRunner(signature, fn, by_keyword=True, description=f"SavedModel {path}")
 
 
-def read_signature(path: str | os.PathLike,
-                   signature_name: str = DEFAULT_SIGNATURE) -> SignatureInfo:
-    return get_signature(path, signature_name)
+def read_signature(path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE,
+                   policy: ScanPolicy = DEFAULT_POLICY) -> SignatureInfo:
+    return get_signature(path, signature_name, policy=policy)

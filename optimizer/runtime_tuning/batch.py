@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pydantic import computed_field
 
 from optimizer.files.records import JsonRecord
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.runtime_tuning.checks import RuntimeTuningError, positive
 from optimizer.runtime_tuning.grid import ThreadSetting, has_per_model_threads, validate_grid
@@ -92,15 +93,18 @@ def measure_batch_curve(
     batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
     time_budget_seconds: float = 30.0,
     progress: Progress | None = None,
+    *,
+    policy: ScanPolicy = DEFAULT_POLICY,
 ) -> BatchCurve:
-    """p50 latency per batch size under ``setting`` (default: the reference), in one worker."""
+    """p50 latency per batch size under ``setting`` (default: the reference), in one worker
+    that reads ``model`` under ``policy``, the model scan's."""
     say = progress or (lambda message: log.info("%s", message))
     positive("time_budget_seconds", time_budget_seconds, float)
     batch_sizes = validate_batch_sizes(batch_sizes)
-    model, _, reference, cpus = prepare(model, signature, None, None)
+    model, _, reference, cpus = prepare(model, signature, None, None, policy)
     setting = setting or reference
     validate_grid([setting], setting, cpus, has_per_model_threads(model))
-    with Probes(model, signature, [setting], say) as running:
+    with Probes(model, signature, [setting], say, policy) as running:
         return measure_curve(running[setting], batch_sizes, time_budget_seconds, say)
 
 

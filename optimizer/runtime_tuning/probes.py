@@ -15,6 +15,8 @@ import json
 import time
 from collections.abc import Callable, Sequence
 
+from optimizer.files.records import record_to_dict
+from optimizer.model.op_scan import ScanPolicy
 from optimizer.runtime_tuning.checks import RuntimeTuningError
 from optimizer.runtime_tuning.grid import ThreadSetting, serving_env
 from optimizer.system.worker_process import WorkerProcess
@@ -30,10 +32,12 @@ Progress = Callable[[str], None]
 class Probe:
     """One worker process holding the model loaded under one thread setting."""
 
-    def __init__(self, model: str, signature: str, setting: ThreadSetting):
+    def __init__(self, model: str, signature: str, setting: ThreadSetting, policy: ScanPolicy):
         self.setting = setting
         self.ready: dict = {}
-        config = {"model": model, "signature": signature, "setting": setting.to_dict()}
+        # the model scan's policy is part of the worker's arguments: it reads the model too
+        config = {"model": model, "signature": signature, "setting": setting.to_dict(),
+                  "policy": record_to_dict(policy)}
         self.worker = WorkerProcess(
             "optimizer.runtime_tuning.worker", [json.dumps(config)],
             name=f"probe [{setting.label}]",
@@ -69,8 +73,9 @@ class Probes:
     """Start one worker per setting (concurrently) and wait until all have the model loaded."""
 
     def __init__(self, model: str, signature: str, settings: Sequence[ThreadSetting],
-                 say: Progress):
+                 say: Progress, policy: ScanPolicy):
         self.model, self.signature, self.settings, self.say = model, signature, settings, say
+        self.policy = policy
         self.by_setting: dict[ThreadSetting, Probe] = {}
 
     def __enter__(self) -> dict[ThreadSetting, Probe]:
@@ -78,7 +83,8 @@ class Probes:
         self.say(f"starting {len(self.settings)} probe process(es) for {self.model}")
         try:
             for setting in self.settings:
-                self.by_setting[setting] = Probe(self.model, self.signature, setting)
+                self.by_setting[setting] = Probe(self.model, self.signature, setting,
+                                                 self.policy)
             for setting, worker in self.by_setting.items():
                 remaining = WORKER_START_TIMEOUT - (time.monotonic() - started)
                 worker.ready = worker.receive(max(remaining, 1.0))

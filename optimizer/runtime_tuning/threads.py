@@ -20,6 +20,7 @@ from pydantic import computed_field
 
 from optimizer.errors import SourceNotFoundError
 from optimizer.files.records import JsonRecord
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.runtime_tuning.checks import check_min_gain, positive
 from optimizer.runtime_tuning.grid import (
@@ -127,14 +128,14 @@ def run_search(running: dict[ThreadSetting, Probe], reference: ThreadSetting, ro
     return ThreadSearch(probes, reference, best.setting, rounds, seconds_per_probe, min_gain)
 
 
-def prepare(model, signature: str, grid, reference
+def prepare(model, signature: str, grid, reference, policy: ScanPolicy
             ) -> tuple[str, list[ThreadSetting], ThreadSetting, int]:
     """Check everything that can be checked here, before starting any probe process."""
     from optimizer.runtime import read_signature
 
     if not Path(model).exists():
         raise SourceNotFoundError(f"no such model: {model}")
-    read_signature(model, signature)  # not a model, or no such signature: say so now
+    read_signature(model, signature, policy=policy)  # not a model, or no such signature
     cpus, _, _ = cpu_facts()
     per_model = has_per_model_threads(model)
     grid = list(grid) if grid is not None else thread_grid(cpus, per_model)
@@ -152,12 +153,15 @@ def search_threads(
     seconds_per_probe: float = DEFAULT_SECONDS_PER_PROBE,
     min_gain: float = DEFAULT_MIN_GAIN,
     progress: Progress | None = None,
+    *,
+    policy: ScanPolicy = DEFAULT_POLICY,
 ) -> ThreadSearch:
-    """Time ``model`` at batch 1 under each thread setting (see the module docstring)."""
+    """Time ``model`` at batch 1 under each thread setting (see the module docstring); every
+    probe reads it under ``policy``, the model scan's."""
     say = progress or (lambda message: log.info("%s", message))
     positive("rounds", rounds)
     positive("seconds_per_probe", seconds_per_probe, float)
     check_min_gain(min_gain)
-    model, grid, reference, _ = prepare(model, signature, grid, reference)
-    with Probes(model, signature, grid, say) as running:
+    model, grid, reference, _ = prepare(model, signature, grid, reference, policy)
+    with Probes(model, signature, grid, say, policy) as running:
         return run_search(running, reference, rounds, seconds_per_probe, min_gain, say)

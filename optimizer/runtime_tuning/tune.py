@@ -10,6 +10,7 @@ import logging
 import os
 from collections.abc import Sequence
 
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.runtime_tuning.batch import (
     DEFAULT_BATCH_SIZES,
@@ -46,10 +47,13 @@ def tune_runtime(
     time_budget_seconds: float = 60.0,
     min_gain: float = DEFAULT_MIN_GAIN,
     progress: Progress | None = None,
+    *,
+    policy: ScanPolicy = DEFAULT_POLICY,
 ) -> TunedRuntimeSettings:
     """Search the thread grid, then measure the batch curve with the best setting's worker
     (``time_budget_seconds`` bounds the batch curve; the thread search takes
-    ``rounds x settings x seconds_per_probe`` plus start-up)."""
+    ``rounds x settings x seconds_per_probe`` plus start-up). Every probe reads ``model``
+    under ``policy``, the model scan's."""
     say = progress or (lambda message: log.info("%s", message))
     positive("throughput_target", throughput_target, float)
     positive("latency_slo_ms", latency_slo_ms, float)
@@ -58,9 +62,9 @@ def tune_runtime(
     positive("time_budget_seconds", time_budget_seconds, float)
     check_min_gain(min_gain)
     batch_sizes = validate_batch_sizes(batch_sizes)
-    model, grid, reference, _ = prepare(model, signature, grid, reference)
+    model, grid, reference, _ = prepare(model, signature, grid, reference, policy)
     cpus, quota, cpu_name = cpu_facts()
-    with Probes(model, signature, grid, say) as running:
+    with Probes(model, signature, grid, say, policy) as running:
         search = run_search(running, reference, rounds, seconds_per_probe, min_gain, say)
         # Idle probes hold memory; wait for them to exit so their shutdown is not timed.
         close_all([p for s, p in running.items() if s != search.best])

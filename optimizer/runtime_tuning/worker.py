@@ -21,10 +21,13 @@ from optimizer.system.worker_process import serve
 _MAX_RUNS = 100_000
 
 
-def _load_for_setting(model: str, signature: str, setting: ThreadSetting):
+def _load_for_setting(model: str, signature: str, setting: ThreadSetting, policy: dict):
+    from optimizer.files.records import record_from_dict
+    from optimizer.model.op_scan import ScanPolicy
     from optimizer.runtime import load_runner
 
-    return load_runner(model, signature, num_threads=setting.num_threads)
+    return load_runner(model, signature, num_threads=setting.num_threads,
+                       policy=record_from_dict(ScanPolicy, policy))
 
 
 def _in_effect(setting: ThreadSetting, runner) -> dict:
@@ -60,7 +63,7 @@ def _start(config_text: str):
         apply_runtime_settings(RuntimeSettings(setting.intra_op_threads,
                                                setting.inter_op_threads,
                                                setting.intra_op_threads))
-    runner = _load_for_setting(config["model"], config["signature"], setting)
+    runner = _load_for_setting(config["model"], config["signature"], setting, config["policy"])
     from optimizer.inputs.generated import make_inputs
 
     tensors = {}

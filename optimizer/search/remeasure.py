@@ -63,7 +63,7 @@ def remeasure(result: SearchResult, original: FrozenModel, top_k: int = 3,
     if incumbent is not None:
         name, other = incumbent
         current = add(name, other.model, other.cost, other.trace)
-    for candidate in result.candidates:
+    for candidate in result.kept:
         if len(contenders) >= top_k + 1 + (incumbent is not None):
             break
         if candidate.hash in hashes:  # the search hashed every candidate it kept

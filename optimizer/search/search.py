@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 
+from optimizer.files.records import record_to_dict
 from optimizer.graph.validate import InvalidGraphError, validate_graph
 from optimizer.model.frozen import FrozenModel
 from optimizer.search.cost import CostFunction
@@ -50,21 +51,25 @@ PROGRESS_EVERY_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
-class TraceStep:
-    """One substitution applied on the way to a candidate, and the candidate's cost after it."""
+class SubstitutionStep:
+    """One step of a search's trace: the substitution applied, and the graph's cost after it."""
 
     substitution: str
     cost: float
 
     def to_dict(self) -> dict:
-        return {"substitution": self.substitution, "cost": self.cost}
+        return record_to_dict(self)
 
 
 @dataclass(frozen=True)
-class Candidate:
+class QueuedGraph:
+    """A graph the search reached and queued: its cost, the substitutions that led to it from
+    the input, its canonical hash, and when it was found. Not a candidate of the pipeline's
+    (:class:`optimizer.candidates.candidate.Candidate`): the search's frontier entry."""
+
     graph_def: object = field(repr=False)
     cost: float
-    trace: tuple[TraceStep, ...]
+    trace: tuple[SubstitutionStep, ...]
     hash: str
     order: int  # when it was found: breaks ties in cost, deterministically
 
@@ -108,13 +113,13 @@ class SearchResult:
     (:func:`optimizer.search.remeasure.remeasure` found another candidate faster end to end),
     or the name of the incumbent ``remeasure`` was given (e.g. ``"greedy"``: nothing measured
     faster than greedy's graph). ``rejected`` lists the candidates that failed the check, with
-    the gap. ``candidates`` are the cheapest few kept (the returned one among them unless it is
+    the gap. ``kept`` are the cheapest few graphs kept (the returned one among them unless it is
     the input), for ``remeasure``.
     """
 
     model: FrozenModel
     cost: float
-    trace: tuple[TraceStep, ...]
+    trace: tuple[SubstitutionStep, ...]
     input_cost: float
     cost_name: str
     alpha: float
@@ -122,7 +127,7 @@ class SearchResult:
     rejected: tuple[str, ...]
     equivalence: str
     stats: SearchStats
-    candidates: tuple[Candidate, ...] = field(repr=False)
+    kept: tuple[QueuedGraph, ...] = field(repr=False)
     measured_seconds: float | None = None
     measured: tuple[tuple[str, float, float], ...] = ()  # (which, model cost, measured p50)
 
@@ -178,10 +183,10 @@ def relaxed_search(
     max_nodes = max_nodes_factor * (len(model.graph_def.node) + sum(
         rule.growth(model.graph_def, context) for rule in rules))
 
-    start = Candidate(model.graph_def, cost.cost(model.graph_def), (),
+    start = QueuedGraph(model.graph_def, cost.cost(model.graph_def), (),
                       canonical_hash(model.graph_def), next(counter))
     best = start
-    best_few: list[Candidate] = []  # cheapest kept candidates, sorted by sort_key
+    best_few: list[QueuedGraph] = []  # cheapest kept candidates, sorted by sort_key
     seen = {start.hash}
     queue = [(start.sort_key, start)]
     next_report = started + PROGRESS_EVERY_SECONDS
@@ -229,8 +234,8 @@ def relaxed_search(
             child_cost = cost.cost(child_graph)
             if not child_cost < alpha * best.cost:
                 continue
-            child = Candidate(child_graph, child_cost,
-                              current.trace + (TraceStep(description, child_cost),),
+            child = QueuedGraph(child_graph, child_cost,
+                              current.trace + (SubstitutionStep(description, child_cost),),
                               digest, next(counter))
             stats.kept += 1
             heapq.heappush(queue, (child.sort_key, child))
@@ -299,7 +304,7 @@ def _apply_disjoint(rule: Substitution, graph_def, matches, context) -> tuple[ob
     return graph_def, f"{rule.name}(all {applied} matches)"
 
 
-def _checked_result(model: FrozenModel, start: Candidate, best_few: list[Candidate],
+def _checked_result(model: FrozenModel, start: QueuedGraph, best_few: list[QueuedGraph],
                     stats: SearchStats, cost_name: str, alpha: float, tolerance: Tolerance,
                     seed: int) -> SearchResult:
     """The cheapest candidate that beats the input and passes the equivalence check."""
@@ -332,7 +337,7 @@ def check_equivalence(model: FrozenModel, graph_def, tolerance: Tolerance,
     return report.summary(), "; ".join(tolerance.violations(report))
 
 
-def _result(model, chosen: Candidate, start: Candidate, returned: str, rejected: list[str],
+def _result(model, chosen: QueuedGraph, start: QueuedGraph, returned: str, rejected: list[str],
             equivalence: str, stats, cost_name, alpha, best_few,
             rejected_hashes: set[str]) -> SearchResult:
     kept = tuple(c for c in best_few if c.hash not in rejected_hashes)
@@ -341,7 +346,7 @@ def _result(model, chosen: Candidate, start: Candidate, returned: str, rejected:
         model=model if chosen is start else model.with_graph(chosen.graph_def, step=step),
         cost=chosen.cost, trace=chosen.trace, input_cost=start.cost, cost_name=cost_name,
         alpha=alpha, returned=returned, rejected=tuple(rejected), equivalence=equivalence,
-        stats=stats, candidates=kept)
+        stats=stats, kept=kept)
 
 
 def continued_from(first: SearchResult, then: SearchResult) -> SearchResult:
@@ -350,11 +355,11 @@ def continued_from(first: SearchResult, then: SearchResult) -> SearchResult:
     better, the graph is ``first``'s and so is ``returned``."""
     if first.returned == "input":
         return then
-    candidates = tuple(replace(c, trace=first.trace + c.trace) for c in then.candidates)
+    kept = tuple(replace(c, trace=first.trace + c.trace) for c in then.kept)
     stats = SearchStats(**{f.name: getattr(first.stats, f.name) + getattr(then.stats, f.name)
                            for f in fields(SearchStats) if f.name != "stopped_by"},
                         stopped_by=then.stats.stopped_by)
     returned = then.returned if then.returned != "input" else first.returned
     return replace(then, trace=first.trace + then.trace, input_cost=first.input_cost,
-                   returned=returned, candidates=candidates, stats=stats,
+                   returned=returned, kept=kept, stats=stats,
                    rejected=first.rejected + then.rejected)

@@ -10,9 +10,10 @@ import collections
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from optimizer.errors import TfoptError
+from optimizer.files.records import record_to_dict
 from optimizer.graph.validate import InvalidGraphError
 from optimizer.model.frozen import FrozenModel
 from optimizer.transforms.base import Transform, TransformContext
@@ -25,7 +26,10 @@ class TransformFailed(TfoptError):
 
 
 @dataclass(frozen=True)
-class TraceStep:
+class TransformStep:
+    """One step of a recipe's trace: the transform, and the graph's size before and after it.
+    (A search's step is :class:`optimizer.search.search.SubstitutionStep`.)"""
+
     transform: str
     nodes_before: int
     nodes_after: int
@@ -35,7 +39,7 @@ class TraceStep:
     seconds: float
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return record_to_dict(self)
 
 
 def context_for(model: FrozenModel, protected: Iterable[str] = ()) -> TransformContext:
@@ -50,7 +54,7 @@ def run_transforms(
     model: FrozenModel,
     transforms: Iterable[Transform],
     protected: Iterable[str] = (),
-) -> tuple[FrozenModel, list[TraceStep]]:
+) -> tuple[FrozenModel, list[TransformStep]]:
     context = context_for(model, protected)
     trace = []
     for transform in transforms:
@@ -63,7 +67,7 @@ def run_transforms(
                 from exc
         ops_before = collections.Counter(n.op for n in before.node)
         ops_after = collections.Counter(n.op for n in after.node)
-        trace.append(TraceStep(
+        trace.append(TransformStep(
             transform=transform.describe(),
             nodes_before=len(before.node),
             nodes_after=len(after.node),

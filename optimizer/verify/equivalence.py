@@ -26,6 +26,7 @@ from optimizer.files.records import JsonRecord
 from optimizer.inputs.generated import infer_int_ranges, make_inputs
 from optimizer.inputs.vocabulary import infer_vocabularies
 from optimizer.model.frozen import FrozenModel
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.model.signature import contract_difference
 from optimizer.runtime import Model, ModelRunner, load_runner
@@ -97,14 +98,16 @@ def compare(
     seed: int = 0,
     signature_name: str = DEFAULT_SIGNATURE,
     load_candidate: Callable[[Model], ModelRunner] | None = None,
+    policy: ScanPolicy = DEFAULT_POLICY,
 ) -> EquivalenceReport:
     """Run ``original`` and ``candidate`` on the same inputs and report how far they differ.
 
     One model is loaded at a time: ``original`` runs every batch and is released before
     ``candidate`` loads, so the check holds one copy of the weights (plus the outputs), not
     two; a runner passed in is the caller's and stays open. ``load_candidate`` loads the
-    candidate instead of :func:`~optimizer.runtime.load_runner`."""
-    a = load_runner(original, signature_name)
+    candidate instead of :func:`~optimizer.runtime.load_runner`. A SavedModel on either side is
+    scanned under ``policy`` (:mod:`optimizer.model.op_scan`) before it loads."""
+    a = load_runner(original, signature_name, policy=policy)
     if inputs is None:
         frozen = next((m for m in (original, candidate) if isinstance(m, FrozenModel)), None)
         int_ranges = infer_int_ranges(frozen.graph_def, frozen.signature) if frozen else {}
@@ -125,7 +128,7 @@ def compare(
         if _model_bytes(original) >= RELEASE_FROM_BYTES:
             return_freed_memory()  # the original's weights, before the candidate's load
     b = (load_candidate(candidate) if load_candidate is not None
-         else load_runner(candidate, signature_name))
+         else load_runner(candidate, signature_name, policy=policy))
     try:
         if contract_difference(signature, b.signature):  # a dimension may be unknown on one side
             raise EquivalenceError(

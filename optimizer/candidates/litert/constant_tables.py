@@ -56,6 +56,7 @@ from optimizer.graph.lookup_tables import (
 )
 from optimizer.graph.names import is_control_input, node_name_from_input
 from optimizer.model.assets import TEXT_FILE_TABLE_OPS
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import (
     DEFAULT_SIGNATURE,
     get_signature,
@@ -70,9 +71,11 @@ log = logging.getLogger(__name__)
 SOURCE_DIRECTORY = "litert_source"
 
 
-def has_lookup_tables(saved_model: str | os.PathLike) -> bool:
+def has_lookup_tables(saved_model: str | os.PathLike, policy: ScanPolicy = DEFAULT_POLICY
+                      ) -> bool:
     """Whether the model makes or fills a lookup table anywhere (graph or functions)."""
-    graph = serving_meta_graph(read_saved_model_proto(saved_model), saved_model).graph_def
+    graph = serving_meta_graph(read_saved_model_proto(saved_model, policy),
+                               saved_model).graph_def
     return any(op in TABLE_CREATOR_OPS or op in TEXT_FILE_TABLE_OPS
                for op in op_histogram(graph))
 
@@ -149,8 +152,10 @@ def _pinned(tf, tensor, shape):
 
 
 def write_constant_table_model(saved_model: str | os.PathLike, dst: str | os.PathLike,
-                               signature_name: str = DEFAULT_SIGNATURE) -> Path:
-    """Write at ``dst`` the source's signature with its tables filled from constants."""
+                               signature_name: str = DEFAULT_SIGNATURE, *,
+                               policy: ScanPolicy = DEFAULT_POLICY) -> Path:
+    """Write at ``dst`` the source's signature with its tables filled from constants; the
+    source is read under ``policy``."""
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
     )
@@ -158,8 +163,8 @@ def write_constant_table_model(saved_model: str | os.PathLike, dst: str | os.Pat
     from optimizer.model.freeze import load_signature_function
 
     tf = import_tensorflow()
-    signature = get_signature(saved_model, signature_name)
-    fn = load_signature_function(saved_model, signature_name)
+    signature = get_signature(saved_model, signature_name, policy=policy)
+    fn = load_signature_function(saved_model, signature_name, policy=policy)
     check_no_graph_tables(fn)
     frozen_fn = convert_variables_to_constants_v2(fn, lower_control_flow=False)
     fetches = [t.name for t in frozen_fn.outputs]
@@ -191,10 +196,11 @@ def write_constant_table_model(saved_model: str | os.PathLike, dst: str | os.Pat
 
 
 def litert_source(saved_model: str | os.PathLike, workdir: str | os.PathLike,
-                  signature_name: str = DEFAULT_SIGNATURE) -> Path:
+                  signature_name: str = DEFAULT_SIGNATURE, *,
+                  policy: ScanPolicy = DEFAULT_POLICY) -> Path:
     """The SavedModel to convert: ``saved_model`` itself, or for a model with lookup tables its
-    rewrite under ``workdir``."""
-    if not has_lookup_tables(saved_model):
+    rewrite under ``workdir``; ``saved_model`` is read under ``policy``."""
+    if not has_lookup_tables(saved_model, policy):
         return Path(saved_model)
     return write_constant_table_model(saved_model, Path(workdir) / SOURCE_DIRECTORY,
-                                      signature_name)
+                                      signature_name, policy=policy)

@@ -45,6 +45,7 @@ from optimizer.candidates.litert.manifest import Manifest, manifest_path, write_
 from optimizer.errors import DestinationError, InvalidInputsError, TfoptError
 from optimizer.files.atomic import atomic_file, check_file_writable
 from optimizer.inputs.calibration import checked_feeds
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE, get_signature
 from optimizer.model.signature import SignatureInfo, contract_difference
 from optimizer.system.native_output import captured_native_output
@@ -207,6 +208,7 @@ def convert_to_litert(
     calibration_source: str | None = None,
     source_digest: str | None = None,
     overwrite: bool = False,
+    policy: ScanPolicy = DEFAULT_POLICY,
 ) -> LiteRTModel:
     """Write ``dst`` (a ``.tflite`` path) and its sidecar ``dst + '.json'``.
 
@@ -224,7 +226,7 @@ def convert_to_litert(
     check_file_writable(dst, overwrite)
     check_file_writable(sidecar, overwrite)
     saved_model = Path(saved_model)
-    contract = get_signature(saved_model, signature)  # typed errors for a bad source
+    contract = get_signature(saved_model, signature, policy=policy)  # typed errors, the scan
     feeds = None
     if flavour == "full_int8":
         if representative_data is None:

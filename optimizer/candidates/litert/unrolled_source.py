@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optimizer.graph.functional_control_flow import WHILE_OPS
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 
 log = logging.getLogger(__name__)
 
@@ -39,19 +40,20 @@ class LiteRTSource:
 
 
 def litert_source(source: str | os.PathLike, signature: str,
-                  workdir: str | os.PathLike) -> LiteRTSource:
+                  workdir: str | os.PathLike, *, policy: ScanPolicy = DEFAULT_POLICY
+                  ) -> LiteRTSource:
     """``source``, or the frozen source with its static loops unrolled, written under
-    ``workdir`` (the directory of the candidates)."""
+    ``workdir`` (the directory of the candidates); ``source`` is read under ``policy``."""
     from optimizer.model.export import write_saved_model
     from optimizer.model.freeze import freeze
     from optimizer.transforms.pipeline import run_transforms
     from optimizer.transforms.unroll_static_loops import UnrollStaticLoops
 
     source = Path(source)
-    if not _holds_while_loops(source):
+    if not _holds_while_loops(source, policy):
         # Freezing holds several times the model's size: not worth it to find no loop.
         return LiteRTSource(source, None)
-    frozen = freeze(source, signature)
+    frozen = freeze(source, signature, policy=policy)
     loops = sum(n.op in WHILE_OPS for n in frozen.graph_def.node)
     if not loops:
         return LiteRTSource(source, None)
@@ -69,12 +71,12 @@ def litert_source(source: str | os.PathLike, signature: str,
     return LiteRTSource(target, reasons or None)
 
 
-def _holds_while_loops(source: Path) -> bool:
+def _holds_while_loops(source: Path, policy: ScanPolicy) -> bool:
     """Whether the SavedModel's graph or any function of its library has a while loop, read
     from ``saved_model.pb`` alone (the frozen graph cannot have more)."""
     from optimizer.model.savedmodel import op_histogram, read_saved_model_proto, serving_meta_graph
 
-    meta_graph = serving_meta_graph(read_saved_model_proto(source), source)
+    meta_graph = serving_meta_graph(read_saved_model_proto(source, policy), source)
     return any(op in WHILE_OPS for op in op_histogram(meta_graph.graph_def))
 
 

@@ -60,6 +60,7 @@ from optimizer.candidates.conversion import (
 from optimizer.candidates.onnx import ONNX_SUFFIX
 from optimizer.errors import TfoptError
 from optimizer.inputs.calibration import Calibration
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.model.sidecar import Sidecar, feeds_literal, sidecar_path, snippet
 from optimizer.model.signature import SignatureInfo
@@ -271,6 +272,7 @@ def convert_to_onnx(
     source_digest: str | None = None,
     overwrite: bool = False,
     export: OnnxExport | None = None,
+    policy: ScanPolicy = DEFAULT_POLICY,
 ) -> OnnxModel:
     """Write ``dst`` (a ``.onnx`` path) and its sidecar ``dst + '.json'``.
 
@@ -278,6 +280,7 @@ def convert_to_onnx(
     ``export``: a tf2onnx conversion of the same model and signature to reuse.
     """
     request = prepare(saved_model, dst, flavour, kind="ONNX", flavours=tuple(FLAVOURS),
+                      policy=policy,
                       calibrating=CALIBRATING, suffix=ONNX_SUFFIX, companions=(),
                       signature=signature, calibration=calibration,
                       samples=calibration_samples, overwrite=overwrite,

@@ -42,6 +42,7 @@ from optimizer.candidates.conversion import (
 )
 from optimizer.candidates.openvino import IR_SUFFIX, WEIGHTS_SUFFIX
 from optimizer.inputs.calibration import Calibration
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.model.sidecar import Sidecar, feeds_literal, sidecar_path, snippet
 from optimizer.model.signature import SignatureInfo
@@ -157,6 +158,7 @@ def convert_to_openvino(
     source_digest: str | None = None,
     overwrite: bool = False,
     export: OpenVINOExport | None = None,
+    policy: ScanPolicy = DEFAULT_POLICY,
 ) -> OpenVINOModel:
     """Write ``dst`` (a ``.xml`` path), its weights (``.bin``) and its sidecar
     (``dst + '.json'``).
@@ -165,6 +167,7 @@ def convert_to_openvino(
     ``export``: a conversion of the same model and signature to reuse.
     """
     request = prepare(saved_model, dst, flavour, kind="OpenVINO", flavours=tuple(FLAVOURS),
+                      policy=policy,
                       calibrating=CALIBRATING, suffix=IR_SUFFIX, companions=(WEIGHTS_SUFFIX,),
                       signature=signature, calibration=calibration,
                       samples=calibration_samples, overwrite=overwrite,
