@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 
 FLOAT_TYPES = frozenset({1, 14, 19})  # DT_FLOAT, DT_BFLOAT16, DT_HALF (types.proto)
 DT_INT32 = 3
-BATCH_MATMULS = frozenset({"BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})
+BATCH_MATMULS = frozenset({"BatchMatMul", "BatchMatMulV2"})  # V3 types its operands apart
 BIAS_ADDS = frozenset({"BiasAdd", "AddV2", "Add"})
 
 
