@@ -113,7 +113,8 @@ class FlattenDenseMatmuls(Transform):
                          reshape) -> None:
         """``product`` as MatMul on the flattened rows; ``reshape`` (its only reader) or a new
         Reshape in ``product``'s place restores the leading dimensions."""
-        device, dtype, prefix = product.device, product.attr["T"], product.name
+        device, dtype, prefix = product.device, _attr(), product.name
+        dtype.CopyFrom(product.attr["T"])  # a copy: the product is cleared below
         k, n = (int(d) for d in weight_shape)
 
         def add(op: str, base: str, inputs: list[str], attrs: dict | None = None,
@@ -123,13 +124,12 @@ class FlattenDenseMatmuls(Transform):
         rows_shape = add("Const", f"{prefix}/rows_shape", [], value=np.array([-1, k], np.int32))
         int32 = _attr(type=DT_INT32)
         rows = add("Reshape", f"{prefix}/rows", [x, rows_shape], {"T": dtype, "Tshape": int32})
-        matmul_attrs = {"T": dtype, "transpose_a": _attr(b=False), "transpose_b": _attr(b=False)}
+        matmul = add("MatMul", f"{prefix}/matmul", [rows, product.input[1]],
+                     {"T": dtype, "transpose_a": _attr(b=False), "transpose_b": _attr(b=False)})
         if reshape is not None:
-            matmul = add("MatMul", f"{prefix}/matmul", [rows, product.input[1]], matmul_attrs)
             reshape.input[0] = matmul
             return
         # The product keeps its name as the Reshape back to x's leading dimensions and n.
-        matmul = add("MatMul", f"{prefix}/matmul", [rows, product.input[1]], matmul_attrs)
         x_shape = add("Shape", f"{prefix}/input_shape", [x], {"T": dtype, "out_type": int32})
         begin = add("Const", f"{prefix}/begin", [], value=np.array([0], np.int32))
         end = add("Const", f"{prefix}/end", [], value=np.array([-1], np.int32))
