@@ -261,8 +261,14 @@ def _export_lstm(workdir: Path) -> Path:
 def export_encoder(workdir: Path) -> Path:
     """A BERT-style encoder, random weights (seeded): token + position embeddings, LayerNorm,
     ``BERT_LAYERS`` x (MultiHeadAttention, add & LayerNorm, GELU FFN, add & LayerNorm), a tanh
-    pooler on the first token, 10 logits."""
-    path = workdir / "bert_encoder"
+    pooler on the first token, 10 logits.
+
+    Every weight is drawn, biases and LayerNorm offsets and scales included (``_draw_weights``),
+    as in a trained encoder: Keras initializes biases and offsets to zeros, and Grappler drops a
+    BiasAdd or Add of zeros before its remapper runs, so an untrained export is a model no one
+    serves, whose matrix products fuse with nothing (docs/gelu.md). The stock call and every
+    candidate run this same exported model."""
+    path = workdir / "bert_encoder_drawn"
     if (path / "saved_model.pb").is_file():
         return path
     from optimizer.tf_runtime import import_tensorflow
@@ -289,8 +295,20 @@ def export_encoder(workdir: Path) -> Path:
         hidden = layers.Dense(4 * BERT_HIDDEN, activation="gelu")(x)
         x = layers.LayerNormalization(epsilon=1e-12)(x + layers.Dense(BERT_HIDDEN)(hidden))
     pooled = layers.Dense(BERT_HIDDEN, activation="tanh")(x[:, 0, :])
-    keras.Model(ids, layers.Dense(10)(pooled)).export(str(path), verbose=False)
+    model = keras.Model(ids, layers.Dense(10)(pooled))
+    _draw_weights(model)
+    model.export(str(path), verbose=False)
     return path
+
+
+def _draw_weights(model, scale: float = 0.05) -> None:
+    """Biases and LayerNorm offsets (zeros at init) from N(0, ``scale``), LayerNorm scales (ones)
+    from 1 + N(0, ``scale``), seeded; kernels and embeddings keep Keras's random init."""
+    rng = np.random.default_rng(0)
+    for weight in model.weights:
+        value = np.asarray(weight.numpy())
+        if np.all(value == 0) or np.all(value == 1):
+            weight.assign((value + rng.normal(0, scale, value.shape)).astype(value.dtype))
 
 
 def _string_tokens() -> np.ndarray:

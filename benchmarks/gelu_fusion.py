@@ -5,11 +5,11 @@ recipe on the BERT-style encoder of ``benchmarks/families.py``, in one process, 
         [--workdir DIR] [--batch 1] [--seconds 20] [--rounds 10]
 
 The encoder comes from :func:`families.export_encoder` (4 layers, hidden 256, FFN 1024 with
-Keras's exact GELU, length 64) and is frozen. Its biases are zeros, as Keras initializes them;
-a trained model's are not, and Grappler's constant folding drops a BiasAdd of zeros before the
-remapper sees it, so that nothing fuses with the GELU. ``--biases random`` (the default) gives
-every BiasAdd of the frozen graph a bias drawn from N(0, 0.05), seeded, to stand for a trained
-model; ``--biases zeros`` keeps them.
+Keras's exact GELU, length 64) and is frozen. Since round 23 that export draws every weight,
+biases included. Grappler's constant folding drops a BiasAdd of zeros (Keras's initial biases)
+before the remapper sees it, so that nothing fuses with the GELU. ``--biases random`` (the
+default) gives every BiasAdd of the frozen graph a bias drawn from N(0, 0.05), seeded, to stand
+for a trained model; ``--biases zeros`` sets them to zeros, as an untrained Keras model has them.
 
 Two variants of that frozen graph, written as SavedModels and loaded as TF Serving loads them:
 ``gtt`` through :data:`optimizer.optimize.recipe.GTT_INFERENCE_RECIPE`, ``default`` through
@@ -39,8 +39,8 @@ BLOCK_SIZE = 10
 BIAS_SCALE = 0.05
 
 
-def with_random_biases(model, seed: int = 0):
-    """``model`` with every BiasAdd's constant bias drawn from N(0, BIAS_SCALE)."""
+def with_random_biases(model, seed: int = 0, scale: float = BIAS_SCALE):
+    """``model`` with every BiasAdd's constant bias drawn from N(0, ``scale``) (zeros for 0)."""
     from optimizer.graph.consts import resolve_through_identity, values_from_const
     from optimizer.graph.rewrite import make_const
     from optimizer.graph.traversal import nodes_by_name
@@ -54,7 +54,7 @@ def with_random_biases(model, seed: int = 0):
             continue
         const = resolve_through_identity(by_name, node.input[1])
         shape = values_from_const(const).shape
-        values = rng.normal(0, BIAS_SCALE, shape).astype(np.float32)
+        values = rng.normal(0, scale, shape).astype(np.float32)
         const.attr["value"].CopyFrom(make_const(const.name, values).attr["value"])
     return model.with_graph(graph, "random biases")
 
@@ -96,8 +96,7 @@ def main() -> int:
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     frozen = freeze(export_encoder(args.workdir))
-    if args.biases == "random":
-        frozen = with_random_biases(frozen)
+    frozen = with_random_biases(frozen, scale=BIAS_SCALE if args.biases == "random" else 0.0)
     runners, fusions = {}, {}
     for label, recipe in (("gtt", GTT_INFERENCE_RECIPE), ("default", INFERENCE_RECIPE)):
         model, _ = run_transforms(frozen, build_transforms(Recipe.from_string(recipe).transforms))
