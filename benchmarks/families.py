@@ -42,7 +42,9 @@ Per family, in this one process:
   threads, and ``litert Nt`` with ``num_threads`` = the CPUs available.
 
 All of them are timed in one group (:func:`optimizer.benchmark.interleaved.time_interleaved`,
-blocks of 10 timed calls after one untimed call, the order rotating each round, at least
+blocks of 10 timed calls after one untimed call, scaled down as the gate's benchmark scales them
+(:func:`optimizer.benchmark.harness.scaled_block_size`: ResNet50 one call per round), the
+order rotating each round, at least
 ``--rounds`` rounds and ``--seconds`` seconds). Speedup is ``p50(stock) / p50(model)`` over the
 rounds' block medians, with a 95% paired block-bootstrap interval. Quality: digits, top-1 on the
 held-out split for every model; the others, against the stock model on generated batch-1
@@ -616,6 +618,7 @@ def prepare_family(family: Family, args, say) -> tuple[Path, dict]:
 
 
 def measure_family(family: Family, args, cpus: int, say) -> dict:
+    from optimizer.benchmark.harness import BenchmarkConfig, scaled_block_size
     from optimizer.benchmark.interleaved import time_interleaved
     from optimizer.benchmark.stats import p50_ratio_interval
     from optimizer.runtime import load_runner
@@ -664,13 +667,16 @@ def measure_family(family: Family, args, cpus: int, say) -> dict:
     except Exception as exc:  # noqa: BLE001
         failed["quality"] = _one_line(exc)
         say(f"quality failed: {failed['quality']}")
+    # as the gate's benchmark does: a slow model (ResNet50) is timed one call per round
+    block_size = scaled_block_size([s.call for s in subjects], BLOCK_SIZE,
+                                   BenchmarkConfig().block_seconds)
     load_before = os.getloadavg()
-    say(f"timing {', '.join(s.label for s in subjects)} for at least {args.seconds:.0f}s "
-        f"and {args.rounds} rounds (load {load_before[0]:.2f}) ...")
+    say(f"timing {', '.join(s.label for s in subjects)} in blocks of {block_size} for at least "
+        f"{args.seconds:.0f}s and {args.rounds} rounds (load {load_before[0]:.2f}) ...")
     started = time.perf_counter()
     samples = time_interleaved({s.label: s.call for s in subjects}, warmup=5,
                                min_runs=args.rounds, min_seconds=args.seconds,
-                               rotate_order=True, block_size=BLOCK_SIZE,
+                               rotate_order=True, block_size=block_size,
                                progress=lambda r, t: say(f"  {r} rounds, {t:.0f}s"),
                                progress_every=30)
     timed_seconds = time.perf_counter() - started
@@ -688,7 +694,7 @@ def measure_family(family: Family, args, cpus: int, say) -> dict:
                      else [1.0, 1.0],
                      **quality.get(s.label, {})})
     result = {"family": family.name, "stock": str(src), "rows": rows, "chosen": chosen,
-              "failed": failed, "rounds": samples["stock"].rounds, "block_size": BLOCK_SIZE,
+              "failed": failed, "rounds": samples["stock"].rounds, "block_size": block_size,
               "timed_seconds": timed_seconds, "cpus": cpus,
               "load_average_before": load_before, "load_average_after": os.getloadavg(),
               "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run": args.run}
@@ -958,7 +964,8 @@ def main() -> int:
     if args.prepare:
         return 0
     print()
-    print(f"batch 1, {cpus} CPUs, timed in blocks of {BLOCK_SIZE} in one process per family; "
+    print(f"batch 1, {cpus} CPUs, timed in blocks of up to {BLOCK_SIZE} (one call for a call "
+          f"of 50 ms or more), one group per family, all in this one process; "
           f"load average now {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print_table(measured)
     print(f"\nresults: {result_path}")
