@@ -39,7 +39,10 @@ Per family, in this one process:
   ``Core().compile_model(model, "CPU")`` with no config (on a CPU with native bfloat16 the
   plugin then computes in bf16); ``litert``: ``tf.lite.TFLiteConverter.from_saved_model(SRC)
   .convert()`` with no options, run by ``ai_edge_litert``'s ``Interpreter`` with its default
-  threads, and ``litert Nt`` with ``num_threads`` = the CPUs available.
+  threads, and ``litert Nt`` with ``num_threads`` = the CPUs available; both called as the
+  chosen LiteRT model is, bound through :class:`optimizer.runtime.litert.SignatureCall` (the
+  interpreter's ``SignatureRunner`` adds 3.6 us of Python to a 3.3 us call:
+  ``benchmarks/litert_calls.py``), so that a LiteRT row compares models, not calling code.
 
 All of them are timed in one group (:func:`optimizer.benchmark.interleaved.time_interleaved`,
 blocks of 10 timed calls after one untimed call, scaled down as the gate's benchmark scales them
@@ -266,8 +269,14 @@ def _export_lstm(workdir: Path) -> Path:
 def export_encoder(workdir: Path) -> Path:
     """A BERT-style encoder, random weights (seeded): token + position embeddings, LayerNorm,
     ``BERT_LAYERS`` x (MultiHeadAttention, add & LayerNorm, GELU FFN, add & LayerNorm), a tanh
-    pooler on the first token, 10 logits."""
-    path = workdir / "bert_encoder"
+    pooler on the first token, 10 logits.
+
+    Every weight is drawn, biases and LayerNorm offsets and scales included (``_draw_weights``),
+    as in a trained encoder: Keras initializes biases and offsets to zeros, and Grappler drops a
+    BiasAdd or Add of zeros before its remapper runs, so an untrained export is a model no one
+    serves, whose matrix products fuse with nothing (docs/gelu.md). The stock call and every
+    candidate run this same exported model."""
+    path = workdir / "bert_encoder_drawn"
     if (path / "saved_model.pb").is_file():
         return path
     from optimizer.tf_runtime import import_tensorflow
@@ -294,8 +303,20 @@ def export_encoder(workdir: Path) -> Path:
         hidden = layers.Dense(4 * BERT_HIDDEN, activation="gelu")(x)
         x = layers.LayerNormalization(epsilon=1e-12)(x + layers.Dense(BERT_HIDDEN)(hidden))
     pooled = layers.Dense(BERT_HIDDEN, activation="tanh")(x[:, 0, :])
-    keras.Model(ids, layers.Dense(10)(pooled)).export(str(path), verbose=False)
+    model = keras.Model(ids, layers.Dense(10)(pooled))
+    _draw_weights(model)
+    model.export(str(path), verbose=False)
     return path
+
+
+def _draw_weights(model, scale: float = 0.05) -> None:
+    """Biases and LayerNorm offsets (zeros at init) from N(0, ``scale``), LayerNorm scales (ones)
+    from 1 + N(0, ``scale``), seeded; kernels and embeddings keep Keras's random init."""
+    rng = np.random.default_rng(0)
+    for weight in model.weights:
+        value = np.asarray(weight.numpy())
+        if np.all(value == 0) or np.all(value == 1):
+            weight.assign((value + rng.normal(0, scale, value.shape)).astype(value.dtype))
 
 
 def _string_tokens() -> np.ndarray:
@@ -517,23 +538,28 @@ def openvino_subject(src: Path, directory: Path, timing_feeds: dict) -> Subject:
 
 def litert_subjects(src: Path, directory: Path, timing_feeds: dict, cpus: int) -> list[Subject]:
     """``TFLiteConverter.from_saved_model`` with no options, then ai_edge_litert's Interpreter
-    with its default threads and with ``num_threads`` = the CPUs available."""
+    with its default threads and with ``num_threads`` = the CPUs available. Called as the
+    chosen LiteRT model is (:class:`optimizer.runtime.litert.SignatureCall`, bound): the
+    interpreter's ``SignatureRunner`` spends ~4 us a call in Python (resize, re-allocate, dicts)
+    on a 3 us model (``benchmarks/litert_calls.py``), which would compare call code, not
+    models."""
     from ai_edge_litert.interpreter import Interpreter
+
+    from optimizer.runtime.litert import SignatureCall
 
     path = convert_litert(src, directory)
     subjects = []
+    [key] = timing_feeds
     for label, threads in (("litert", None), (f"litert {cpus}t", cpus)):
         interpreter = Interpreter(model_path=str(path), num_threads=threads)
-        runner = interpreter.get_signature_runner()
-        [key] = timing_feeds
+        signature_call = SignatureCall(interpreter, "serving_default", [key])
 
-        def predict(feeds, runner=runner, key=key):
-            return next(iter(runner(**{key: feeds[key]}).values()))
+        def predict(feeds, signature_call=signature_call):
+            return next(iter(signature_call.call([np.asarray(feeds[key])]).values()))
 
-        fixed = {key: timing_feeds[key]}
         predict(timing_feeds)
-        subjects.append(Subject(label, lambda runner=runner, fixed=fixed: runner(**fixed),
-                                predict, note=f"threads {threads or 'default'}"))
+        subjects.append(Subject(label, signature_call.bind([np.asarray(timing_feeds[key])]),
+                                predict, note=f"threads {threads or 'default'}, bound call"))
     return subjects
 
 

@@ -1,5 +1,6 @@
 """The SavedModel the LiteRT converter reads for a model with lookup tables: outputs pinned to
-the signature's shape only where a lookup's unranked result reaches them."""
+the signature's shape only where a lookup's unranked result reaches them, and the index map
+between a lookup and its embedding folded into the table, exactly."""
 
 import collections
 
@@ -23,27 +24,79 @@ def _op_counts(tflite_path) -> collections.Counter:
                                Interpreter(model_path=str(tflite_path))._get_ops_details())
 
 
-def _same_outputs(stock, tflite, length):
-    feeds = {"tokens": np.concatenate([tokens(6, length, seed=2),
-                                       np.resize(OUT_OF_VOCABULARY, (1, length))])}
+def _same_outputs(stock, tflite, length, input_key="tokens"):
+    feeds = {input_key: np.concatenate([tokens(6, length, seed=2),
+                                             np.resize(OUT_OF_VOCABULARY, (1, length))])}
     want, got = load_runner(stock)(feeds), load_runner(tflite)(feeds)
     for key, value in want.items():
         assert got[key].shape == value.shape
         np.testing.assert_allclose(got[key], value, rtol=0, atol=1e-6)
 
 
-def test_a_classifier_converts_to_the_ops_of_a_plain_conversion_with_no_output_reshape(
+def test_a_classifier_converts_to_a_plain_conversions_ops_less_the_embeddings_index_fix(
         tmp_path):
     stock = tmp_path / "stock"
     string_models.keras_string_lookup(stock)
     ours = convert_to_litert(litert_source(stock, tmp_path), tmp_path / "ours.tflite", "fp32")
-    plain = tf.lite.TFLiteConverter.from_saved_model(str(stock)).convert()
-    (tmp_path / "plain.tflite").write_bytes(plain)
-    counts = _op_counts(ours.path)
-    assert {"HASHTABLE", "HASHTABLE_FIND", "FULLY_CONNECTED"} <= set(counts)
-    assert counts == _op_counts(tmp_path / "plain.tflite")
+    plain = tmp_path / "plain.tflite"
+    plain.write_bytes(tf.lite.TFLiteConverter.from_saved_model(str(stock)).convert())
+    counts, plain_counts = _op_counts(ours.path), _op_counts(plain)
+    assert {"HASHTABLE", "HASHTABLE_FIND", "GATHER", "FULLY_CONNECTED"} <= set(counts)
+    # the Embedding's negative-id fix is in the table's values; nothing else differs (no
+    # RESHAPE on the output either)
+    assert plain_counts - counts == collections.Counter(["LESS", "ADD", "SELECT_V2"])
+    assert not counts - plain_counts
     assert ours.manifest.signature.outputs[0].shape == (None, 3)
-    # its outputs match the stock model's: tests/test_string_pipeline.py (litert_fp32)
+    feeds = {"tokens": np.concatenate([tokens(6, 5, seed=4),
+                                       np.resize(OUT_OF_VOCABULARY, (2, 5))])}
+    # the same rows gathered: bit for bit the plain conversion's outputs
+    np.testing.assert_array_equal(load_runner(ours.path)(feeds)["output_0"],
+                                  load_runner(plain)(feeds)["output_0"])
+    _same_outputs(stock, ours.path, 5)
+
+
+def test_an_asset_vocabularys_out_of_vocabulary_fix_goes_into_the_table(tmp_path):
+    stock = tmp_path / "stock"
+    string_models.asset_vocabulary_lookup(stock)
+    ours = convert_to_litert(litert_source(stock, tmp_path), tmp_path / "ours.tflite", "fp32")
+    counts = _op_counts(ours.path)
+    assert {"HASHTABLE_FIND", "GATHER"} <= set(counts)
+    assert not {"LESS", "SELECT_V2"} & set(counts)  # tf.where(ids < 0, size, ids), folded
+    _same_outputs(stock, ours.path, 3, input_key="words")
+
+
+def test_an_index_map_is_kept_when_the_ids_are_read_elsewhere_or_gathered_apart():
+    from optimizer.graph.lookup_gathers import fold_index_map_into_table
+
+    def graph(case: str):
+        graph = tf.Graph()
+        with graph.as_default():
+            table = tf.raw_ops.HashTableV2(key_dtype=tf.string, value_dtype=tf.int64)
+            words = tf.compat.v1.placeholder(tf.string, [None, 2], name="words")
+            found = tf.raw_ops.LookupTableFindV2(table_handle=table, keys=words,
+                                                 default_value=tf.constant(-1, tf.int64))
+            ids = tf.where(found < 0, tf.constant(3, tf.int64), found)
+            embedding = tf.constant(np.arange(12, dtype=np.float32).reshape(4, 3))
+            outputs = [tf.gather(embedding, ids if case != "apart" else ids + 1)]
+            if case == "apart":
+                outputs.append(tf.gather(embedding, ids))
+            if case == "read":
+                outputs.append(tf.identity(ids, name="ids"))
+        return graph.as_graph_def(), found.op.name, [t.name for t in outputs]
+
+    graph_def, find, fetches = graph("folded")
+    folded = fold_index_map_into_table(graph_def, find, np.array([2, 0, 1]), fetches)
+    assert folded is not None
+    np.testing.assert_array_equal(folded.values, [2, 0, 1])
+    ops = collections.Counter(n.op for n in folded.graph_def.node)
+    assert ops["Less"] == ops["SelectV2"] == 0 and ops["GatherV2"] == 1
+    [default] = [n for n in folded.graph_def.node if n.name.endswith("folded_table/default")]
+    assert int(tf.make_ndarray(default.attr["value"].tensor)) == 3  # the miss's row
+    graph_def, find, fetches = graph("out of range")
+    assert fold_index_map_into_table(graph_def, find, np.array([2, 0, 7]), fetches) is None
+    for case in ("apart", "read"):
+        graph_def, find, fetches = graph(case)
+        assert fold_index_map_into_table(graph_def, find, np.array([2, 0, 1]), fetches) is None
 
 
 def test_a_lookup_straight_to_the_output_is_still_pinned_to_the_signature_shape(tmp_path):

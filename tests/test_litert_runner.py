@@ -145,3 +145,19 @@ def test_a_named_signature_with_two_inputs_and_a_scalar_converts_and_runs(model_
     assert set(lite_out) == {"logits", "probabilities"}
     for key in lite_out:
         np.testing.assert_allclose(lite_out[key], saved_out[key], atol=1e-5)
+
+
+def test_bound_calls_return_their_own_arrays_and_follow_the_buffers_through_shape_changes(cnn):
+    runner = LiteRTRunner(cnn[1], num_threads=1)
+    x = images(64, seed=5)
+    first, second = (runner.bind(runner.to_tensors({"image": x[i:i + 1]})) for i in (0, 1))
+    a = first()["output_0"]
+    kept = a.copy()
+    b = second()["output_0"]  # the same interpreter buffers, other values
+    assert not np.array_equal(a, b)
+    np.testing.assert_array_equal(a, kept)  # a copy, not a view of the output buffer
+    whole = runner({"image": x})["output_0"]  # batch 64 re-sizes the buffers
+    np.testing.assert_array_equal(first()["output_0"], kept)  # batch 1 again, re-sized back
+    np.testing.assert_allclose(np.concatenate([kept, b]), whole[:2], atol=1e-6)
+    assert runner({"image": x[:3]})["output_0"].shape == (3, 5)
+    np.testing.assert_array_equal(second()["output_0"], b)

@@ -28,18 +28,27 @@ gather is elementwise (:data:`ELEMENTWISE_OPS`) with its other inputs scalar con
 else reads them, none is a signature output, and the embedding has no other reader (its rows are
 then replaced, not copied: ``len(table) + 1`` rows for its ``vocabulary + 1``). An index out of
 the embedding's range is left to fail at run time as before: the pattern is left alone.
+
+The same region after a table that is kept (the SavedModel the LiteRT converter reads,
+:mod:`optimizer.candidates.litert.constant_tables`) folds into the table instead
+(:func:`fold_index_map_into_table`): the table's values and the find's default become the
+indices the gathers would have computed from them, and the gathers read the find. LiteRT then
+runs ``HASHTABLE_FIND``, ``GATHER`` instead of ``HASHTABLE_FIND``, ``LESS``, ``ADD``,
+``SELECT_V2``, ``GATHER``, with the embedding unchanged, and the result is exact for the same
+reason.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
 from optimizer.graph.const_eval import constant_subgraph, constant_values
 from optimizer.graph.consts import PASS_THROUGH_OPS, values_from_const
-from optimizer.graph.lookup_tables import SCOPE, rebuilt_graph
+from optimizer.graph.lookup_tables import FIND_OP, SCOPE, rebuilt_graph
 from optimizer.graph.names import is_control_input, node_name_from_input, output_index
 from optimizer.graph.rewrite import make_const
 
@@ -155,6 +164,10 @@ def _indices_for(region: _Region, graph_def,
              for g in region.gathers.values()}, ancestors)
 
 
+def _in_range(index: np.ndarray, rows: int) -> bool:
+    return not index.size or (index.min() >= 0 and index.max() < rows)
+
+
 def _fold_one(region: _Region, graph_def, device: str):
     """(replacement nodes by name, names to drop) for one region, or None to leave it."""
     from tensorflow.core.framework import node_def_pb2
@@ -193,7 +206,7 @@ def _fold_one(region: _Region, graph_def, device: str):
             return None  # the embedding is read elsewhere: folding would copy it
         embedding = values_from_const(nodes[chain[-1]])
         index = indices[gather.name]
-        if index.size and (index.min() < 0 or index.max() >= embedding.shape[0]):
+        if not _in_range(index, embedding.shape[0]):
             return None
         rows = make_const(f"{gather.name}/{ROWS}", np.take(embedding, index, axis=0), device)
         new = type(gather)()
@@ -226,14 +239,19 @@ def _unread(graph_def, candidates: set[str], protected: frozenset[str]) -> set[s
     return gone
 
 
-def fold_lookups_into_gathers(graph_def, finds: Iterable[str], protected: Iterable[str] = ()):
-    """A copy of ``graph_def`` with each folded find in ``finds`` (node names) whose result only
-    indexes constants folded into them; the graph itself when none is."""
-    nodes = {n.name: n for n in graph_def.node}
+def _readers_of(graph_def) -> dict[str, list]:
     readers: dict[str, list] = {}
     for node in graph_def.node:
         for inp in node.input:
             readers.setdefault(node_name_from_input(inp), []).append(node)
+    return readers
+
+
+def fold_lookups_into_gathers(graph_def, finds: Iterable[str], protected: Iterable[str] = ()):
+    """A copy of ``graph_def`` with each folded find in ``finds`` (node names) whose result only
+    indexes constants folded into them; the graph itself when none is."""
+    nodes = {n.name: n for n in graph_def.node}
+    readers = _readers_of(graph_def)
     protected = frozenset(node_name_from_input(p) for p in protected)
     replaced: dict[str, list] = {}
     dropped: set[str] = set()
@@ -257,3 +275,68 @@ def fold_lookups_into_gathers(graph_def, finds: Iterable[str], protected: Iterab
     # ordering edges on the folded ops go with them: they are pure ops
     result = rebuilt_graph(graph_def, replaced, dropped)
     return rebuilt_graph(result, {}, _unread(result, unused, protected))
+
+
+@dataclass(frozen=True)
+class FoldedTable:
+    """A kept table's lookup with the index map after it folded in: the graph, and the values
+    its table must now hold, in the order of the values it held (their dtype the gathers'
+    index dtype, the find's new ``Tout``)."""
+
+    graph_def: object
+    values: np.ndarray
+
+
+def fold_index_map_into_table(graph_def, find_name: str, values: np.ndarray,
+                              protected: Iterable[str] = ()) -> FoldedTable | None:
+    """For the ``LookupTableFindV2`` node ``find_name`` of a table holding ``values``: when its
+    result only indexes constants through elementwise ops with scalar constants (the region of
+    :func:`fold_lookups_into_gathers`), every gather taking the same index, the graph with those
+    ops gone, the gathers reading the find, the find's default replaced by its index, and the
+    values the table must hold instead. None when the pattern is not there, or an index would
+    fall outside its constant."""
+    from optimizer.tf_runtime import import_tensorflow
+
+    nodes = {n.name: n for n in graph_def.node}
+    find = nodes.get(find_name)
+    if find is None or find.op != FIND_OP or len(find.input) < 3:
+        return None
+    default_const = _const_behind(nodes, find.input[2])
+    protected = frozenset(node_name_from_input(p) for p in protected)
+    region = _Region(find, nodes, _readers_of(graph_def), protected)
+    if default_const is None or not region.grow() or not region.inner:
+        return None
+    values = np.asarray(values).reshape(-1)
+    default = values_from_const(default_const).reshape(1).astype(values.dtype)
+    evaluated = _indices_for(region, graph_def, np.concatenate([values, default]))
+    if evaluated is None:
+        return None
+    indices, ancestors = evaluated
+    index = next(iter(indices.values()))
+    if any(not np.array_equal(i, index) for i in indices.values()):
+        return None  # the gathers index differently: one table cannot hold both
+    for gather in region.gathers.values():
+        params = values_from_const(_const_behind(nodes, gather.input[0]))
+        if not _in_range(index, params.shape[0]):
+            return None
+    tf = import_tensorflow()
+    index_type = tf.as_dtype(index.dtype).as_datatype_enum
+    scope = f"{find.name}/{SCOPE}"
+    new_default = make_const(f"{scope}/default", index[-1], find.device)
+    new_find = type(find)()
+    new_find.CopyFrom(find)
+    new_find.input[2] = new_default.name
+    new_find.attr["Tout"].type = index_type
+    replaced = {find.name: [new_default, new_find]}
+    for gather in region.gathers.values():
+        new = type(gather)()
+        new.CopyFrom(gather)
+        new.input[1] = find.name
+        new.attr["Tindices"].type = index_type
+        replaced[gather.name] = [new]
+    unused = set(ancestors) | set(_chain_behind(nodes, find.input[2]))
+    result = rebuilt_graph(graph_def, replaced, set(region.inner))
+    result = rebuilt_graph(result, {}, _unread(result, unused, protected))
+    log.info("LiteRT source: the index map after lookup %s folded into its table (%d ops "
+             "fewer)", find.name, len(region.inner))
+    return FoldedTable(graph_def=result, values=index[:-1])

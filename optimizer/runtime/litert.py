@@ -6,13 +6,21 @@ delegate node appeared, so a result never claims XNNPACK when the model ran on t
 kernels. Threads default to the CPUs this process really has (affinity and cgroup quota, see
 :mod:`optimizer.system.cpu_threads`): the interpreter's own default is one thread.
 
+Calls go through :class:`SignatureCall`, not the interpreter's ``SignatureRunner``: the same
+native calls (set each input, invoke, copy each output out) with the tensor indices resolved
+once, and without the runner's per-call resize and re-allocation, keyword dict and checks. For a
+model that runs in a few microseconds that is most of a call: on the StringLookup classifier of
+``benchmarks/families.py`` at 2 threads, 3.25 us a call this way and 6.89 us through the
+``SignatureRunner`` (``benchmarks/litert_calls.py``, both kinds of call on two models in one
+process). The outputs are copies (the wrapper's ``GetTensor`` copies out of the interpreter's
+buffers), so a later call never overwrites what an earlier one returned.
+
 Batch size: a converted signature keeps the SavedModel's unknown batch dimension, but the
-interpreter holds one set of tensor buffers, sized for one shape at a time. The signature runner
-resizes the inputs and re-allocates before each call; when the shapes are those of the previous
-call both return at once (no measurable cost per call), and a change (batch 1 in the benchmark,
-64 in the evaluation, a short last batch) re-plans the buffers and XNNPACK's operators once. One
-interpreter per shape would skip even that, but each would hold its own XNNPACK-packed copy of
-the weights.
+interpreter holds one set of tensor buffers, sized for one shape at a time. A call whose input
+shapes differ from the ones the buffers were last sized for (batch 1 in the benchmark, 64 in the
+evaluation, a short last batch) resizes the inputs and re-allocates first, which re-plans the
+buffers and XNNPACK's operators once; calls at the same shapes skip it. One interpreter per shape
+would skip even that, but each would hold its own XNNPACK-packed copy of the weights.
 """
 
 from __future__ import annotations
@@ -108,6 +116,77 @@ def read_litert_signature(path: str | os.PathLike,
     return litert_signature(_open_interpreter(Path(path), 1), signature_name, str(path))
 
 
+class SignatureCall:
+    """One signature of a loaded interpreter, called through the native wrapper the
+    interpreter's ``SignatureRunner`` calls, with its tensor indices resolved once.
+
+    ``call(tensors)`` takes the inputs in ``input_keys`` order (arrays of the signature's
+    dtypes, C-contiguous) and returns ``{output key: array}``, each array a copy; ``bind``
+    fixes the inputs. It takes the interpreter's input shapes to be what its own last call
+    left, so nothing else may resize them: one per interpreter, and no other calls on it."""
+
+    def __init__(self, interpreter, name: str, input_keys: list[str]):
+        native = interpreter._interpreter  # what SignatureRunner calls; no public handle
+        runner = interpreter.get_signature_runner(name)
+        inputs = runner.get_input_details()
+        self._native = native
+        self._subgraph = native.GetSubgraphIndexFromSignature(name)
+        self._inputs = tuple(int(inputs[k]["index"]) for k in input_keys)
+        self._outputs = tuple((k, int(d["index"]))
+                              for k, d in sorted(runner.get_output_details().items()))
+        self._shapes: tuple | None = None  # what the buffers are sized for; None: unknown
+
+    def _resize(self, shapes: tuple) -> None:
+        native, subgraph = self._native, self._subgraph
+        if shapes != self._shapes:
+            for index, shape in zip(self._inputs, shapes):
+                native.ResizeInputTensor(index, np.array(shape, dtype=np.int32), False,
+                                         subgraph)
+            native.AllocateTensors(subgraph)
+        self._shapes = shapes
+
+    def call(self, tensors) -> dict[str, np.ndarray]:
+        shapes = tuple(t.shape for t in tensors)
+        if shapes is not self._shapes:
+            self._resize(shapes)
+        native, subgraph = self._native, self._subgraph
+        for index, value in zip(self._inputs, tensors):
+            native.SetTensor(index, value, subgraph)
+        native.Invoke(subgraph)
+        return {key: native.GetTensor(index, subgraph) for key, index in self._outputs}
+
+    def bind(self, tensors):
+        """``call`` with ``tensors`` fixed: a callable of no arguments, as lean as a call by
+        hand can be (the shape check is one identity test)."""
+        tensors = tuple(tensors)
+        shapes = tuple(t.shape for t in tensors)
+        resize, subgraph = self._resize, self._subgraph
+        set_tensor, invoke, get_tensor = (self._native.SetTensor, self._native.Invoke,
+                                          self._native.GetTensor)
+        if len(tensors) == 1 and len(self._outputs) == 1:  # the common case, without loops
+            [index], [value], [(key, output)] = self._inputs, tensors, self._outputs
+
+            def bound_one():
+                if self._shapes is not shapes:
+                    resize(shapes)
+                set_tensor(index, value, subgraph)
+                invoke(subgraph)
+                return {key: get_tensor(output, subgraph)}
+
+            return bound_one
+        pairs, outputs = tuple(zip(self._inputs, tensors)), self._outputs
+
+        def bound():
+            if self._shapes is not shapes:
+                resize(shapes)
+            for index, value in pairs:
+                set_tensor(index, value, subgraph)
+            invoke(subgraph)
+            return {key: get_tensor(output, subgraph) for key, output in outputs}
+
+        return bound
+
+
 class LiteRTRunner(ModelRunner):
     """Calls one signature of a ``.tflite`` file; ``call`` is the hot path the benchmark times."""
 
@@ -136,8 +215,9 @@ class LiteRTRunner(ModelRunner):
                       f"{'s' if self.delegate_partitions != 1 else ''}")
         else:
             engine = "builtin kernels, no delegate"
-        super().__init__(signature, fn=self._interpreter.get_signature_runner(signature_name),
-                         by_keyword=True,
+        self._signature_call = SignatureCall(self._interpreter, signature_name,
+                                             signature.input_keys)
+        super().__init__(signature, fn=self._signature_call.call, by_keyword=False,
                          description=f"LiteRT {path} ({engine}, num_threads={num_threads})")
 
     def _delegate_partitions(self) -> int | None:
@@ -163,14 +243,15 @@ class LiteRTRunner(ModelRunner):
             tensors.append(array)
         return tensors
 
-    # call() is ModelRunner's: the signature runner takes the inputs by keyword. It resizes
-    # the inputs and re-allocates on every call, but the interpreter returns at once when the
-    # shapes are unchanged (measured: no difference per call from resizing only on change), so
-    # batch 1 in the benchmark and batches of 64 in the evaluation go through the same runner.
+    def call(self, tensors: list) -> dict[str, np.ndarray]:
+        return self._signature_call.call(tensors)
+
+    def bind(self, tensors: list):
+        return self._signature_call.bind(tensors)
 
     def close(self) -> None:
         super().close()
-        self._interpreter = None
+        self._interpreter = self._signature_call = None
 
 
 def load_runner(path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE,

@@ -28,6 +28,14 @@ outputs are left as they are: a ``RESHAPE`` on every output put an op on the cla
 output that a plain conversion of it lacks (:func:`lookup_shaped_outputs` says why only
 those). Its signature is the source's; the LiteRT candidates' outputs are then measured
 against the source like any other's.
+
+A table whose one lookup only indexes constants through elementwise ops (``StringLookup`` ->
+``Embedding``: the embedding's negative-id fix, ``Less``, ``AddV2``, ``SelectV2``) is refilled
+with the indices those ops compute from its values, and the ops go
+(:func:`optimizer.graph.lookup_gathers.fold_index_map_into_table`, the table-kept form of the
+frozen graph's lookup-into-gather fold): the converted model runs ``HASHTABLE_FIND``, ``GATHER``
+where a plain conversion runs ``HASHTABLE_FIND``, ``LESS``, ``ADD``, ``SELECT_V2``, ``GATHER``.
+The same rows are gathered, so it is exact.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import os
 from pathlib import Path
 
 from optimizer.files.atomic import atomic_directory
+from optimizer.graph.lookup_gathers import fold_index_map_into_table
 from optimizer.graph.lookup_tables import (
     FIND_OP,
     TABLE_CREATOR_OPS,
@@ -68,8 +77,11 @@ def has_lookup_tables(saved_model: str | os.PathLike) -> bool:
                for op in op_histogram(graph))
 
 
-def _refilled_tables(fn, frozen_fn, graph_def) -> dict[str, object]:
-    """Resource input name -> a new StaticHashTable holding what the loaded table holds."""
+def _refilled_tables(fn, frozen_fn, graph_def, fetches: list[str]):
+    """``graph_def`` with each table's index map folded in where it can be
+    (:func:`optimizer.graph.lookup_gathers.fold_index_map_into_table`), and resource input
+    name -> a new StaticHashTable holding what the loaded table holds, or the indices it
+    now maps to."""
     tf = import_tensorflow()
     tables = {}
     for table, handle in captured_tables(fn, frozen_fn).items():
@@ -79,12 +91,18 @@ def _refilled_tables(fn, frozen_fn, graph_def) -> dict[str, object]:
         key_dtype = tf.as_dtype(finds[0].attr["Tin"].type)
         value_dtype = tf.as_dtype(finds[0].attr["Tout"].type)
         contents = export_table(handle, key_dtype, value_dtype, f"lookup table '{table}'")
+        values = contents.values
+        folded = (fold_index_map_into_table(graph_def, finds[0].name, values, fetches)
+                  if len(finds) == 1 else None)
+        if folded is not None:
+            graph_def, values = folded.graph_def, folded.values
+            value_dtype = tf.as_dtype(values.dtype)
         default = "" if value_dtype == tf.string else 0
         tables[table] = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
-                tf.constant(contents.keys, key_dtype), tf.constant(contents.values, value_dtype)),
+                tf.constant(contents.keys, key_dtype), tf.constant(values, value_dtype)),
             default_value=tf.constant(default, value_dtype))
-    return tables
+    return graph_def, tables
 
 
 # Ops whose output rank the converter knows whatever its input's: a lookup's unranked result
@@ -144,12 +162,11 @@ def write_constant_table_model(saved_model: str | os.PathLike, dst: str | os.Pat
     fn = load_signature_function(saved_model, signature_name)
     check_no_graph_tables(fn)
     frozen_fn = convert_variables_to_constants_v2(fn, lower_control_flow=False)
-    graph_def = frozen_fn.graph.as_graph_def()
+    fetches = [t.name for t in frozen_fn.outputs]
     module = tf.Module()
-    tables = _refilled_tables(fn, frozen_fn, graph_def)
+    graph_def, tables = _refilled_tables(fn, frozen_fn, frozen_fn.graph.as_graph_def(), fetches)
     module.tables = list(tables.values())
     feeds = [t.name for t in frozen_fn.inputs if node_name_from_input(t.name) not in tables]
-    fetches = [t.name for t in frozen_fn.outputs]
     unranked = lookup_shaped_outputs(graph_def, fetches)
 
     @tf.function(input_signature=[tf.TensorSpec(s.shape, tf.as_dtype(s.dtype), name=s.key)
