@@ -126,3 +126,37 @@ def _add_only_model() -> FrozenModel:
 def test_a_model_with_nothing_to_run_in_bfloat16_is_refused():
     with pytest.raises(Bf16Refused, match="converted no op to bfloat16"):
         bf16_mixed_precision(_add_only_model())
+
+
+def _dense_layer_norm_softmax_model() -> FrozenModel:
+    """A dense layer, then LayerNormalization as Keras 3 exports it, then Softmax."""
+    weights = np.random.default_rng(0).standard_normal((16, 32)).astype(np.float32)
+
+    def body():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 16], name="x")
+        h = tf.matmul(x, tf.constant(weights))
+        mean = tf.reduce_mean(h, -1, keepdims=True)
+        variance = tf.reduce_mean(tf.math.squared_difference(h, tf.stop_gradient(mean)), -1,
+                                  keepdims=True)
+        tf.nn.softmax((h - mean) * tf.math.rsqrt(variance + 1e-12), name="y")
+    return FrozenModel(build_graph(body), SignatureInfo(
+        "serving_default", (TensorSpecInfo("x", "x:0", "float32", (None, 16)),),
+        (TensorSpecInfo("y", "y:0", "float32", (None, 32)),)))
+
+
+@needs_bf16_cpu
+def test_normalizations_stay_float32_and_the_lists_are_restored(monkeypatch):
+    variable = "TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_DENYLIST_ADD"
+    monkeypatch.setenv(variable, "Exp")
+    frozen = _dense_layer_norm_softmax_model()
+    candidate = bf16_mixed_precision(frozen)
+
+    bf16_ops = {n.op for n in candidate.graph_def.node
+                if n.name in set(bfloat16_nodes(candidate.graph_def))}
+    assert "MatMul" in bf16_ops
+    assert not bf16_ops & {"SquaredDifference", "Rsqrt", "Softmax"}
+    import os
+
+    assert os.environ[variable] == "Exp"  # the user's own edit is back, ours gone
+    report = compare(frozen, candidate, batches=2, batch_size=8)
+    assert 0 < report.max_abs_diff < 2e-2, report.summary()

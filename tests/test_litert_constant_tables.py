@@ -76,6 +76,8 @@ def test_an_index_map_is_kept_when_the_ids_are_read_elsewhere_or_gathered_apart(
             found = tf.raw_ops.LookupTableFindV2(table_handle=table, keys=words,
                                                  default_value=tf.constant(-1, tf.int64))
             ids = tf.where(found < 0, tf.constant(3, tf.int64), found)
+            if case == "cast":
+                ids = tf.cast(ids, tf.int32)
             embedding = tf.constant(np.arange(12, dtype=np.float32).reshape(4, 3))
             outputs = [tf.gather(embedding, ids if case != "apart" else ids + 1)]
             if case == "apart":
@@ -84,14 +86,18 @@ def test_an_index_map_is_kept_when_the_ids_are_read_elsewhere_or_gathered_apart(
                 outputs.append(tf.identity(ids, name="ids"))
         return graph.as_graph_def(), found.op.name, [t.name for t in outputs]
 
-    graph_def, find, fetches = graph("folded")
-    folded = fold_index_map_into_table(graph_def, find, np.array([2, 0, 1]), fetches)
-    assert folded is not None
-    np.testing.assert_array_equal(folded.values, [2, 0, 1])
-    ops = collections.Counter(n.op for n in folded.graph_def.node)
-    assert ops["Less"] == ops["SelectV2"] == 0 and ops["GatherV2"] == 1
-    [default] = [n for n in folded.graph_def.node if n.name.endswith("folded_table/default")]
-    assert int(tf.make_ndarray(default.attr["value"].tensor)) == 3  # the miss's row
+    for case in ("folded", "cast"):
+        graph_def, find, fetches = graph(case)
+        folded = fold_index_map_into_table(graph_def, find, np.array([2, 0, 1]), fetches)
+        assert folded is not None
+        # the table keeps its int64 values, which the gather then takes
+        assert folded.values.dtype == np.int64
+        np.testing.assert_array_equal(folded.values, [2, 0, 1])
+        ops = collections.Counter(n.op for n in folded.graph_def.node)
+        assert ops["Less"] == ops["SelectV2"] == ops["Cast"] == 0 and ops["GatherV2"] == 1
+        [default] = [n for n in folded.graph_def.node
+                     if n.name.endswith("folded_table/default")]
+        assert int(tf.make_ndarray(default.attr["value"].tensor)) == 3  # the miss's row
     graph_def, find, fetches = graph("out of range")
     assert fold_index_map_into_table(graph_def, find, np.array([2, 0, 7]), fetches) is None
     for case in ("apart", "read"):

@@ -144,13 +144,14 @@ def _encoder(path, length=8, vocabulary=50, hidden=16, layers=2):
     ids = keras.Input((length,), dtype="int32", name="token_ids")
     x = keras.layers.Embedding(vocabulary, hidden)(ids)
     for _ in range(layers):
-        attended = keras.layers.MultiHeadAttention(2, hidden // 2)(x, x)
+        attended = keras.layers.MultiHeadAttention(2, hidden // 2, bias_initializer=biases)(x, x)
         x = keras.layers.LayerNormalization(epsilon=1e-12)(x + attended)
         ffn = keras.layers.Dense(4 * hidden, activation="gelu", bias_initializer=biases)(x)
         x = keras.layers.LayerNormalization(epsilon=1e-12)(
             x + keras.layers.Dense(hidden, bias_initializer=biases)(ffn))
     pooled = keras.layers.Dense(hidden, activation="tanh", bias_initializer=biases)(x[:, 0, :])
-    keras.Model(ids, keras.layers.Dense(10)(pooled)).export(str(path), verbose=False)
+    logits = keras.layers.Dense(10, bias_initializer=biases)(pooled)
+    keras.Model(ids, logits).export(str(path), verbose=False)
     return path
 
 

@@ -62,6 +62,7 @@ ELEMENTWISE_OPS = frozenset({
     "SelectV2", "LogicalAnd", "LogicalOr", "LogicalNot", "ClipByValue"})
 MISS_ROW = "miss_row"
 _INT32 = 3  # DataType enum (types.proto): the folded search's positions
+_INDEX_TYPES = frozenset({_INT32, 9})  # int32, int64: what a gather takes as indices
 ROWS = "folded_rows"
 
 
@@ -280,8 +281,7 @@ def fold_lookups_into_gathers(graph_def, finds: Iterable[str], protected: Iterab
 @dataclass(frozen=True)
 class FoldedTable:
     """A kept table's lookup with the index map after it folded in: the graph, and the values
-    its table must now hold, in the order of the values it held (their dtype the gathers'
-    index dtype, the find's new ``Tout``)."""
+    its table must now hold, in the order of the values it held, of its value type."""
 
     graph_def: object
     values: np.ndarray
@@ -293,8 +293,8 @@ def fold_index_map_into_table(graph_def, find_name: str, values: np.ndarray,
     result only indexes constants through elementwise ops with scalar constants (the region of
     :func:`fold_lookups_into_gathers`), every gather taking the same index, the graph with those
     ops gone, the gathers reading the find, the find's default replaced by its index, and the
-    values the table must hold instead. None when the pattern is not there, or an index would
-    fall outside its constant."""
+    values the table must hold instead. None when the pattern is not there, an index would
+    fall outside its constant, or the table's values are not integers a gather takes."""
     from optimizer.tf_runtime import import_tensorflow
 
     nodes = {n.name: n for n in graph_def.node}
@@ -319,14 +319,17 @@ def fold_index_map_into_table(graph_def, find_name: str, values: np.ndarray,
         params = values_from_const(_const_behind(nodes, gather.input[0]))
         if not _in_range(index, params.shape[0]):
             return None
-    tf = import_tensorflow()
-    index_type = tf.as_dtype(index.dtype).as_datatype_enum
+    # The table keeps its value type (LiteRT's HASHTABLE takes few; the indices are in range,
+    # so they fit) and the gathers read it.
+    index_type = find.attr["Tout"].type
+    if index_type not in _INDEX_TYPES:
+        return None
+    index = index.astype(import_tensorflow().as_dtype(index_type).as_numpy_dtype)
     scope = f"{find.name}/{SCOPE}"
     new_default = make_const(f"{scope}/default", index[-1], find.device)
     new_find = type(find)()
     new_find.CopyFrom(find)
     new_find.input[2] = new_default.name
-    new_find.attr["Tout"].type = index_type
     replaced = {find.name: [new_default, new_find]}
     for gather in region.gathers.values():
         new = type(gather)()

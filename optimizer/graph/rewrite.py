@@ -62,6 +62,23 @@ def make_const(name: str, value: np.ndarray, device: str = ""):
     return node
 
 
+def add_node(graph_def, nodes_by_name: dict, op: str, base: str, inputs: Sequence[str] = (),
+             device: str = "", attrs: dict | None = None, value: np.ndarray | None = None):
+    """Append a node named ``base`` (made unique) to ``graph_def`` and ``nodes_by_name``: a
+    ``Const`` of ``value`` when given, else ``op`` reading ``inputs`` with ``attrs``
+    (name -> AttrValue). Returns the node."""
+    node = graph_def.node.add()
+    if value is not None:
+        node.CopyFrom(make_const(unique_name(nodes_by_name, base), value, device))
+    else:
+        node.name, node.op, node.device = unique_name(nodes_by_name, base), op, device
+        node.input.extend(inputs)
+        for key, attr in (attrs or {}).items():
+            node.attr[key].CopyFrom(attr)
+    nodes_by_name[node.name] = node
+    return node
+
+
 def exclusive_const(nodes_by_name: dict, readers: dict[str, list], tensor: str,
                     keep: Iterable[str] = ()):
     """The ``Const`` behind ``tensor`` (through Identity wrappers) when the path to it is read by

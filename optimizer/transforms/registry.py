@@ -53,6 +53,7 @@ TRANSFORM_MODULES: dict[str, str] = {
     "grappler": "grappler",
     "unroll_static_loops": "unroll_static_loops",
     "rewrite_gelu_erf": "rewrite_gelu_erf",
+    "flatten_dense_matmuls": "flatten_dense_matmuls",
 }
 
 

@@ -45,7 +45,7 @@ import numpy as np
 from optimizer.graph.const_eval import is_pure
 from optimizer.graph.consts import resolve_through_identity, values_from_const
 from optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
-from optimizer.graph.rewrite import fold_each, make_const, unique_name
+from optimizer.graph.rewrite import add_node, fold_each
 from optimizer.graph.shapes import infer_shapes, static_shape
 from optimizer.graph.traversal import consumers, nodes_by_name
 from optimizer.transforms.base import Transform, TransformContext
@@ -165,15 +165,8 @@ class RewriteGeluErf(Transform):
             bias_add.input[0] = gelu.reshape.input[0]  # the BiasAdd now reads the MatMul
 
         def add(op: str, base: str, inputs: list[str], value=None):
-            node = graph_def.node.add()
-            if value is not None:
-                node.CopyFrom(make_const(unique_name(by_name, base), value, device))
-            else:
-                node.name, node.op, node.device = unique_name(by_name, base), op, device
-                node.input.extend(inputs)
-                node.attr["T"].CopyFrom(dtype)
-            by_name[node.name] = node
-            return node.name
+            return add_node(graph_def, by_name, op, base, inputs, device, {"T": dtype},
+                            value).name
 
         np_type = _numpy_type(output)
         prefix = output.name
