@@ -244,6 +244,9 @@ from common import export_keras_application
 VENV_BIN = REPO / ".venv" / "bin"
 ALL_TARGETS = "savedmodel,litert,onnx,openvino"
 SAVEDMODEL_ONLY = "savedmodel"
+# the two tfopt optimize runs per family: label -> (output directory's name, targets)
+OPTIMIZE_RUNS = {"all targets": ("opt_all", ALL_TARGETS),
+                 "savedmodel only": ("opt_savedmodel", SAVEDMODEL_ONLY)}
 RESULT_FILE = "families.json"
 BLOCK_SIZE = 10
 FIDELITY_INPUTS = 8
@@ -629,10 +632,10 @@ def prepare_family(family: Family, args, say) -> tuple[Path, dict]:
     eval_data = workdir / family.eval_data if family.eval_data else None
     say(f"stock model {src} ({time.perf_counter() - started:.0f}s)")
     suffix = "_quick" if args.quick else ""
-    runs = {"all targets": run_optimize(src, workdir / f"opt_all{suffix}", ALL_TARGETS,
-                                        eval_data, args, say),
-            "savedmodel only": run_optimize(src, workdir / f"opt_savedmodel{suffix}",
-                                            SAVEDMODEL_ONLY, eval_data, args, say)}
+    runs = {label: run_optimize(src, workdir / f"{name}{suffix}", targets, eval_data,
+                                argparse.Namespace(**{**vars(args), "optimize": args.optimize
+                                                      and label in args.runs}), say)
+            for label, (name, targets) in OPTIMIZE_RUNS.items()}
     direct = workdir / "direct"
     direct.mkdir(exist_ok=True)
     for label, convert in BY_HAND_CONVERSIONS.items():
@@ -931,6 +934,11 @@ def main() -> int:
     parser.add_argument("--prepare", action="store_true",
                         help="export, run tfopt optimize and convert by hand, time nothing: "
                              "run it outside the benchmark lock, then time under it")
+    parser.add_argument("--runs", default=",".join(OPTIMIZE_RUNS),
+                        type=lambda text: {x.strip() for x in text.split(",")},
+                        help="which tfopt optimize runs this invocation may start (the others "
+                             "are only read if finished): 'all targets', 'savedmodel only' or "
+                             "both; two --prepare processes can then run one each")
     parser.add_argument("--print-only", action="store_true", dest="print_only",
                         help="print the saved results in WORKDIR/families.json, measure nothing")
     parser.add_argument("--memory-gb", type=float, default=None,
@@ -941,6 +949,9 @@ def main() -> int:
                              "DST.log)")
     args = parser.parse_args()
     families = _families(parser, args.families)
+    if not args.runs <= set(OPTIMIZE_RUNS):
+        parser.error(f"unknown --runs {', '.join(sorted(args.runs - set(OPTIMIZE_RUNS)))}; "
+                     f"choose from {', '.join(OPTIMIZE_RUNS)}")
     args.workdir = args.workdir.resolve()
     result_path = args.workdir / RESULT_FILE
     if args.print_only:
