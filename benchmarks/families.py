@@ -46,7 +46,7 @@ Per family, in this one process:
 
 All of them are timed in one group (:func:`optimizer.benchmark.interleaved.time_interleaved`,
 blocks of 10 timed calls after one untimed call, scaled down as the gate's benchmark scales them
-(:func:`optimizer.benchmark.harness.scaled_block_size`: ResNet50 one call per round), the
+(:func:`optimizer.benchmark.interleaved.scaled_block_size`: ResNet50 one call per round), the
 order rotating each round, at least
 ``--rounds`` rounds and ``--seconds`` seconds). Speedup is ``p50(stock) / p50(model)`` over the
 rounds' block medians, with a 95% paired block-bootstrap interval. Quality: digits, top-1 on the
@@ -647,8 +647,11 @@ def prepare_family(family: Family, args, say) -> tuple[Path, dict]:
 
 
 def measure_family(family: Family, args, cpus: int, say) -> dict:
-    from optimizer.benchmark.harness import BenchmarkConfig, scaled_block_size
-    from optimizer.benchmark.interleaved import time_interleaved
+    from optimizer.benchmark.interleaved import (
+        DEFAULT_BLOCK_SECONDS,
+        scaled_block_size,
+        time_interleaved,
+    )
     from optimizer.benchmark.stats import p50_ratio_interval
     from optimizer.runtime import load_runner
 
@@ -697,8 +700,7 @@ def measure_family(family: Family, args, cpus: int, say) -> dict:
         failed["quality"] = _one_line(exc)
         say(f"quality failed: {failed['quality']}")
     # as the gate's benchmark does: a slow model (ResNet50) is timed one call per round
-    block_size = scaled_block_size([s.call for s in subjects], BLOCK_SIZE,
-                                   BenchmarkConfig().block_seconds)
+    block_size = scaled_block_size([s.call for s in subjects], BLOCK_SIZE, DEFAULT_BLOCK_SECONDS)
     load_before = os.getloadavg()
     say(f"timing {', '.join(s.label for s in subjects)} in blocks of {block_size} for at least "
         f"{args.seconds:.0f}s and {args.rounds} rounds (load {load_before[0]:.2f}) ...")

@@ -34,17 +34,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from optimizer.benchmark.environment import capture_environment, model_digest
-from optimizer.benchmark.interleaved import DEFAULT_BLOCK_SIZE, time_interleaved
+from optimizer.benchmark.interleaved import (
+    DEFAULT_BLOCK_SECONDS,
+    DEFAULT_BLOCK_SIZE,
+    scaled_block_size,
+    time_interleaved,
+)
 from optimizer.benchmark.memory import measure_rss_growth
 from optimizer.benchmark.result import (
     BASELINE_ROLES,
@@ -136,7 +140,7 @@ class BenchmarkConfig:
     block_size: int = DEFAULT_BLOCK_SIZE
     # blocks shrink to as few calls as last this long (at least 1): a block is there to time a
     # model warm, and a call this slow wakes its model in a negligible share of its time
-    block_seconds: float = 0.05
+    block_seconds: float = DEFAULT_BLOCK_SECONDS
     # past the minimums, timing goes on while a candidate's interval straddles the promotion
     # bound at settle_speedup (the gate's min_speedup), up to this many seconds per batch size
     # (None: MAX_SECONDS_PER_MIN_SECOND x min_seconds, so a quick configuration stays quick)
@@ -266,28 +270,6 @@ def _scaled_block_size(models: Sequence[_Loaded], config: BenchmarkConfig, feeds
         return config.block_size
     return scaled_block_size([item.runner.bind(item.runner.to_tensors(feeds(item.runner)))
                               for item in models], config.block_size, config.block_seconds)
-
-
-def scaled_block_size(calls: Iterable[Callable[[], object]], block_size: int,
-                      block_seconds: float) -> int:
-    """``block_size``, or as few calls (at least 1) as last ``block_seconds`` at the slowest
-    of ``calls`` (bound calls): a block pays for waking a model (tens of microseconds) and
-    buys nothing for a call of 100 ms, while every call of it is a round fewer in the same
-    time, and the interval narrows with rounds. Measured after two calls to warm up, as the
-    fastest of three more: one call that a neighbour preempts must not make a 0.1 ms model look
-    slow enough for blocks of one (measured under a load of 20: the convnet's block came out
-    1, 2 or 8 instead of 10 in 3 of 20 runs)."""
-    slowest = 0.0
-    for call in calls:
-        for _ in range(2):
-            call()
-        fastest = math.inf
-        for _ in range(3):
-            started = time.perf_counter()
-            call()
-            fastest = min(fastest, time.perf_counter() - started)
-        slowest = max(slowest, fastest)
-    return int(min(block_size, max(1, math.ceil(block_seconds / slowest))))
 
 
 def _max_seconds(config: BenchmarkConfig) -> float:
