@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from optimizer.benchmark.interleaved import time_interleaved
+from optimizer.benchmark.interleaved import scaled_block_size, time_interleaved
 
 
 def recorder():
@@ -111,3 +111,14 @@ def test_without_settled_timing_stops_at_the_minimums():
     samples = time_interleaved({"a": lambda: None}, warmup=0, min_runs=7, min_seconds=0,
                                max_seconds=60)
     assert len(samples["a"].seconds) == 7
+
+
+def test_blocks_shrink_to_the_calls_that_last_block_seconds_at_the_slowest_model():
+    def sleeping(seconds):
+        return lambda: time.sleep(seconds)
+
+    fast = [lambda: None, lambda: None]
+    assert scaled_block_size(fast, 10, 0.05) == 10
+    # the slowest call sets the block: 20 ms -> 3 calls make 50 ms; 60 ms -> one call
+    assert scaled_block_size([*fast, sleeping(0.02)], 10, 0.05) in (2, 3)
+    assert scaled_block_size([sleeping(0.06), *fast], 10, 0.05) == 1

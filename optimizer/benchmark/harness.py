@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -44,7 +43,10 @@ from pathlib import Path
 import numpy as np
 
 from optimizer.benchmark.environment import capture_environment, model_digest
-from optimizer.benchmark.interleaved import time_interleaved
+from optimizer.benchmark.interleaved import (
+    scaled_block_size,
+    time_interleaved,
+)
 from optimizer.benchmark.memory import measure_rss_growth
 from optimizer.benchmark.result import (
     BASELINE_ROLES,
@@ -259,26 +261,11 @@ def _with_serving_threads(subject: Subject, baseline: Subject, signature: str, f
 
 def _scaled_block_size(models: Sequence[_Loaded], config: BenchmarkConfig, feeds) -> int:
     """``config.block_size``, or fewer calls when the slowest model's warm call lasts
-    ``block_seconds`` or more: a block pays for waking a model (tens of microseconds) and
-    buys nothing for a call of 100 ms, while every call of it is a round fewer in the same
-    time, and the interval narrows with rounds. Measured on the smallest batch, after two
-    calls to warm up, as the fastest of three more: one call that a neighbour preempts must not
-    make a 0.1 ms model look slow enough for blocks of one (measured under a load of 20: the
-    convnet's block came out 1, 2 or 8 instead of 10 in 3 of 20 runs)."""
+    ``block_seconds`` or more (:func:`scaled_block_size`)."""
     if config.block_size == 1 or config.block_seconds <= 0:
         return config.block_size
-    slowest = 0.0
-    for item in models:
-        call = item.runner.bind(item.runner.to_tensors(feeds(item.runner)))
-        for _ in range(2):
-            call()
-        fastest = math.inf
-        for _ in range(3):
-            started = time.perf_counter()
-            call()
-            fastest = min(fastest, time.perf_counter() - started)
-        slowest = max(slowest, fastest)
-    return int(min(config.block_size, max(1, math.ceil(config.block_seconds / slowest))))
+    return scaled_block_size([item.runner.bind(item.runner.to_tensors(feeds(item.runner)))
+                              for item in models], config.block_size, config.block_seconds)
 
 
 def _max_seconds(config: BenchmarkConfig) -> float:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +47,8 @@ from optimizer.benchmark.stats import round_figures
 log = logging.getLogger(__name__)
 
 DEFAULT_BLOCK_SIZE = 10
+# a block shrinks to as few calls as last this long (scaled_block_size)
+DEFAULT_BLOCK_SECONDS = 0.05
 LOOK_GROWTH = 1.25  # rounds grow by this factor between two looks at ``settled``
 
 
@@ -136,3 +138,25 @@ def time_interleaved(
     log.debug("timed %d rounds of %d call(s) of %s in %.1fs", rounds, block_size, names,
               time.perf_counter() - started)
     return {name: LatencySamples(name, tuple(s), block_size) for name, s in samples.items()}
+
+
+def scaled_block_size(calls: Iterable[Callable[[], object]], block_size: int,
+                      block_seconds: float) -> int:
+    """``block_size``, or as few calls (at least 1) as last ``block_seconds`` at the slowest
+    of ``calls`` (bound calls): a block pays for waking a model (tens of microseconds) and
+    buys nothing for a call of 100 ms, while every call of it is a round fewer in the same
+    time, and the interval narrows with rounds. Measured after two calls to warm up, as the
+    fastest of three more: one call that a neighbour preempts must not make a 0.1 ms model look
+    slow enough for blocks of one (measured under a load of 20: the convnet's block came out
+    1, 2 or 8 instead of 10 in 3 of 20 runs)."""
+    slowest = 0.0
+    for call in calls:
+        for _ in range(2):
+            call()
+        fastest = math.inf
+        for _ in range(3):
+            started = time.perf_counter()
+            call()
+            fastest = min(fastest, time.perf_counter() - started)
+        slowest = max(slowest, fastest)
+    return int(min(block_size, max(1, math.ceil(block_seconds / slowest))))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import Field, PositiveInt
 
-from optimizer.benchmark.interleaved import DEFAULT_BLOCK_SIZE
+from optimizer.benchmark.interleaved import DEFAULT_BLOCK_SECONDS, DEFAULT_BLOCK_SIZE
 from optimizer.errors import InvalidInputsError
 from optimizer.files.records import Settings
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
@@ -35,7 +35,7 @@ class BenchmarkConfig(Settings):
                             "untimed)")
     # A block is there to time a model warm, and a call this slow wakes its model in a
     # negligible share of its time.
-    block_seconds: float = Field(0.05, ge=0, description="blocks shrink to as few calls as last "
+    block_seconds: float = Field(DEFAULT_BLOCK_SECONDS, ge=0, description="blocks shrink to as few calls as last "
                                  "this long (a slow call needs no block to be warm); 0: always "
                                  "block_size")
     # None: MAX_SECONDS_PER_MIN_SECOND x min_seconds (harness), so a quick configuration stays

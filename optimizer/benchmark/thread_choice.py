@@ -12,7 +12,8 @@ like with the model as deployed (measured otherwise: a champion tuned to 2 threa
 its own file at 1 thread, and a scheduled run would promote a copy of it). Any other candidate
 of such a runtime whose count is not given is timed briefly at 1 thread and at all CPUs,
 interleaved in blocks of consecutive calls like the benchmark itself
-(:mod:`optimizer.benchmark.interleaved`), and benchmarked at all CPUs unless 1 thread is clearly
+(:mod:`optimizer.benchmark.interleaved`; blocks scaled to the call time as the benchmark scales
+them, :func:`~optimizer.benchmark.interleaved.scaled_block_size`), and benchmarked at all CPUs unless 1 thread is clearly
 faster (median of the per-round ratios of block medians below :data:`CLEARLY_FASTER`). Blocks
 matter most here: a thread pool woken for a single call between other models' calls is what
 one-call interleaving times, and that penalises more threads (LiteRT fp32 on the digits CNN,
@@ -31,7 +32,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from optimizer.benchmark.interleaved import DEFAULT_BLOCK_SIZE, time_interleaved
+from optimizer.benchmark.interleaved import (
+    DEFAULT_BLOCK_SECONDS,
+    DEFAULT_BLOCK_SIZE,
+    scaled_block_size,
+    time_interleaved,
+)
 from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 
 CLEARLY_FASTER = 0.97
@@ -52,10 +58,15 @@ def choose_threads(path: str | os.PathLike, signature: str, fmt: str,
     runners = {n: load_runner(path, signature, format=fmt, num_threads=n, policy=policy)
                for n in (1, cpus)}
     try:
-        # each runner's bound call, as the benchmark times it: its inputs packed once
-        timed = time_interleaved({n: r.bind(r.to_tensors(feeds)) for n, r in runners.items()},
-                                 warmup=WARMUP, min_runs=MIN_ROUNDS, min_seconds=MIN_SECONDS,
-                                 rotate_order=True, block_size=DEFAULT_BLOCK_SIZE)
+        # each runner's bound call, as the benchmark times it: its inputs packed once, in
+        # blocks scaled to the call time as the benchmark's are (ResNet50: one call, not
+        # eleven, per round; 10 rounds of blocks of 10 took 1-2 minutes per candidate at load)
+        calls = {n: r.bind(r.to_tensors(feeds)) for n, r in runners.items()}
+        block_size = scaled_block_size(calls.values(), DEFAULT_BLOCK_SIZE,
+                                       DEFAULT_BLOCK_SECONDS)
+        timed = time_interleaved(calls, warmup=WARMUP, min_runs=MIN_ROUNDS,
+                                 min_seconds=MIN_SECONDS, rotate_order=True,
+                                 block_size=block_size)
     finally:
         for runner in runners.values():
             runner.close()
