@@ -1,9 +1,16 @@
 """Choose among the candidates the gate promoted, when some are indistinguishable in speed.
 
-The fastest promoted candidate is served unless another promoted one's speedup interval overlaps
-the fastest one's: the benchmark cannot tell them apart, so the one that keeps more of the
-model's numeric precision wins (float32, then reduced floats, then int8). A fp16 LiteRT model
-tied with its fp32 twin was chosen by a hair's point estimate, and timed alone it was slower.
+The fastest promoted candidate is served unless the benchmark cannot tell another promoted one
+from it: then the one that keeps more of the model's numeric precision wins (float32, then
+reduced floats, then int8). A fp16 LiteRT model tied with its fp32 twin was chosen by a hair's
+point estimate, and timed alone it was slower.
+
+Two candidates timed in the same rounds are compared head to head: the paired interval of
+``other / fastest`` per round, which is a tie when it reaches 1. Their two intervals against the
+baseline would each carry the baseline's noise too: on the BERT-style encoder, bf16 at 1.80x and
+LiteRT fp32 at 1.54x overlapped against the baseline, and fp32 was served, 15% slower. Candidates
+timed in different rounds (memory groups) have only their intervals against the baseline, so for
+them overlapping intervals are the tie.
 
 What precision a candidate keeps is its record's :attr:`~optimizer.candidates.candidate.Candidate.precision`
 (from its variant). A result judged without its candidates' records (``tfopt gate`` on a result
@@ -13,7 +20,7 @@ reads the builders' label convention for those.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from optimizer.benchmark.stats import RatioInterval
@@ -44,13 +51,20 @@ def _overlaps(a: RatioInterval, b: RatioInterval) -> bool:
     return a.low <= b.high and b.low <= a.high
 
 
+# head to head: ``other / fastest`` per round at the gate's batch, None when the two were not
+# timed in the same rounds
+HeadToHead = Callable[[str, str], RatioInterval | None]
+
+
 def choose_among_promoted(promoted: Sequence[Verdict],
                           intervals: dict[str, dict[int, RatioInterval]],
-                          batch: int, precisions: Mapping[str, str] | None = None) -> str | None:
-    """The promoted candidate to serve: the fastest, or among those whose interval at ``batch``
-    overlaps the fastest one's, the most precise (:func:`precision_rank`), fastest first among
-    equals. ``precisions``: label -> :attr:`Candidate.precision` from the candidates' records;
-    a label without one is read by :func:`precision_of_label`. None when nothing was promoted."""
+                          batch: int, precisions: Mapping[str, str] | None = None,
+                          head_to_head: HeadToHead | None = None) -> str | None:
+    """The promoted candidate to serve: the fastest, or among those tied with it (their
+    ``head_to_head`` interval reaches 1; without one, their interval at ``batch`` overlaps the
+    fastest one's), the most precise (:func:`precision_rank`), fastest first among equals.
+    ``precisions``: label -> :attr:`Candidate.precision` from the candidates' records; a label
+    without one is read by :func:`precision_of_label`. None when nothing was promoted."""
     if not promoted:
         return None
     fastest = max(promoted, key=lambda v: v.speedup or 0.0)
@@ -62,7 +76,14 @@ def choose_among_promoted(promoted: Sequence[Verdict],
     def rank(label: str) -> int:
         return precision_rank(known.get(label) or precision_of_label(label))
 
-    tied = [v for v in promoted
-            if (interval := intervals.get(v.candidate, {}).get(batch)) is not None
-            and _overlaps(interval, reference)]
+    def tied(label: str) -> bool:
+        if label == fastest.candidate:
+            return True
+        paired = head_to_head(fastest.candidate, label) if head_to_head else None
+        if paired is not None:
+            return paired.low <= 1.0
+        interval = intervals.get(label, {}).get(batch)
+        return interval is not None and _overlaps(interval, reference)
+
+    tied = [v for v in promoted if tied(v.candidate)]
     return min(tied, key=lambda v: (rank(v.candidate), -(v.speedup or 0.0))).candidate

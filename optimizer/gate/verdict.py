@@ -359,6 +359,20 @@ def _intervals(result: BenchmarkResult, model: ModelMeasurement,
     return out
 
 
+def _head_to_head(result: BenchmarkResult, batch: int, confidence: float):
+    """``other / fastest`` per round at ``batch``, for two candidates timed in the same rounds
+    (beside the same baseline samples); None for two timed in different groups."""
+    def interval(fastest: str, other: str) -> RatioInterval | None:
+        a, b = result.candidate(fastest), result.candidate(other)
+        if (batch not in a.samples or batch not in b.samples
+                or result.paired_baseline_samples(a) != result.paired_baseline_samples(b)
+                or len(a.samples[batch]) != len(b.samples[batch])):
+            return None
+        return p50_ratio_interval(result.round_figures(a, batch), result.round_figures(b, batch),
+                                  confidence, resamples=result.settings.resamples)
+    return interval
+
+
 def recompute_intervals(result: BenchmarkResult,
                         confidence: float) -> dict[str, dict[int, RatioInterval]]:
     """The ratio intervals at ``confidence``, from the result's raw paired samples."""
@@ -406,5 +420,6 @@ def evaluate_gate(result: BenchmarkResult, config: GateConfig | None = None, *,
             speedup=by_batch[batch].speedup if batch in by_batch else None,
             checks=tuple(checks)))
     promoted = [v for v in verdicts if v.promote]
-    chosen = choose_among_promoted(promoted, intervals, batch, precisions)
+    chosen = choose_among_promoted(promoted, intervals, batch, precisions,
+                                   _head_to_head(result, batch, config.confidence))
     return GateDecision(tuple(verdicts), chosen, config, batch, intervals, twin)
