@@ -133,7 +133,11 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
         needs = PROCESS_BYTES + models + sum(by_label[s.label] for s in group)
         say(f"group {n}/{len(groups)}: {', '.join(s.label for s in group)} (estimated "
             f"{needs / GIB:.2f} GiB for its process)")
-        results.append(_run_in_process(baseline, group, config, runtime, eval_data, reference))
+        result, peak = _run_in_process(baseline, group, config, runtime, eval_data, reference)
+        if peak is not None:
+            say(f"group {n}/{len(groups)}: its process peaked at {peak / GIB:.2f} GiB resident, "
+                f"estimated {needs / GIB:.2f} ({peak / needs:.2f}x)")
+        results.append(result)
     if len(results) == 1 and not unfit:
         return results[0]  # all in one process: the same result as in this one
     combined = combine_groups(results, budget)
@@ -165,8 +169,9 @@ def combine_groups(results: Sequence, budget: MemoryBudget):
 
 
 def _run_in_process(baseline, group, config, runtime, eval_data, reference):
-    """One group benchmarked by ``python -m optimizer.benchmark.memory_groups``; its result
-    once that process has exited."""
+    """One group benchmarked by ``python -m optimizer.benchmark.memory_groups``: its result
+    once that process has exited, and the process's peak resident memory (None where
+    ``/proc`` does not say)."""
     from optimizer.benchmark.result import BenchmarkResult
 
     outcome = run_job(__name__, {
@@ -183,7 +188,8 @@ def _run_in_process(baseline, group, config, runtime, eval_data, reference):
         error = BenchmarkGroupError(data["error"])
         error.exit_code = data["exit_code"]  # the group's own error's exit code
         raise error
-    return BenchmarkResult.from_dict(data)
+    peak = data.pop(_PEAK_KEY, None)
+    return BenchmarkResult.from_dict(data), peak
 
 
 def main(argv: Sequence[str]) -> int:
@@ -205,11 +211,15 @@ def main(argv: Sequence[str]) -> int:
     from optimizer.benchmark.memory import read_rss
 
     reading = read_rss()
-    if reading is not None:
-        log.info("benchmark group: its process peaked at %.2f GiB resident",
-                 reading.peak_bytes / GIB)
-    write_answer(result.to_json())
+    answer = json.loads(result.to_json())
+    answer[_PEAK_KEY] = reading.peak_bytes if reading is not None else None
+    write_answer(json.dumps(answer))
     return 0
+
+
+# the group process's peak, beside its result in its answer: the parent logs it against the
+# estimate the group was formed from
+_PEAK_KEY = "group_process_peak_rss_bytes"
 
 
 if __name__ == "__main__":
