@@ -16,6 +16,10 @@ Each figure comes from a process of its own (``/proc/self/status``: ``VmRSS`` af
     .venv/bin/python benchmarks/load_memory.py --model work/bench/memory/models/mlp_100mb
         [--artifacts work/bench/memory/artifacts/mlp_100mb] [--how tf,runner,session]
 
+``--speed`` times instead, in one process: each model's call as ``tf.saved_model.load`` returns
+it (``ConcreteFunction._call_flat``, inputs bound once) against tfopt's runner's bound call,
+interleaved in blocks, the median ratio per model (a timing: run it under the bench lock).
+
 The artifacts (optimized, bf16, xla) are built once into ``--artifacts`` with tfopt's own
 functions. Figures: the module :mod:`optimizer.model.footprint`'s docstring.
 """
@@ -100,6 +104,36 @@ print(json.dumps(steps))
 """
 
 
+SPEED = r"""
+import json, sys, time
+import numpy as np
+import tensorflow as tf
+from optimizer.runtime import load_runner
+path, rounds = sys.argv[1], int(sys.argv[2])
+fn = tf.saved_model.load(path).signatures["serving_default"]
+runner = load_runner(path)
+(spec,) = runner.signature.inputs
+feeds = {spec.key: np.random.default_rng(0).standard_normal(
+    [1 if d is None else d for d in spec.shape]).astype("float32")}
+flat = runner.to_tensors(feeds)
+stock = lambda: fn._call_flat(flat, fn.captured_inputs)
+ours = runner.bind(flat)
+for call in (stock, ours):
+    for _ in range(5):
+        call()
+ratios = []
+for _ in range(rounds):
+    times = []
+    for call in (stock, ours):
+        started = time.perf_counter()
+        for _ in range(10):
+            call()
+        times.append(time.perf_counter() - started)
+    ratios.append(times[1] / times[0])
+print(json.dumps({"median_ratio": float(np.median(ratios)), "rounds": rounds}))
+"""
+
+
 def run(command: list[str]) -> str:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)}
     return subprocess.run(command, check=True, env=env, capture_output=True, text=True).stdout
@@ -116,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                                             "there when missing)")
     parser.add_argument("--how", default="tf", help="tf, runner, session (comma-separated)")
     parser.add_argument("--only", default="stock,optimized,bf16,xla")
+    parser.add_argument("--speed", type=int, default=0, metavar="ROUNDS",
+                        help="time tfopt's call against tf.saved_model.load's instead")
     args = parser.parse_args(argv)
     model = Path(args.model)
     artifacts = Path(args.artifacts or model.parent.parent / "artifacts" / model.name)
@@ -125,6 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.only.split(","):
         path = paths[name]
+        if args.speed:
+            speed = json.loads(run([sys.executable, "-c", SPEED, str(path), str(args.speed)]))
+            print(f"{name:<9} tfopt's bound call / tf.saved_model.load's: "
+                  f"{speed['median_ratio']:.3f} (median of {args.speed} rounds of 10 calls)")
+            rows.append({"model": name, **speed})
+            continue
         for how in args.how.split(","):
             steps = json.loads(run([sys.executable, "-c", MEASURE, str(path), how]))
             size = disk_bytes(path)
