@@ -19,31 +19,32 @@ kernel and reported as killed at the cap instead of taking the machine down.
     .venv/bin/python benchmarks/memory_scaling.py [--sizes 25,100,400] [--no-resnet]
         [--cap-gb 20] [--workdir work/bench/memory] [--budget-ratio 2]
 
-Measured in r22 (the step's process holds no TensorFlow; the bf16 and XLA builds let the float
-graph go; benchmark factors raised), each row started by this script with ``--cap-gb`` 6 or 9,
-up to three rows at once on 2 CPUs shared with five developers (load average 20-90, so wall
-times are inflated many-fold; memory is not). Finished rows from tfopt's own stage table;
-mlp_400mb, stopped in its benchmark at the deadline, was sampled every 0.5 s from outside (the tree under the
-``tfopt`` process), split at the stage lines of its ``-v`` log:
+Measured in r23 (frozen SavedModels loaded without their load's copies,
+:class:`optimizer.runtime.tensorflow.SignatureFunction`; bf16 weights written 2 bytes a value;
+estimates from benchmarks/load_memory.py), each row started by this script (``--sizes 25
+--no-resnet --cap-gb 6``, ``--sizes 100 --no-resnet --cap-gb 6``, ``--sizes "" --cap-gb 6``,
+``--sizes 400 --no-resnet --cap-gb 9``), up to three at once under ``nice -n 19`` on 2 CPUs
+shared with five developers (load average 13-15: wall times are inflated; memory is not).
+Stage peaks from tfopt's own stage table; the by-hand peak measured in the same run:
 
 ==========  ========  ========  ========  ==========  =========  ===========  =====
 model       on disk   by hand   optimize  candidates  benchmark  peak, wall   ratio
 ==========  ========  ========  ========  ==========  =========  ===========  =====
-mlp_25mb    48 MiB    0.86 GiB  0.87 GiB  1.1 GiB     2.1 GiB    2.06, 2170s  2.41x
-mlp_100mb   191 MiB   1.34 GiB  2.2 GiB   2.1 GiB     4.2 GiB    4.24, 572s   3.16x
-mlp_400mb   763 MiB   3.49 GiB  6.75 GiB  5.69 GiB    >= 8.12    >= 8.12      >2.3x
-resnet50    198 MiB   1.62 GiB  2.2 GiB   2.3 GiB     4.6 GiB    4.53, 2052s  2.79x
+mlp_25mb    48 MiB    0.86 GiB  1.1 GiB   1.1 GiB     1.2 GiB    1.24, 1005s  1.44x
+mlp_100mb   191 MiB   1.35 GiB  2.2 GiB   2.1 GiB     2.8 GiB    2.83, 1286s  2.10x
 ==========  ========  ========  ========  ==========  =========  ===========  =====
 
-Against r21, optimize and candidates are now within 2x on every row (candidates: 1.1, 2.14,
-5.69 and 2.29 GiB where r21 had 1.9, 3.8, >= 9.4 and 3.87; mlp_400mb's bf16 build worker 5.18
-GiB, its XLA one 5.63). The peak is the benchmark's group holding bf16: on mlp_100mb the group
-(optimized, bf16, LiteRT dynamic int8) peaked at 3.87 GiB where 2.58 were estimated, on
-ResNet50 4.31 where 2.63 were (XLA alone: 3.04 and 3.29 against 2.74 and 2.80). On mlp_25mb
-the group of the optimized model, bf16, XLA and LiteRT fp32 peaked at 2.02 GiB where 1.52 were
-estimated; the estimates now add XLA's and bf16's fixed costs (``VARIANT_FIXED_BYTES``), not
-re-measured by the deadline, and the bf16 group's underestimate on the bigger models is still
-open.
+Against r22 (mlp_25mb 2.06 GiB, 2.41x; mlp_100mb 4.24 GiB, 3.16x) the benchmark stage is no
+longer the peak it was: each group's process (its own ``VmHWM``, logged beside its estimate)
+peaked, on mlp_100mb, at 1.87 GiB for the optimized model, bf16 and two LiteRT flavours
+(estimated 2.60; r22: 3.87 where 2.58 were estimated), 2.25 for XLA (estimated 3.26), 1.25 for
+LiteRT fp32 (1.53); on mlp_25mb 1.04 (1.17) and 1.10 (1.30). The benchmark stage's tree peak
+on mlp_100mb (2.8 GiB) is 0.45 GiB above its largest group process's own peak plus the step's
+process (~0.1 GiB): not explained by the deadline.
+
+r22, for reference (the step's process holds no TensorFlow; bf16's group underestimated):
+mlp_25mb 2.06 GiB (2.41x), mlp_100mb 4.24 (3.16x), mlp_400mb >= 8.12 (> 2.3x, stopped in its
+benchmark), resnet50 4.53 (2.79x).
 
 ``--budget-ratio R`` runs ``tfopt optimize`` a second time with ``--memory-gb`` set to R times
 the by-hand conversion's peak: what it takes to fit a budget (the benchmark in groups, or a
