@@ -36,7 +36,7 @@ from optimizer.model.footprint import (
     working_set_bytes,
 )
 from optimizer.system.memory_budget import GIB, MemoryBudget
-from optimizer.system.process_tree import tree_rss_bytes
+from optimizer.system.process_tree import TreeMeter, tree_rss_bytes
 from optimizer.system.worker_process import read_job, run_job
 
 log = logging.getLogger(__name__)
@@ -128,16 +128,21 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
     results = []
     by_label = {c.label: e for c, e in estimates}
     for n, group in enumerate(groups, 1):
-        # the estimate beside the group's measured peak (its process logs it): what the
+        # the estimate beside the group's measured peak (logged once it is done): what the
         # factors in optimizer.model.footprint are calibrated against
         needs = PROCESS_BYTES + models + sum(by_label[s.label] for s in group)
         say(f"group {n}/{len(groups)}: {', '.join(s.label for s in group)} (estimated "
             f"{needs / GIB:.2f} GiB for its process)")
-        result, peak = _run_in_process(baseline, group, config, runtime, eval_data, reference)
-        if peak is not None:
-            say(f"group {n}/{len(groups)}: its process peaked at {peak / GIB:.2f} GiB resident, "
-                f"estimated {needs / GIB:.2f} ({peak / needs:.2f}x)")
-        results.append(result)
+        # sampled from here, this process waiting: the group's own peak (VmHWM) is reset at
+        # each model's load by the harness's growth measure, and misses earlier transients
+        with TreeMeter() as meter:
+            results.append(_run_in_process(baseline, group, config, runtime, eval_data,
+                                           reference))
+        if meter.peak is not None:
+            needs += in_use
+            say(f"group {n}/{len(groups)}: the process tree peaked at {meter.peak / GIB:.2f} "
+                f"GiB ({in_use / GIB:.1f} GiB of it this process), estimated {needs / GIB:.2f} "
+                f"({meter.peak / needs:.2f}x)")
     if len(results) == 1 and not unfit:
         return results[0]  # all in one process: the same result as in this one
     combined = combine_groups(results, budget)
@@ -169,9 +174,8 @@ def combine_groups(results: Sequence, budget: MemoryBudget):
 
 
 def _run_in_process(baseline, group, config, runtime, eval_data, reference):
-    """One group benchmarked by ``python -m optimizer.benchmark.memory_groups``: its result
-    once that process has exited, and the process's peak resident memory (None where
-    ``/proc`` does not say)."""
+    """One group benchmarked by ``python -m optimizer.benchmark.memory_groups``; its result
+    once that process has exited."""
     from optimizer.benchmark.result import BenchmarkResult
 
     outcome = run_job(__name__, {
@@ -188,8 +192,7 @@ def _run_in_process(baseline, group, config, runtime, eval_data, reference):
         error = BenchmarkGroupError(data["error"])
         error.exit_code = data["exit_code"]  # the group's own error's exit code
         raise error
-    peak = data.pop(_PEAK_KEY, None)
-    return BenchmarkResult.from_dict(data), peak
+    return BenchmarkResult.from_dict(data)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -208,18 +211,8 @@ def main(argv: Sequence[str]) -> int:
     except TfoptError as exc:
         write_answer(json.dumps({"error": first_line(exc), "exit_code": exc.exit_code}))
         return exc.exit_code
-    from optimizer.benchmark.memory import read_rss
-
-    reading = read_rss()
-    answer = json.loads(result.to_json())
-    answer[_PEAK_KEY] = reading.peak_bytes if reading is not None else None
-    write_answer(json.dumps(answer))
+    write_answer(result.to_json())
     return 0
-
-
-# the group process's peak, beside its result in its answer: the parent logs it against the
-# estimate the group was formed from
-_PEAK_KEY = "group_process_peak_rss_bytes"
 
 
 if __name__ == "__main__":
