@@ -32,6 +32,7 @@ model       on disk   by hand   optimize  candidates  benchmark  peak, wall   ra
 ==========  ========  ========  ========  ==========  =========  ===========  =====
 mlp_25mb    48 MiB    0.86 GiB  1.1 GiB   1.1 GiB     1.2 GiB    1.24, 1005s  1.44x
 mlp_100mb   191 MiB   1.35 GiB  2.2 GiB   2.1 GiB     2.8 GiB    2.83, 1286s  2.10x
+resnet50    198 MiB   1.63 GiB  2.3 GiB   2.6 GiB     2.9 GiB    2.86, 1662s  1.76x
 ==========  ========  ========  ========  ==========  =========  ===========  =====
 
 Against r22 (mlp_25mb 2.06 GiB, 2.41x; mlp_100mb 4.24 GiB, 3.16x) the benchmark stage holds
