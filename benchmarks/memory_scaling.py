@@ -19,31 +19,42 @@ kernel and reported as killed at the cap instead of taking the machine down.
     .venv/bin/python benchmarks/memory_scaling.py [--sizes 25,100,400] [--no-resnet]
         [--cap-gb 20] [--workdir work/bench/memory] [--budget-ratio 2]
 
-Measured in r22 (the step's process holds no TensorFlow; the bf16 and XLA builds let the float
-graph go; benchmark factors raised), each row started by this script with ``--cap-gb`` 6 or 9,
-up to three rows at once on 2 CPUs shared with five developers (load average 20-90, so wall
-times are inflated many-fold; memory is not). Finished rows from tfopt's own stage table;
-mlp_400mb, stopped in its benchmark at the deadline, was sampled every 0.5 s from outside (the tree under the
-``tfopt`` process), split at the stage lines of its ``-v`` log:
+Measured in r23 (frozen SavedModels loaded without their load's copies,
+:class:`optimizer.runtime.tensorflow.SignatureFunction`; bf16 weights written 2 bytes a value;
+estimates from benchmarks/load_memory.py), each row started by this script (``--sizes 25
+--no-resnet --cap-gb 6``, ``--sizes 100 --no-resnet --cap-gb 6``, ``--sizes "" --cap-gb 6``,
+``--sizes 400 --no-resnet --cap-gb 9``), up to three at once under ``nice -n 19`` on 2 CPUs
+shared with five developers (load average 13-15: wall times are inflated; memory is not).
+Stage peaks from tfopt's own stage table; the by-hand peak measured in the same run:
 
 ==========  ========  ========  ========  ==========  =========  ===========  =====
 model       on disk   by hand   optimize  candidates  benchmark  peak, wall   ratio
 ==========  ========  ========  ========  ==========  =========  ===========  =====
-mlp_25mb    48 MiB    0.86 GiB  0.87 GiB  1.1 GiB     2.1 GiB    2.06, 2170s  2.41x
-mlp_100mb   191 MiB   1.34 GiB  2.2 GiB   2.1 GiB     4.2 GiB    4.24, 572s   3.16x
-mlp_400mb   763 MiB   3.49 GiB  6.75 GiB  5.69 GiB    >= 8.12    >= 8.12      >2.3x
-resnet50    198 MiB   1.62 GiB  2.2 GiB   2.3 GiB     4.6 GiB    4.53, 2052s  2.79x
+mlp_25mb    48 MiB    0.86 GiB  1.1 GiB   1.1 GiB     1.2 GiB    1.24, 1005s  1.44x
+mlp_100mb   191 MiB   1.35 GiB  2.2 GiB   2.1 GiB     2.8 GiB    2.83, 1286s  2.10x
+mlp_400mb   763 MiB   3.48 GiB  6.7 GiB   5.7 GiB     5.5 GiB    6.77, 1202s  1.95x
+resnet50    198 MiB   1.63 GiB  2.3 GiB   2.6 GiB     2.9 GiB    2.86, 1662s  1.76x
 ==========  ========  ========  ========  ==========  =========  ===========  =====
 
-Against r21, optimize and candidates are now within 2x on every row (candidates: 1.1, 2.14,
-5.69 and 2.29 GiB where r21 had 1.9, 3.8, >= 9.4 and 3.87; mlp_400mb's bf16 build worker 5.18
-GiB, its XLA one 5.63). The peak is the benchmark's group holding bf16: on mlp_100mb the group
-(optimized, bf16, LiteRT dynamic int8) peaked at 3.87 GiB where 2.58 were estimated, on
-ResNet50 4.31 where 2.63 were (XLA alone: 3.04 and 3.29 against 2.74 and 2.80). On mlp_25mb
-the group of the optimized model, bf16, XLA and LiteRT fp32 peaked at 2.02 GiB where 1.52 were
-estimated; the estimates now add XLA's and bf16's fixed costs (``VARIANT_FIXED_BYTES``), not
-re-measured by the deadline, and the bf16 group's underestimate on the bigger models is still
-open.
+mlp_400mb's peak is now its optimize stage (6.7 GiB, as in r22); its benchmark ran in two
+groups (the optimized model and three LiteRT flavours: tree peak 5.45 GiB, estimated 6.24;
+bf16: 4.74, estimated 6.80), and XLA was left out (listed as skipped): beside the baseline it
+was estimated at 11.1 GiB, over the 9 GiB cgroup cap that was this run's budget. Its chosen
+candidate, litert_dynamic_int8, is r22's. Growth from mlp_100mb to mlp_400mb: 4x the size,
+2.4x the peak (the fixed runtime weighs less as the model grows).
+
+Against r22 (mlp_25mb 2.06 GiB, 2.41x; mlp_100mb 4.24 GiB, 3.16x) the benchmark stage holds
+far less. The estimates its groups were formed from (mlp_100mb: 2.60 GiB for the optimized
+model, bf16 and two LiteRT flavours, 3.26 for XLA, 1.53 for LiteRT fp32, each plus the step's
+0.1; mlp_25mb: 1.17 and 1.30) stay above the stage's tree peak (2.8 and 1.2 GiB). The peaks
+each group's process logged in this run (mlp_100mb: 1.87, 2.25, 1.25 GiB) were its ``VmHWM``,
+which the harness resets at each model's load (its per-model growth measure), so they missed
+earlier transients: each group's peak is now sampled from the step's process over the whole
+tree (:func:`optimizer.benchmark.memory_groups.run_benchmark_within`), not re-measured here.
+
+r22, for reference (the step's process holds no TensorFlow; bf16's group underestimated):
+mlp_25mb 2.06 GiB (2.41x), mlp_100mb 4.24 (3.16x), mlp_400mb >= 8.12 (> 2.3x, stopped in its
+benchmark), resnet50 4.53 (2.79x).
 
 ``--budget-ratio R`` runs ``tfopt optimize`` a second time with ``--memory-gb`` set to R times
 the by-hand conversion's peak: what it takes to fit a budget (the benchmark in groups, or a

@@ -20,6 +20,7 @@ from optimizer.candidates.bf16 import (
     Bf16Refused,
     bf16_mixed_precision,
     bfloat16_nodes,
+    pack_bfloat16_constants,
 )
 from optimizer.inputs.generated import make_inputs
 from optimizer.model.export import read_provenance, write_saved_model
@@ -53,6 +54,25 @@ def test_convolutions_and_the_dense_layer_run_in_bfloat16(cnn):
     assert candidate.signature == frozen.signature
     assert candidate.history == (*frozen.history, "bf16_mixed_precision")
     assert "remap" not in BF16_PASSES  # bfloat16 _Fused* nodes would not load
+    assert not [n.name for n in candidate.graph_def.node  # packed, 2 bytes a value
+                if n.op == "Const" and len(n.attr["value"].tensor.half_val) > 1]
+
+
+def test_bfloat16_constants_are_packed_two_bytes_a_value_with_the_same_values():
+    values = np.arange(-6, 6, dtype=np.float32).reshape(3, 4)
+    graph_def = build_graph(lambda: (
+        tf.constant(values, dtype=tf.bfloat16, name="weights"),
+        tf.constant(1.5, shape=(2, 2), dtype=tf.bfloat16, name="broadcast")))
+    weights = next(n for n in graph_def.node if n.name == "weights").attr["value"].tensor
+    weights.ClearField("tensor_content")  # as Grappler writes it: one int32 per value
+    weights.half_val.extend(np.frombuffer(values.astype(tf.bfloat16.as_numpy_dtype).tobytes(),
+                                          "<u2").tolist())
+    assert pack_bfloat16_constants(graph_def) == 1
+    assert not weights.half_val and len(weights.tensor_content) == 2 * values.size
+    np.testing.assert_array_equal(tf.make_ndarray(weights).astype(np.float32), values)
+    broadcast = next(n for n in graph_def.node if n.name == "broadcast").attr["value"].tensor
+    np.testing.assert_array_equal(tf.make_ndarray(broadcast).astype(np.float32),
+                                  np.full((2, 2), 1.5, np.float32))
 
 
 @needs_bf16_cpu

@@ -35,3 +35,32 @@ def test_the_bound_call_matches_call_and_binds_its_arguments_once(model_dir, mon
             np.testing.assert_array_equal(got[key], value)
         runner.call(tensors)
         assert bindings  # the check above could fail: call does bind
+
+
+def test_a_frozen_savedmodel_is_called_without_the_copies_its_load_made(model_dir, tmp_path):
+    """tfopt's frozen SavedModels (weights as constants) keep only the runtime's definition of
+    the signature function: the load's whole-graph function is gone from the runtime, and the
+    outputs are tf.saved_model.load's own."""
+    import tensorflow as tf
+    from tensorflow.python.eager import context
+
+    from optimizer.model.export import write_saved_model
+    from optimizer.runtime.tensorflow import SignatureFunction
+
+    frozen = write_saved_model(freeze(model_dir("keras_cnn")), tmp_path / "frozen")
+    before = set(context.context().list_function_names())
+    runner = load_runner(frozen)
+    added = set(context.context().list_function_names()) - before
+    assert isinstance(runner._fn, SignatureFunction) and runner._fn._owner is None
+    assert runner._fn._atomic.name.decode() in added
+    assert not any("wrapped_function" in name for name in added), added
+    feeds = make_inputs(runner.signature, 2, seed=1)
+    want = tf.saved_model.load(str(frozen)).signatures["serving_default"](
+        **{k: tf.constant(v) for k, v in feeds.items()})
+    got = runner(feeds)
+    bound = runner.outputs(runner.bind(runner.to_tensors(feeds))())
+    for key, value in want.items():
+        np.testing.assert_array_equal(got[key], value.numpy())
+        np.testing.assert_array_equal(bound[key], value.numpy())
+    # a stock SavedModel's function reads variables its loaded object owns: kept
+    assert load_runner(model_dir("keras_cnn"))._fn._owner is not None

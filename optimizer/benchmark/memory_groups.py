@@ -37,7 +37,7 @@ from optimizer.model.footprint import (
 )
 from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.system.memory_budget import GIB, MemoryBudget
-from optimizer.system.process_tree import tree_rss_bytes
+from optimizer.system.process_tree import TreeMeter, tree_rss_bytes
 from optimizer.system.worker_process import read_job, run_job
 
 log = logging.getLogger(__name__)
@@ -132,13 +132,21 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
     results = []
     by_label = {c.label: e for c, e in estimates}
     for n, group in enumerate(groups, 1):
-        # the estimate beside the group's measured peak (its process logs it): what the
+        # the estimate beside the group's measured peak (logged once it is done): what the
         # factors in optimizer.model.footprint are calibrated against
         needs = PROCESS_BYTES + models + sum(by_label[s.label] for s in group)
         say(f"group {n}/{len(groups)}: {', '.join(s.label for s in group)} (estimated "
             f"{needs / GIB:.2f} GiB for its process)")
-        results.append(_run_in_process(baseline, group, config, runtime, eval_data, reference,
-                                       policy))
+        # sampled from here, this process waiting: the group's own peak (VmHWM) is reset at
+        # each model's load by the harness's growth measure, and misses earlier transients
+        with TreeMeter() as meter:
+            results.append(_run_in_process(baseline, group, config, runtime, eval_data,
+                                           reference, policy))
+        if meter.peak is not None:
+            needs += in_use
+            say(f"group {n}/{len(groups)}: the process tree peaked at {meter.peak / GIB:.2f} "
+                f"GiB ({in_use / GIB:.1f} GiB of it this process), estimated {needs / GIB:.2f} "
+                f"({meter.peak / needs:.2f}x)")
     if len(results) == 1 and not unfit:
         return results[0]  # all in one process: the same result as in this one
     combined = combine_groups(results, budget)
@@ -207,12 +215,6 @@ def main(argv: Sequence[str]) -> int:
     except TfoptError as exc:
         write_answer(json.dumps({"error": first_line(exc), "exit_code": exc.exit_code}))
         return exc.exit_code
-    from optimizer.benchmark.memory import read_rss
-
-    reading = read_rss()
-    if reading is not None:
-        log.info("benchmark group: its process peaked at %.2f GiB resident",
-                 reading.peak_bytes / GIB)
     write_answer(result.to_json())
     return 0
 

@@ -9,10 +9,20 @@ that are known to cost more) has a factor over the bytes on disk, measured on th
 dense MLPs (200 MB on disk, tree RSS of a fresh process that loads the model and calls it):
 
 - TensorFlow runtime alone, imported and started: ~0.6 GiB (:data:`PROCESS_BYTES`);
-- a SavedModel loaded and called: ~2x its size (0.84 GiB for 200 MB, the process included),
-  more for a frozen one (its constants are in the graph Grappler rewrites at the first call);
-- its bf16 and XLA variants, loaded beside it: ~16x (each added 2.2 GiB for 200 MB, and a
-  benchmark of all of them measured 35% above estimates made with 12x);
+- a SavedModel with its weights in variables (a stock model) loaded and called: 1.1-1.3x
+  its size on disk (0.20 GiB for a 191 MiB MLP), estimated at 3.5x (a benchmark process as a
+  whole measured ~1.4x the sum of former estimates);
+- a frozen SavedModel (tfopt's optimized graph: the weights are constants in the graph) costs
+  far more than its weights, because a load copies the graph several times over
+  (benchmarks/load_memory.py; :class:`optimizer.runtime.tensorflow.SignatureFunction` lets
+  most copies go before the first call): its peak over the running process ~11.3x its size
+  (0.27 GiB for a 24 MiB MLP, 1.07 for a 95 MiB one), of which it keeps ~4.3x
+  (:data:`FROZEN_FACTOR`);
+- its bf16 variant, the factor applied to the bf16 model's own size (its weights 2 bytes a
+  value, :func:`optimizer.candidates.bf16.pack_bfloat16_constants`): 18-20x (0.22 GiB for
+  12 MiB, 0.86 for 48 MiB; ResNet50's 49 MiB 0.93), keeping ~6-8x; its XLA variant: ~21x (0.49 GiB for 24 MiB, 1.94 for
+  95 MiB; XLA's compiled constants stay: it keeps ~16x). Both lines run through ~0 at size 0:
+  no fixed cost of their own (:data:`VARIANT_FIXED_BYTES`);
 - LiteRT (the flatbuffer is read, XNNPACK repacks the weights): 2.5x measured (a 24 MiB fp32
   flatbuffer grew a fresh process by 2.48x its size); ONNX Runtime, OpenVINO: ~2x;
 - a benchmark process as a whole measured ~1.4x the sum of its models' former estimates (3.2
@@ -35,13 +45,18 @@ from optimizer.system.memory_budget import GIB, MemoryBudget
 PROCESS_BYTES = int(0.6 * GIB)
 # bytes in memory per byte on disk, by format; by variant where a variant differs
 FORMAT_FACTOR = {"savedmodel": 3.5, "tflite": 3.0, "onnx": 2.5, "openvino": 2.5}
-# 12x underestimated them by ~35% (a 200 MB MLP's benchmark: 5.5 GiB estimated, 7.5 measured)
-VARIANT_FACTOR = {"bf16": 16.0, "xla": 16.0}
-# and a cost of their own whatever the model's size: XLA's compiler (its build worker peaked at
-# 1.08 GiB where bf16's took 0.71 for a 48 MiB MLP), bf16's Grappler rewrite at load. A group of
-# the optimized model, bf16, XLA and LiteRT fp32 of that MLP peaked at 2.02 GiB where the
-# factors alone estimated 1.52; the group of its other three LiteRT flavours matched (0.83)
-VARIANT_FIXED_BYTES = {"bf16": int(0.1 * GIB), "xla": int(0.4 * GIB)}
+# a SavedModel with no variables (its weights are constants in its graph): the load's peak over
+# the process, per byte on disk, measured 11.2x and 11.4x (95 and 24 MiB MLPs)
+FROZEN_FACTOR = 12.0
+# by variant, per byte of the variant's own SavedModel (measured with its load's copies let go:
+# bf16 18.2x and 18.4x on the MLPs, 19.6x on ResNet50; XLA 20.8x and 20.9x, 19.8x on ResNet50;
+# a frozen ResNet50 11.4x); bf16 was 16x of a file whose weights took 4 bytes
+# a value in memory and 2.4 on disk, which underestimated its group by 50% (3.87 GiB measured
+# where 2.58 were estimated, mlp_100mb)
+VARIANT_FACTOR = {"bf16": 20.0, "xla": 21.0}
+# a cost of their own whatever the model's size: the lines through both sizes' measurements
+# cross ~0 at size 0 (bf16 +0.002 GiB, XLA +0.017): XLA's compiler is loaded in every process
+VARIANT_FIXED_BYTES = {"bf16": 0, "xla": int(0.05 * GIB)}
 # converting a SavedModel to LiteRT by hand, per byte on disk beside the runtime: 0.86 GiB for
 # a 48 MiB MLP, 1.36 GiB for a 191 MiB one (3.8x to 4.7x over the runtime's 0.6 GiB)
 CONVERSION_FACTOR = 4.0
@@ -82,7 +97,15 @@ def loaded_bytes(path: str | os.PathLike, format: str = "savedmodel",
                  variant: str | None = None) -> int:
     """The estimated memory a loaded and called model adds to a process already running."""
     factor = VARIANT_FACTOR.get(variant or "", FORMAT_FACTOR.get(format, 2.5))
+    if format == "savedmodel" and not variant and is_frozen(path):
+        factor = FROZEN_FACTOR
     return VARIANT_FIXED_BYTES.get(variant or "", 0) + int(factor * disk_bytes(path))
+
+
+def is_frozen(path: str | os.PathLike) -> bool:
+    """Whether a SavedModel directory holds no variables: its weights are in its graph."""
+    variables = Path(path) / "variables"
+    return Path(path).is_dir() and not any(variables.glob("variables.data-*"))
 
 
 def conversion_bytes(path: str | os.PathLike) -> int:
