@@ -4,6 +4,13 @@ Thread pools are the process's (TensorFlow sizes them once, when its runtime sta
 :mod:`optimizer.system.cpu_threads`), so ``num_threads`` cannot be set per model: a SavedModel
 tuned to other pool sizes runs here with this process's, and a caller that must honour them
 runs it in a process of its own.
+
+A SavedModel is called through the function the runtime holds for its signature
+(:class:`SignatureFunction`). A frozen model's load keeps several copies of every constant (the
+whole graph as a function, the signature's pruned graph, their definitions, a Python copy after
+the first call); when the signature reads no variable, all but the runtime's definition are let
+go before the first call (``benchmarks/load_memory.py``: a frozen MLP held 4.4x its size after
+20 calls instead of 13.9x).
 """
 
 from __future__ import annotations
