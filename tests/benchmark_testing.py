@@ -14,10 +14,10 @@ from optimizer.benchmark.result import (
     CANDIDATE,
     UNOPTIMIZED_INPUT,
     BenchmarkResult,
-    BenchmarkSettings,
     Fidelity,
     ModelMeasurement,
     Quality,
+    TimingRecord,
 )
 from optimizer.benchmark.stats import LatencySummary, p50_ratio_interval, round_figures
 from optimizer.system.cpu_threads import AppliedRuntime, CpuAvailability, RuntimeSettings
@@ -64,7 +64,7 @@ def synthetic_result(baseline_samples: dict[int, np.ndarray],
                                               round_figures(c.samples[b], block_size),
                                               confidence)
                         for b in c.samples} for c in cands}
-    settings = BenchmarkSettings(
+    settings = TimingRecord(
         batch_sizes=tuple(sorted(baseline_samples)), warmup=5, min_runs=30, min_seconds=1.0,
         max_runs=10_000, confidence=confidence, resamples=2000, rotate_order=True,
         signature="serving_default", inputs="synthetic", block_size=block_size)

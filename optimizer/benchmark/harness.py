@@ -56,10 +56,10 @@ from optimizer.benchmark.result import (
     TWIN,
     UNOPTIMIZED_INPUT,
     BenchmarkResult,
-    BenchmarkSettings,
     Fidelity,
     ModelMeasurement,
     Quality,
+    TimingRecord,
 )
 from optimizer.benchmark.settings import BenchmarkConfig
 from optimizer.benchmark.stats import (
@@ -459,7 +459,7 @@ def run_benchmark(
         if generation.int_ranges:
             inputs_source += "; ids drawn from " + ", ".join(
                 f"{key} [{low}, {high})" for key, (low, high) in generation.int_ranges.items())
-    settings = BenchmarkSettings(
+    settings = TimingRecord(
         batch_sizes=tuple(config.batch_sizes), warmup=config.warmup, min_runs=config.min_runs,
         min_seconds=config.min_seconds, max_runs=config.max_runs, confidence=config.confidence,
         resamples=config.resamples, rotate_order=True, signature=config.signature,

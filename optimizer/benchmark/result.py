@@ -76,7 +76,7 @@ class ModelMeasurement(JsonRecord):
     peak_rss_growth_bytes: int | None
     peak_rss_exact: bool
     latency: dict[int, LatencySummary]  # batch size -> summary
-    # batch size -> per-call seconds, round after round (BenchmarkSettings.block_size per round)
+    # batch size -> per-call seconds, round after round (TimingRecord.block_size per round)
     samples: dict[int, tuple[float, ...]]
     quality: Quality | None = None
     # against the accuracy reference (the unoptimized input); None for the reference itself
@@ -108,8 +108,10 @@ _MEASUREMENT_KEYS = (
 
 
 @dataclass(frozen=True)
-class BenchmarkSettings(JsonRecord):
-    """How the timing was done."""
+class TimingRecord(JsonRecord):
+    """How the timing was done, as recorded in a result (``settings`` in RESULT.json): the
+    :class:`~optimizer.benchmark.settings.BenchmarkConfig` it ran with, and what the run decided
+    (the inputs' source, the block size scaled to the call time)."""
 
     batch_sizes: tuple[int, ...]
     warmup: int
@@ -131,7 +133,7 @@ class BenchmarkResult(JsonRecord):
     baseline: ModelMeasurement
     candidates: tuple[ModelMeasurement, ...]
     ratios: dict[str, dict[int, RatioInterval]]  # candidate label -> batch size -> p50 ratio
-    settings: BenchmarkSettings
+    settings: TimingRecord
     environment: Environment
     created: str
     wall_seconds: float
