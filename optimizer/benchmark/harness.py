@@ -198,15 +198,11 @@ def _generation(subjects: Sequence[Subject], contract: SignatureInfo, signature:
     if not generated or not any(s.dtype == "string" or s.dtype.startswith(("int", "uint"))
                                 for s in contract.inputs):
         return _Generation()
-    from optimizer.inputs.vocabulary import saved_model_int_ranges, saved_model_vocabularies
+    from optimizer.inputs.vocabulary import saved_model_input_draws
     from optimizer.runtime import detect_format
 
     paths = [s.path for s in subjects if (s.format or detect_format(s.path)) == "savedmodel"]
-    vocabularies = saved_model_vocabularies(paths, signature, contract, policy=policy)
-    ids = [s for s in contract.inputs
-           if s.dtype.startswith(("int", "uint")) and s.key not in vocabularies]
-    return _Generation(vocabularies,
-                       saved_model_int_ranges(paths, signature, policy=policy) if ids else {})
+    return _Generation(*saved_model_input_draws(paths, signature, contract, policy=policy))
 
 
 @dataclass

@@ -84,57 +84,59 @@ def infer_vocabularies(graph_def, signature: SignatureInfo) -> dict[str, np.ndar
     return found
 
 
-def _read_saved_models(paths: Sequence[str | os.PathLike], signature_name: str, infer,
-                       freeze_first: bool, unknown: str, policy: ScanPolicy) -> dict:
-    """``infer(graph_def, signature)`` on the first SavedModel among ``paths`` whose serving
-    graph shows something (a SavedModel tfopt wrote is frozen already), else, when
-    ``freeze_first``, on the first one frozen; {} when none shows anything (``unknown``: what
-    that costs, logged if freezing fails). The models are read under ``policy``
-    (:mod:`optimizer.model.op_scan`)."""
+def saved_model_input_draws(paths: Sequence[str | os.PathLike], signature_name: str,
+                            signature: SignatureInfo, *, policy: ScanPolicy = DEFAULT_POLICY
+                            ) -> tuple[dict[str, np.ndarray], dict[str, tuple[int, int]]]:
+    """What generated inputs for ``signature`` draw from, read from the SavedModels at
+    ``paths`` in one pass over them (a frozen SavedModel's graph holds its weights: each is
+    parsed once): the vocabularies of inputs that key a table, and ``key -> (0, rows)`` for the
+    other integer inputs, which index an embedding. Each comes from the first SavedModel whose
+    serving graph shows it (one tfopt wrote is frozen already), else from the first one frozen,
+    frozen only when a string input has no vocabulary or an integer input no range. {} for
+    what no model shows: generated strings then all miss the tables, generated ids stay 0 and
+    1. The models are read under ``policy`` (:mod:`optimizer.model.op_scan`)."""
+    from optimizer.inputs.generated import infer_int_ranges
     from optimizer.model.savedmodel import read_saved_model_proto, serving_meta_graph
 
+    def ranges_needed(vocabularies: dict) -> bool:
+        return any(s.dtype.startswith(("int", "uint")) and s.key not in vocabularies
+                   for s in signature.inputs)
+
+    def without_vocabularies(ranges: dict, vocabularies: dict) -> dict:
+        return {k: v for k, v in ranges.items() if k not in vocabularies}
+
+    vocabularies: dict = {}
+    ranges: dict = {}
     for path in paths:
         meta_graph = serving_meta_graph(read_saved_model_proto(path, policy), path)
         if signature_name not in meta_graph.signature_def:
             continue
         written = SignatureInfo.from_signature_def(signature_name,
                                                    meta_graph.signature_def[signature_name])
-        found = infer(meta_graph.graph_def, written)
-        if found:
-            return found
-    if not paths or not freeze_first:
-        return {}
-    from optimizer.model.freeze import freeze
+        vocabularies = vocabularies or infer_vocabularies(meta_graph.graph_def, written)
+        ranges = ranges or infer_int_ranges(meta_graph.graph_def, written)
+        if vocabularies and (ranges or not ranges_needed(vocabularies)):
+            break
+    no_vocabulary = not vocabularies and any(s.dtype == "string" for s in signature.inputs)
+    no_ranges = not without_vocabularies(ranges, vocabularies) and ranges_needed(vocabularies)
+    if paths and (no_vocabulary or no_ranges):
+        from optimizer.model.freeze import freeze
 
-    try:
-        frozen = freeze(paths[0], signature_name, policy=policy)
-    except TfoptError as exc:
-        log.warning("%s (%s)", unknown, exc)
-        return {}
-    return infer(frozen.graph_def, frozen.signature)
+        try:
+            frozen = freeze(paths[0], signature_name, policy=policy)
+        except TfoptError as exc:
+            log.warning("generated inputs drawn without the model's vocabularies or embedding "
+                        "sizes (%s): strings all miss its tables, ids stay 0 and 1", exc)
+        else:
+            if no_vocabulary:
+                vocabularies = infer_vocabularies(frozen.graph_def, frozen.signature)
+            if no_ranges:
+                ranges = infer_int_ranges(frozen.graph_def, frozen.signature)
+    return vocabularies, without_vocabularies(ranges, vocabularies)
 
 
 def saved_model_vocabularies(paths: Sequence[str | os.PathLike], signature_name: str,
                              signature: SignatureInfo, *, policy: ScanPolicy = DEFAULT_POLICY
                              ) -> dict[str, np.ndarray]:
-    """Vocabularies for ``signature``'s inputs from the first of the SavedModels at ``paths``
-    that shows them; {} when none does (generated strings then all miss the tables). The
-    models are read under ``policy`` (:mod:`optimizer.model.op_scan`)."""
-    return _read_saved_models(
-        paths, signature_name, infer_vocabularies,
-        freeze_first=any(s.dtype == "string" for s in signature.inputs),
-        unknown="no vocabulary for the generated string inputs: they all miss the model's tables",
-        policy=policy)
-
-
-def saved_model_int_ranges(paths: Sequence[str | os.PathLike],
-                           signature_name: str, *, policy: ScanPolicy = DEFAULT_POLICY
-                           ) -> dict[str, tuple[int, int]]:
-    """``key -> (0, rows)`` for integer inputs that index an embedding, read as
-    :func:`saved_model_vocabularies` reads tokens; {} when no SavedModel shows any (generated
-    ids then stay 0 and 1)."""
-    from optimizer.inputs.generated import infer_int_ranges
-
-    return _read_saved_models(paths, signature_name, infer_int_ranges, freeze_first=True,
-                              unknown="integer inputs generated as 0 and 1 only: the size of "
-                                      "the embedding they index is unknown", policy=policy)
+    """Vocabularies for ``signature``'s inputs (:func:`saved_model_input_draws`)."""
+    return saved_model_input_draws(paths, signature_name, signature, policy=policy)[0]
