@@ -229,12 +229,15 @@ def test_a_model_of_a_per_model_runtime_is_tuned_over_its_own_thread_count(model
     assert search.best.num_threads in {1, 2, CPUS}
     curve = measure_batch_curve(model, ThreadSetting(num_threads=1), batch_sizes=(1, 2),
                                 time_budget_seconds=2.0)
-    assert [p.batch_size for p in curve.points] == [1, 2] and not curve.not_measured
+    # batch 2 may be left out on a loaded machine (batch 1's warm-up and pipe overran its
+    # share of the 2 s): the curve must still account for it, never drop it silently
+    measured = [p.batch_size for p in curve.points]
+    assert measured[:1] == [1] and measured + list(curve.not_measured) == [1, 2]
     settings = TunedRuntimeSettings(
         model=str(model), intra_op_threads=None, inter_op_threads=None, num_threads=2,
         recommended_batch_size=None, batch_reason="", throughput_target=None,
         latency_slo_ms=None, reference=search.reference, thread_probes=search.probes,
-        batch_curve=curve.points, batches_not_measured=(), available_cpus=CPUS,
+        batch_curve=curve.points, batches_not_measured=curve.not_measured, available_cpus=CPUS,
         cpu_quota=None, cpu_model="")
     serving = settings.to_dict()["serving"]
     assert [v for k, v in serving.items() if k != "note"] == [{option: 2}]
