@@ -148,6 +148,29 @@ def p50_ratio_interval(
                          resamples=int(resamples))
 
 
+def head_to_head_interval(fastest: Sequence[float], other: Sequence[float],
+                          confidence: float = 0.95, resamples: int = DEFAULT_RESAMPLES,
+                          seed: int = 0) -> RatioInterval:
+    """Two candidates timed in the same rounds, compared directly: the paired interval of
+    ``other / fastest`` per round (their :func:`round_figures`). The load that slows every model
+    of a round cancels in it, where each one's interval against the baseline carries the
+    baseline's noise too. The gate's near-tie rule (:mod:`optimizer.gate.near_ties`) and the
+    harness's adaptive stopping both read this one interval: :func:`tied`,
+    :func:`tie_unresolved`."""
+    return p50_ratio_interval(fastest, other, confidence, resamples, seed=seed)
+
+
+def tied(head_to_head: RatioInterval) -> bool:
+    """``other`` is not shown slower than ``fastest``: their head-to-head interval reaches 1."""
+    return head_to_head.low <= 1.0
+
+
+def tie_unresolved(head_to_head: RatioInterval) -> bool:
+    """Tied so far, but more rounds could still show ``other`` slower: the interval straddles
+    1. Tied with the whole interval below 1, ``other`` is shown the faster of the two."""
+    return tied(head_to_head) and head_to_head.high > 1.0
+
+
 def twin_discrepancy(twin: RatioInterval | None) -> float:
     """How far apart two loads of one model measured (``twin``: the baseline's second load
     against the first, timed like a candidate), as a factor of at least 1: its ratio or the

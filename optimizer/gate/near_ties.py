@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from optimizer.benchmark.stats import RatioInterval
+from optimizer.benchmark.stats import RatioInterval, tied
 from optimizer.candidates.candidate import FLOAT32, INT8, PRECISION_ORDER, REDUCED_FLOAT
 
 if TYPE_CHECKING:
@@ -76,14 +76,14 @@ def choose_among_promoted(promoted: Sequence[Verdict],
     def rank(label: str) -> int:
         return precision_rank(known.get(label) or precision_of_label(label))
 
-    def tied(label: str) -> bool:
+    def tied_with_fastest(label: str) -> bool:
         if label == fastest.candidate:
             return True
         paired = head_to_head(fastest.candidate, label) if head_to_head else None
         if paired is not None:
-            return paired.low <= 1.0
+            return tied(paired)
         interval = intervals.get(label, {}).get(batch)
         return interval is not None and _overlaps(interval, reference)
 
-    tied = [v for v in promoted if tied(v.candidate)]
-    return min(tied, key=lambda v: (rank(v.candidate), -(v.speedup or 0.0))).candidate
+    ties = [v for v in promoted if tied_with_fastest(v.candidate)]
+    return min(ties, key=lambda v: (rank(v.candidate), -(v.speedup or 0.0))).candidate

@@ -74,6 +74,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_fie
 from optimizer.benchmark.result import BenchmarkResult, ModelMeasurement
 from optimizer.benchmark.stats import (
     RatioInterval,
+    head_to_head_interval,
     p50_ratio_interval,
     promotion_bound,
     round_figures,
@@ -360,16 +361,19 @@ def _intervals(result: BenchmarkResult, model: ModelMeasurement,
 
 
 def _head_to_head(result: BenchmarkResult, batch: int, confidence: float):
-    """``other / fastest`` per round at ``batch``, for two candidates timed in the same rounds
-    (beside the same baseline samples); None for two timed in different groups."""
+    """``other / fastest`` per round at ``batch``
+    (:func:`~optimizer.benchmark.stats.head_to_head_interval`, as the harness's adaptive
+    stopping computes it), for two candidates timed in the same rounds (beside the same
+    baseline samples); None for two timed in different groups."""
     def interval(fastest: str, other: str) -> RatioInterval | None:
         a, b = result.candidate(fastest), result.candidate(other)
         if (batch not in a.samples or batch not in b.samples
                 or result.paired_baseline_samples(a) != result.paired_baseline_samples(b)
                 or len(a.samples[batch]) != len(b.samples[batch])):
             return None
-        return p50_ratio_interval(result.round_figures(a, batch), result.round_figures(b, batch),
-                                  confidence, resamples=result.settings.resamples)
+        return head_to_head_interval(result.round_figures(a, batch),
+                                     result.round_figures(b, batch), confidence,
+                                     resamples=result.settings.resamples)
     return interval
 
 
