@@ -10,7 +10,11 @@ Two candidates timed in the same rounds are compared head to head: the paired in
 baseline would each carry the baseline's noise too: on the BERT-style encoder, bf16 at 1.80x and
 LiteRT fp32 at 1.54x overlapped against the baseline, and fp32 was served, 15% slower. Candidates
 timed in different rounds (memory groups) have only their intervals against the baseline, so for
-them overlapping intervals are the tie.
+them overlapping intervals are the tie. The benchmark computes the same head-to-head interval
+(:func:`optimizer.benchmark.stats.head_to_head_interval`) while it times, and goes on timing, up to
+its ``max_seconds``, while the tie between the fastest candidate and a more precise one is
+unresolved (:func:`optimizer.benchmark.stats.tie_unresolved`): a tie is then the rule's answer to
+a comparison the time allowed could not settle, not to one cut short at the minimums.
 
 What precision a candidate keeps is its record's :attr:`~optimizer.candidates.candidate.Candidate.precision`
 (from its variant). A result judged without its candidates' records (``tfopt gate`` on a result
