@@ -175,25 +175,26 @@ def _time(costs, config):
     from optimizer.benchmark.harness import _settled
     from optimizer.benchmark.interleaved import time_interleaved
 
-    started = time.perf_counter()
+    started, said = time.perf_counter(), []
     samples = time_interleaved(
         {label: _cycling(ms) for label, ms in costs.items()}, warmup=0,
         min_runs=config.min_runs, min_seconds=config.min_seconds, rotate_order=True,
-        settled=_settled(config, 1, "base", ["int8", "fp32"], None, _RANKS),
+        settled=_settled(config, 1, "base", ["int8", "fp32"], None, _RANKS, said.append),
         max_seconds=config.max_seconds)
-    return samples["base"].rounds, time.perf_counter() - started
+    return samples["base"].rounds, time.perf_counter() - started, said
 
 
 def test_an_unresolved_choice_is_timed_past_the_minimums_up_to_max_seconds():
     config = BenchmarkConfig(min_runs=8, min_seconds=0, max_seconds=0.8)
-    rounds, seconds = _time(_UNRESOLVED, config)
+    rounds, seconds, said = _time(_UNRESOLVED, config)
     assert rounds > 2 * config.min_runs and 0.8 <= seconds < 5
+    assert said[0].startswith("8 rounds, timing on: fp32 / int8 head to head")
 
 
 def test_a_clear_choice_stops_at_the_minimums():
     config = BenchmarkConfig(min_runs=8, min_seconds=0, max_seconds=0.8)
-    rounds, _ = _time({"base": [10], "int8": [2], "fp32": [6]}, config)  # fp32 3x slower
-    assert rounds == config.min_runs
+    rounds, _, said = _time({"base": [10], "int8": [2], "fp32": [6]}, config)  # fp32 3x slower
+    assert rounds == config.min_runs and not said
 
 
 def test_blocks_shrink_to_one_call_when_a_call_lasts_block_seconds(models):

@@ -280,7 +280,8 @@ def _max_seconds(config: BenchmarkConfig) -> float:
 
 
 def _settled(config: BenchmarkConfig, block_size: int, baseline: str, candidates: Sequence[str],
-             twin: str | None, precision_ranks: Mapping[str, int] | None = None):
+             twin: str | None, precision_ranks: Mapping[str, int] | None = None,
+             say: Callable[[str], None] | None = None):
     """``time_interleaved``'s question, once the minimums are reached: is the gate's answer
     known? Every candidate's interval is clear of the promotion bound (wholly below it, or
     wholly above), and among those below it the choice is resolved: the fastest against each
@@ -288,8 +289,8 @@ def _settled(config: BenchmarkConfig, block_size: int, baseline: str, candidates
     longer :func:`~optimizer.benchmark.stats.tie_unresolved` head to head
     (:func:`~optimizer.benchmark.stats.head_to_head_interval`, the gate's own interval). A
     candidate that will fail its accuracy budget may keep the timing going: accuracy is
-    measured after timing, and that only costs time. ``None`` (no adaptive stopping) without
-    ``settle_speedup`` or ``max_seconds``."""
+    measured after timing, and that only costs time. Each look that goes on tells ``say`` why.
+    ``None`` (no adaptive stopping) without ``settle_speedup`` or ``max_seconds``."""
     if config.settle_speedup is None or _max_seconds(config) <= 0:
         return None
     ranks = precision_ranks or {}
@@ -302,24 +303,37 @@ def _settled(config: BenchmarkConfig, block_size: int, baseline: str, candidates
         return p50_ratio_interval(figures(samples, baseline), figures(samples, label),
                                   config.confidence, config.resamples, seed=config.seed)
 
-    def choice_unresolved(samples, cleared: Mapping[str, RatioInterval]) -> bool:
+    def unresolved_choice(samples, cleared: Mapping[str, RatioInterval]) -> str | None:
         fastest = min(cleared, key=lambda label: cleared[label].ratio)
         if ranks.get(fastest) is None:
-            return False
-        preferred = [label for label in cleared
-                     if ranks.get(label) is not None and ranks[label] < ranks[fastest]]
-        return any(tie_unresolved(head_to_head_interval(
-            figures(samples, fastest), figures(samples, label), config.confidence,
-            config.resamples, seed=config.seed)) for label in preferred)
+            return None
+        for label in cleared:
+            if ranks.get(label) is None or ranks[label] >= ranks[fastest]:
+                continue
+            paired = head_to_head_interval(figures(samples, fastest), figures(samples, label),
+                                           config.confidence, config.resamples,
+                                           seed=config.seed)
+            if tie_unresolved(paired):
+                return (f"{label} / {fastest} head to head {paired.low:.3f}-{paired.high:.3f} "
+                        f"reaches 1, the gate's choice between them is unresolved")
+        return None
 
-    def settled(samples) -> bool:
+    def why_not_settled(samples) -> str | None:
         bound = promotion_bound(config.settle_speedup,
                                 interval(samples, twin) if twin else None)
         intervals = {label: interval(samples, label) for label in candidates}
-        if any(r.low < bound <= r.high for r in intervals.values()):
-            return False
+        for label, r in intervals.items():
+            if r.low < bound <= r.high:
+                return (f"{label}'s interval {r.low:.3f}-{r.high:.3f} straddles the bound "
+                        f"{bound:.3f}")
         cleared = {label: r for label, r in intervals.items() if r.high < bound}
-        return not cleared or not choice_unresolved(samples, cleared)
+        return unresolved_choice(samples, cleared) if cleared else None
+
+    def settled(samples) -> bool:
+        why = why_not_settled(samples)
+        if why is not None and say is not None:
+            say(f"{len(samples[baseline]) // block_size} rounds, timing on: {why}")
+        return why is None
 
     return settled
 
@@ -413,6 +427,7 @@ def run_benchmark(
                 else "one call each per round")
         say(f"batch {batch_size}: timing {len(calls)} models interleaved {each}, at least "
             f"{config.min_runs} rounds and {config.min_seconds:g}s")
+        timing_started = time.perf_counter()
         timed = time_interleaved(
             calls, warmup=config.warmup, min_runs=config.min_runs,
             min_seconds=config.min_seconds, max_runs=config.max_runs, rotate_order=True,
@@ -421,10 +436,14 @@ def run_benchmark(
                              [item.label for item in timed_models[1:] if item is not twin_item],
                              twin_item.label if twin_item else None,
                              {item.label: item.subject.precision_rank for item in timed_models
-                              if item.subject.precision_rank is not None}),
+                              if item.subject.precision_rank is not None},
+                             lambda message, b=batch_size: say(f"batch {b}: {message}")),
             max_seconds=_max_seconds(config),
             progress=lambda done, elapsed, b=batch_size: say(
                 f"batch {b}: {done} rounds, {elapsed:.0f}s"))
+        base_timed = timed[loaded[0].label]
+        say(f"batch {batch_size}: {base_timed.rounds} rounds timed, "
+            f"{time.perf_counter() - timing_started:.0f}s with the warm-up")
         for label, measured in timed.items():
             samples[label][batch_size] = measured.seconds
             rounds[label][batch_size] = measured.round_figures
