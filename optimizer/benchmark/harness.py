@@ -435,8 +435,10 @@ def run_benchmark(
             settled=_settled(config, block_size, loaded[0].label,
                              [item.label for item in timed_models[1:] if item is not twin_item],
                              twin_item.label if twin_item else None,
+                             # the gate chooses at the smallest batch size (its default)
                              {item.label: item.subject.precision_rank for item in timed_models
-                              if item.subject.precision_rank is not None},
+                              if item.subject.precision_rank is not None}
+                             if batch_size == min(config.batch_sizes) else None,
                              lambda message, b=batch_size: say(f"batch {b}: {message}")),
             max_seconds=_max_seconds(config),
             progress=lambda done, elapsed, b=batch_size: say(
