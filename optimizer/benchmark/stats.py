@@ -135,16 +135,50 @@ def p50_ratio_interval(
     n = a.size
     block = min(block or default_block(n), n)
     per_round = b / a
-    rng = np.random.default_rng(seed)
-    medians = []
-    for done in range(0, resamples, _CHUNK):
-        idx = _block_indices(rng, n, block, min(_CHUNK, resamples - done))
-        medians.append(np.median(per_round[idx], axis=1))
-    medians = np.concatenate(medians)
+    medians = _resampled_medians(per_round, block, resamples, np.random.default_rng(seed))
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(medians, [tail, 100 - tail])
     return RatioInterval(ratio=float(np.median(per_round)), low=float(low),
                          high=float(high), confidence=confidence, rounds=int(n), block=block,
+                         resamples=int(resamples))
+
+
+def _resampled_medians(per_round: np.ndarray, block: int, resamples: int,
+                       rng: np.random.Generator) -> np.ndarray:
+    """The median of ``per_round`` in each of ``resamples`` circular block resamples."""
+    medians = []
+    for done in range(0, resamples, _CHUNK):
+        idx = _block_indices(rng, per_round.size, block, min(_CHUNK, resamples - done))
+        medians.append(np.median(per_round[idx], axis=1))
+    return np.concatenate(medians)
+
+
+def unpaired_ratio_interval(fastest_baseline: Sequence[float], fastest: Sequence[float],
+                            other_baseline: Sequence[float], other: Sequence[float],
+                            confidence: float = 0.95, resamples: int = DEFAULT_RESAMPLES,
+                            seed: int = 0) -> RatioInterval:
+    """Two candidates timed in different rounds (memory groups, each beside the baseline in
+    its own process): ``other``'s ratio to its baseline over ``fastest``'s to its, each series
+    of per-round ratios resampled in its own rounds, independently. Each group's load cancels
+    in its own per-round ratios; what is left is each group's noise, which the independent
+    resampling carries. The tie test this serves (:func:`tied`) is sharper than asking whether
+    the two intervals against the baseline overlap: two 95% intervals overlap until their
+    difference is far beyond what either alone can show."""
+    ratios = []
+    for base, model in ((fastest_baseline, fastest), (other_baseline, other)):
+        a, b = np.asarray(base, dtype=np.float64), np.asarray(model, dtype=np.float64)
+        if a.shape != b.shape or a.ndim != 1 or a.size < 2:
+            raise ValueError(f"paired samples need equal lengths of 2 or more, got {a.shape} "
+                             f"and {b.shape}")
+        ratios.append(b / a)
+    rng = np.random.default_rng(seed)
+    blocks = [default_block(r.size) for r in ratios]
+    fast, slow = (_resampled_medians(r, k, resamples, rng) for r, k in zip(ratios, blocks))
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(slow / fast, [tail, 100 - tail])
+    return RatioInterval(ratio=float(np.median(ratios[1]) / np.median(ratios[0])),
+                         low=float(low), high=float(high), confidence=confidence,
+                         rounds=int(min(r.size for r in ratios)), block=min(blocks),
                          resamples=int(resamples))
 
 

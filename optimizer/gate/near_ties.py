@@ -9,8 +9,13 @@ Two candidates timed in the same rounds are compared head to head: the paired in
 ``other / fastest`` per round, which is a tie when it reaches 1. Their two intervals against the
 baseline would each carry the baseline's noise too: on the BERT-style encoder, bf16 at 1.80x and
 LiteRT fp32 at 1.54x overlapped against the baseline, and fp32 was served, 15% slower. Candidates
-timed in different rounds (memory groups) have only their intervals against the baseline, so for
-them overlapping intervals are the tie. The benchmark computes the same head-to-head interval
+timed in different rounds (memory groups, each beside the baseline in its own process) are
+compared through their own baselines: the ratio of their two ratios, each group's rounds
+resampled independently (:func:`optimizer.benchmark.stats.unpaired_ratio_interval`), a tie when
+it reaches 1. Asking whether their two intervals against the baseline overlap, as the rule did,
+called a tie what either group's rounds already told apart: two 95% intervals overlap until
+their difference is far beyond what either can show. Overlap remains the tie only for a
+candidate with no samples to compare. The benchmark computes the same head-to-head interval
 (:func:`optimizer.benchmark.stats.head_to_head_interval`) while it times, and goes on timing, up to
 its ``max_seconds``, while the tie between the fastest candidate and a more precise one is
 unresolved (:func:`optimizer.benchmark.stats.tie_unresolved`): a tie is then the rule's answer to
