@@ -8,7 +8,7 @@ included, and chooses among them with :func:`optimizer.gate.near_ties.choose_amo
 budget is therefore never chosen, however fast it is.
 
 Near ties: the fastest promoted candidate is chosen unless another promoted one is
-indistinguishable from it (its speedup interval overlaps the fastest one's) and keeps more of
+indistinguishable from it (head to head, :mod:`optimizer.gate.near_ties`) and keeps more of
 the model's numeric precision: float32 before reduced floats (fp16, bf16) before int8. Then the
 most precise of the tied ones is chosen (the fastest of those, if several). A 1% difference the
 benchmark cannot resolve is no reason to serve fewer bits: on the StringLookup classifier the
