@@ -63,12 +63,8 @@ def build_variants(workdir: Path) -> dict[str, Path]:
     from optimizer.candidates.xla import write_xla_saved_model
     from optimizer.model.export import write_saved_model
     from optimizer.model.freeze import freeze
-    from optimizer.optimize.recipe import (
-        GTT_INFERENCE_RECIPE,
-        INFERENCE_RECIPE,
-        Recipe,
-        build_transforms,
-    )
+    from optimizer.optimize.recipe import GTT_INFERENCE_RECIPE, INFERENCE_RECIPE, Recipe
+    from optimizer.optimize.recipe_building import build_transforms
     from optimizer.transforms.pipeline import run_transforms
     from optimizer.transforms.registry import make_transform
 

@@ -1,5 +1,7 @@
 """The benchmark harness on real SavedModels: what a result holds, and where inputs come from."""
 
+import time
+
 import numpy as np
 import pytest
 from benchmark_testing import dense_stack
@@ -122,6 +124,77 @@ def test_a_candidate_whose_interval_straddles_the_bound_is_timed_on():
     assert not twinned({"base": list(base), "cand": cand(1.30),
                         "twin": cand(1.24, seed=2, noise=0.01)})
     assert _settled(BenchmarkConfig(max_seconds=0), 1, "base", ["cand"], None) is None
+
+
+def test_timing_goes_on_while_the_fastest_and_a_more_precise_candidate_are_unresolved():
+    from benchmark_testing import noisy_samples
+
+    from optimizer.benchmark.harness import _settled
+
+    config = BenchmarkConfig(settle_speedup=1.05, max_seconds=10)
+    base = noisy_samples(0.001, 200, seed=0, noise=0.05)
+
+    def cand(speedup, seed):  # the baseline's load, and noise of its own
+        return list(base / speedup * noisy_samples(1.0, 200, seed=seed, noise=0.05))
+
+    int8, ranks = cand(1.60, seed=1), {"int8": 2, "fp32": 0}
+    settled = _settled(config, 1, "base", ["int8", "fp32"], None, ranks)
+    # both clear the bound; fp32 at 1.59x cannot be told from int8 head to head
+    assert not settled({"base": list(base), "int8": int8, "fp32": cand(1.59, seed=2)})
+    # fp32 shown slower (the gate serves int8), or the faster one (the gate serves fp32)
+    assert settled({"base": list(base), "int8": int8, "fp32": cand(1.20, seed=2)})
+    assert settled({"base": list(base), "int8": int8, "fp32": cand(2.40, seed=2)})
+    # without the precisions, or when the fastest is the more precise, there is no tie to wait on
+    assert _settled(config, 1, "base", ["int8", "fp32"], None)(
+        {"base": list(base), "int8": int8, "fp32": cand(1.59, seed=2)})
+    assert _settled(config, 1, "base", ["int8", "fp32"], None, {"int8": 0, "fp32": 2})(
+        {"base": list(base), "int8": int8, "fp32": cand(1.59, seed=2)})
+    # a more precise candidate that is not promoted (slower than the baseline) is no choice
+    assert settled({"base": list(base), "int8": int8, "fp32": cand(0.80, seed=2)})
+
+
+def _cycling(milliseconds):
+    """A call that sleeps each of ``milliseconds`` in turn, one per call: a cost we control."""
+    calls = [0]
+
+    def call():
+        time.sleep(milliseconds[calls[0] % len(milliseconds)] / 1000)
+        calls[0] += 1
+    return call
+
+
+# Per round (one call each, the cycle's step), against a 10 ms baseline: int8 takes 0.4, 0.1,
+# 0.2, 0.22 of it (median about 0.21), fp32 0.28, 0.05, 0.3, 0.5 (about 0.29): both clear the
+# bound, int8 is the faster, but fp32 / int8 per round is 0.7, 0.5, 1.5, 2.27, half of the
+# rounds below 1: head to head they never resolve, like two candidates of equal speed.
+_UNRESOLVED = {"base": [10], "int8": [4, 1, 2, 2.2], "fp32": [2.8, 0.5, 3, 5]}
+_RANKS = {"int8": 2, "fp32": 0}
+
+
+def _time(costs, config):
+    from optimizer.benchmark.harness import _settled
+    from optimizer.benchmark.interleaved import time_interleaved
+
+    started, said = time.perf_counter(), []
+    samples = time_interleaved(
+        {label: _cycling(ms) for label, ms in costs.items()}, warmup=0,
+        min_runs=config.min_runs, min_seconds=config.min_seconds, rotate_order=True,
+        settled=_settled(config, 1, "base", ["int8", "fp32"], None, _RANKS, said.append),
+        max_seconds=config.max_seconds)
+    return samples["base"].rounds, time.perf_counter() - started, said
+
+
+def test_an_unresolved_choice_is_timed_past_the_minimums_up_to_max_seconds():
+    config = BenchmarkConfig(min_runs=8, min_seconds=0, max_seconds=0.8)
+    rounds, seconds, said = _time(_UNRESOLVED, config)
+    assert rounds > 2 * config.min_runs and 0.8 <= seconds < 5
+    assert said[0].startswith("8 rounds, timing on: fp32 / int8 head to head")
+
+
+def test_a_clear_choice_stops_at_the_minimums():
+    config = BenchmarkConfig(min_runs=8, min_seconds=0, max_seconds=0.8)
+    rounds, _, said = _time({"base": [10], "int8": [2], "fp32": [6]}, config)  # fp32 3x slower
+    assert rounds == config.min_runs and not said
 
 
 def test_blocks_shrink_to_one_call_when_a_call_lasts_block_seconds(models):

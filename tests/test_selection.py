@@ -1,6 +1,7 @@
 """The gate chooses among candidates of every format: the fastest inside the accuracy budget,
 never one that breaks it, however fast."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -142,6 +143,38 @@ def test_candidates_timed_in_the_same_rounds_are_compared_head_to_head():
     bf16, fp32 = (decision.intervals[label][1] for label in ("bf16", "litert_fp32"))
     assert fp32.low <= bf16.high  # the old rule's tie
     assert decision.chosen == "bf16"
+
+
+def _in_two_groups(bf16_speedup, xla_speedup, seed, rounds=100, noise=0.2):
+    """bf16 timed beside the baseline in one group, xla in another: each group has its own
+    load, which slows its baseline and its candidate alike, round by round."""
+    rng = np.random.default_rng(seed)
+
+    def group(speedup):
+        load = np.exp(rng.normal(0.0, 0.5, rounds))
+        return (0.01 * load * np.exp(rng.normal(0, noise, rounds)),
+                0.01 / speedup * load * np.exp(rng.normal(0, noise, rounds)))
+
+    (base_a, bf16), (base_b, xla) = group(bf16_speedup), group(xla_speedup)
+    result = synthetic_result({1: base_a}, {
+        "bf16": {"samples": {1: bf16}, "fidelity": top1_fidelity()},
+        "xla": {"samples": {1: xla}, "fidelity": top1_fidelity()}})
+    xla = dataclasses.replace(result.candidate("xla"),
+                              baseline_samples={1: tuple(float(v) for v in base_b)})
+    return dataclasses.replace(result, candidates=(result.candidate("bf16"), xla))
+
+
+def test_candidates_timed_in_different_groups_are_compared_through_their_own_baselines():
+    # bf16 at 1.8x, xla at 1.58x: their intervals against the baseline overlap, but each
+    # group's ratios, resampled in their own rounds, tell them apart
+    decision = evaluate_gate(_in_two_groups(1.8, 1.58, seed=1), GateConfig(min_speedup=1.0))
+    bf16, xla = (decision.intervals[label][1] for label in ("bf16", "xla"))
+    assert bf16.low <= xla.high  # the old rule's tie
+    assert decision.chosen == "bf16"
+    # 1.8x against 1.78x stays a tie: the more precise xla is served
+    decision = evaluate_gate(_in_two_groups(1.8, 1.78, seed=0, noise=0.15),
+                             GateConfig(min_speedup=1.0))
+    assert decision.chosen == "xla"
 
 
 def test_a_clearly_faster_less_precise_candidate_is_still_chosen():

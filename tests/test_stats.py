@@ -6,8 +6,11 @@ import pytest
 from optimizer.benchmark.stats import (
     LatencySummary,
     default_block,
+    head_to_head_interval,
     p50_ratio_interval,
     round_figures,
+    tie_unresolved,
+    tied,
 )
 
 
@@ -101,3 +104,18 @@ def test_calls_that_do_not_fill_whole_rounds_are_refused():
     with pytest.raises(ValueError, match="7 timed calls do not split into rounds of 4"):
         round_figures([1.0] * 7, 4)
 
+
+
+def test_head_to_head_is_other_over_fastest_per_round_and_unresolved_while_it_straddles_1():
+    load = np.exp(np.random.default_rng(0).normal(0.0, 0.3, 60))  # cancels in each round
+    fastest = 0.001 * load * np.exp(np.random.default_rng(1).normal(0.0, 0.02, 60))
+
+    def other(factor):
+        return 0.001 * factor * load * np.exp(np.random.default_rng(2).normal(0.0, 0.02, 60))
+
+    slower = head_to_head_interval(fastest, other(1.20))
+    assert 1.15 < slower.ratio < 1.25 and not tied(slower) and not tie_unresolved(slower)
+    same = head_to_head_interval(fastest, other(1.0))
+    assert tied(same) and tie_unresolved(same)
+    faster = head_to_head_interval(fastest, other(0.8))  # shown faster: tied, and resolved
+    assert tied(faster) and not tie_unresolved(faster)

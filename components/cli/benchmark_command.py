@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
 from components.cli.output import human_bytes, table
@@ -157,10 +158,15 @@ def run(args) -> int:
     runtime = apply_runtime_settings(settings)
 
     from optimizer.benchmark.harness import Subject, run_benchmark
+    from optimizer.gate.near_ties import precision_of_label, precision_rank
     from optimizer.gate.verdict import evaluate_gate
 
+    # model files have no candidate records: their precision is read from their names, as
+    # the gate reads it from the labels (the files' names) on a near tie
+    candidates = [Subject.candidate(c, precision_rank=precision_rank(
+        precision_of_label(Path(c).name))) for c in args.candidates]
     result = run_benchmark(Subject.baseline(args.baseline, args.baseline_role),
-                           [Subject.candidate(c) for c in args.candidates], config,
+                           candidates, config,
                            runtime=runtime, eval_data=eval_data, progress=_progress,
                            policy=policy)
     if args.json_out:

@@ -86,7 +86,12 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
             reference = Subject.reference(pulled.path, label="input")
         else:
             baseline = Subject.baseline(pulled.path, role=UNOPTIMIZED_INPUT, label="input")
-        subjects = [Subject.candidate(c.path, label=c.label, format=c.format)
+        from optimizer.gate.near_ties import precision_rank
+
+        # their records' precision, so that timing goes on while the gate's near-tie choice
+        # between two of them is unresolved
+        subjects = [Subject.candidate(c.path, label=c.label, format=c.format,
+                                      precision_rank=precision_rank(c.precision))
                     for c in candidates]
         settings = config.benchmark.settings(settle_speedup=config.gate.min_speedup,
                                              signature=config.signature)

@@ -65,9 +65,11 @@ from optimizer.benchmark.settings import BenchmarkConfig
 from optimizer.benchmark.stats import (
     LatencySummary,
     RatioInterval,
+    head_to_head_interval,
     p50_ratio_interval,
     promotion_bound,
     round_figures,
+    tie_unresolved,
 )
 from optimizer.errors import InvalidInputsError
 from optimizer.inputs.generated import OUT_OF_VOCABULARY_SHARE, make_inputs
@@ -101,13 +103,20 @@ class Subject:
     size and digest are the file's and its companions', such as an OpenVINO IR's ``.bin``), a
     display label and its role. ``format`` (default: what the path looks
     like) and ``num_threads`` (per-model runtimes; default: the CPUs available) say how it
-    runs: :func:`optimizer.runtime.load_runner`."""
+    runs: :func:`optimizer.runtime.load_runner`. ``precision_rank`` is a candidate's precision
+    as the gate ranks it on a near tie (:func:`optimizer.gate.near_ties.precision_rank` of its
+    record's :attr:`~optimizer.candidates.candidate.Candidate.precision`; 0: float32, lower is
+    preferred): timing goes on while the gate's choice between it and a faster, less precise
+    candidate is unresolved (:func:`_settled`). None: not known, no such wait. A rank, not the
+    precision itself: the candidates' precision order is theirs, and the benchmark sits below
+    them (docs/architecture.md)."""
 
     path: Path
     role: str
     label: str = ""
     format: str | None = None
     num_threads: int | None = None
+    precision_rank: int | None = None
 
     @classmethod
     def baseline(cls, path: str | os.PathLike, role: str = UNOPTIMIZED_INPUT,
@@ -120,8 +129,8 @@ class Subject:
 
     @classmethod
     def candidate(cls, path: str | os.PathLike, label: str = "",
-                  format: str | None = None) -> Subject:
-        return cls(Path(path), CANDIDATE, label, format)
+                  format: str | None = None, precision_rank: int | None = None) -> Subject:
+        return cls(Path(path), CANDIDATE, label, format, precision_rank=precision_rank)
 
     @classmethod
     def reference(cls, path: str | os.PathLike, label: str = "input") -> Subject:
@@ -271,24 +280,60 @@ def _max_seconds(config: BenchmarkConfig) -> float:
 
 
 def _settled(config: BenchmarkConfig, block_size: int, baseline: str, candidates: Sequence[str],
-             twin: str | None):
-    """``time_interleaved``'s question, once the minimums are reached: is every candidate's
-    interval clear of the promotion bound (wholly below it, or wholly above)? ``None`` (no
-    adaptive stopping) without ``settle_speedup`` or ``max_seconds``."""
+             twin: str | None, precision_ranks: Mapping[str, int] | None = None,
+             say: Callable[[str], None] | None = None):
+    """``time_interleaved``'s question, once the minimums are reached: is the gate's answer
+    known? Every candidate's interval is clear of the promotion bound (wholly below it, or
+    wholly above), and among those below it the choice is resolved: the fastest against each
+    one the near-tie rule would prefer on a tie (a lower ``precision_ranks`` entry) is no
+    longer :func:`~optimizer.benchmark.stats.tie_unresolved` head to head
+    (:func:`~optimizer.benchmark.stats.head_to_head_interval`, the gate's own interval). A
+    candidate that will fail its accuracy budget may keep the timing going: accuracy is
+    measured after timing, and that only costs time. Each look that goes on tells ``say`` why.
+    ``None`` (no adaptive stopping) without ``settle_speedup`` or ``max_seconds``."""
     if config.settle_speedup is None or _max_seconds(config) <= 0:
         return None
+    ranks = precision_ranks or {}
+
+    def figures(samples, label) -> np.ndarray:
+        n = len(samples[label]) // block_size * block_size
+        return round_figures(samples[label][:n], block_size)
 
     def interval(samples, label) -> RatioInterval:
-        n = len(samples[label]) // block_size * block_size
-        return p50_ratio_interval(round_figures(samples[baseline][:n], block_size),
-                                  round_figures(samples[label][:n], block_size),
+        return p50_ratio_interval(figures(samples, baseline), figures(samples, label),
                                   config.confidence, config.resamples, seed=config.seed)
 
-    def settled(samples) -> bool:
+    def unresolved_choice(samples, cleared: Mapping[str, RatioInterval]) -> str | None:
+        fastest = min(cleared, key=lambda label: cleared[label].ratio)
+        if ranks.get(fastest) is None:
+            return None
+        for label in cleared:
+            if ranks.get(label) is None or ranks[label] >= ranks[fastest]:
+                continue
+            paired = head_to_head_interval(figures(samples, fastest), figures(samples, label),
+                                           config.confidence, config.resamples,
+                                           seed=config.seed)
+            if tie_unresolved(paired):
+                return (f"{label} / {fastest} head to head {paired.low:.3f}-{paired.high:.3f} "
+                        f"reaches 1, the gate's choice between them is unresolved")
+        return None
+
+    def why_not_settled(samples) -> str | None:
         bound = promotion_bound(config.settle_speedup,
                                 interval(samples, twin) if twin else None)
-        return all(not r.low < bound <= r.high
-                   for r in (interval(samples, label) for label in candidates))
+        intervals = {label: interval(samples, label) for label in candidates}
+        for label, r in intervals.items():
+            if r.low < bound <= r.high:
+                return (f"{label}'s interval {r.low:.3f}-{r.high:.3f} straddles the bound "
+                        f"{bound:.3f}")
+        cleared = {label: r for label, r in intervals.items() if r.high < bound}
+        return unresolved_choice(samples, cleared) if cleared else None
+
+    def settled(samples) -> bool:
+        why = why_not_settled(samples)
+        if why is not None and say is not None:
+            say(f"{len(samples[baseline]) // block_size} rounds, timing on: {why}")
+        return why is None
 
     return settled
 
@@ -382,16 +427,25 @@ def run_benchmark(
                 else "one call each per round")
         say(f"batch {batch_size}: timing {len(calls)} models interleaved {each}, at least "
             f"{config.min_runs} rounds and {config.min_seconds:g}s")
+        timing_started = time.perf_counter()
         timed = time_interleaved(
             calls, warmup=config.warmup, min_runs=config.min_runs,
             min_seconds=config.min_seconds, max_runs=config.max_runs, rotate_order=True,
             progress_every=config.progress_every, block_size=block_size,
             settled=_settled(config, block_size, loaded[0].label,
                              [item.label for item in timed_models[1:] if item is not twin_item],
-                             twin_item.label if twin_item else None),
+                             twin_item.label if twin_item else None,
+                             # the gate chooses at the smallest batch size (its default)
+                             {item.label: item.subject.precision_rank for item in timed_models
+                              if item.subject.precision_rank is not None}
+                             if batch_size == min(config.batch_sizes) else None,
+                             lambda message, b=batch_size: say(f"batch {b}: {message}")),
             max_seconds=_max_seconds(config),
             progress=lambda done, elapsed, b=batch_size: say(
                 f"batch {b}: {done} rounds, {elapsed:.0f}s"))
+        base_timed = timed[loaded[0].label]
+        say(f"batch {batch_size}: {base_timed.rounds} rounds timed, "
+            f"{time.perf_counter() - timing_started:.0f}s with the warm-up")
         for label, measured in timed.items():
             samples[label][batch_size] = measured.seconds
             rounds[label][batch_size] = measured.round_figures

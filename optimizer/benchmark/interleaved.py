@@ -26,7 +26,8 @@ out too.
 
 **Stopping when the answer is known.** With ``settled``, timing goes on past the minimum while
 ``settled(samples so far)`` is false (the harness: some candidate's interval still straddles the
-promotion threshold), up to ``max_seconds``. It is asked at rounds growing by a quarter each
+promotion threshold, or the gate's choice between the fastest candidate and a more precise one is
+unresolved head to head), up to ``max_seconds``. It is asked at rounds growing by a quarter each
 time (50, 62, 78, ...), not after every round: each look is one more chance for noise to cross
 the threshold, and geometric looks keep their number to a handful (about 12 from 50 to 700
 rounds).

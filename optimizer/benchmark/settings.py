@@ -41,9 +41,10 @@ class BenchmarkConfig(Settings):
     # None: MAX_SECONDS_PER_MIN_SECOND x min_seconds (harness), so a quick configuration stays
     # quick.
     max_seconds: float | None = Field(None, ge=0, description="timing goes on past the minimums "
-                                      "while a candidate's interval straddles the gate's bound, "
-                                      "up to this (per batch size); default 4 x min_seconds; 0: "
-                                      "stop at the minimums")
+                                      "while a candidate's interval straddles the gate's bound "
+                                      "or its near-tie choice is unresolved, up to this (per "
+                                      "batch size); default 4 x min_seconds; 0: stop at the "
+                                      "minimums")
     settle_speedup: float | None = Field(1.05, ge=1.0, description="the promotion bound (the "
                                          "gate's min_speedup) timing goes on around; None: stop "
                                          "at the minimums")

@@ -135,17 +135,74 @@ def p50_ratio_interval(
     n = a.size
     block = min(block or default_block(n), n)
     per_round = b / a
-    rng = np.random.default_rng(seed)
-    medians = []
-    for done in range(0, resamples, _CHUNK):
-        idx = _block_indices(rng, n, block, min(_CHUNK, resamples - done))
-        medians.append(np.median(per_round[idx], axis=1))
-    medians = np.concatenate(medians)
+    medians = _resampled_medians(per_round, block, resamples, np.random.default_rng(seed))
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(medians, [tail, 100 - tail])
     return RatioInterval(ratio=float(np.median(per_round)), low=float(low),
                          high=float(high), confidence=confidence, rounds=int(n), block=block,
                          resamples=int(resamples))
+
+
+def _resampled_medians(per_round: np.ndarray, block: int, resamples: int,
+                       rng: np.random.Generator) -> np.ndarray:
+    """The median of ``per_round`` in each of ``resamples`` circular block resamples."""
+    medians = []
+    for done in range(0, resamples, _CHUNK):
+        idx = _block_indices(rng, per_round.size, block, min(_CHUNK, resamples - done))
+        medians.append(np.median(per_round[idx], axis=1))
+    return np.concatenate(medians)
+
+
+def unpaired_ratio_interval(fastest_baseline: Sequence[float], fastest: Sequence[float],
+                            other_baseline: Sequence[float], other: Sequence[float],
+                            confidence: float = 0.95, resamples: int = DEFAULT_RESAMPLES,
+                            seed: int = 0) -> RatioInterval:
+    """Two candidates timed in different rounds (memory groups, each beside the baseline in
+    its own process): ``other``'s ratio to its baseline over ``fastest``'s to its, each series
+    of per-round ratios resampled in its own rounds, independently. Each group's load cancels
+    in its own per-round ratios; what is left is each group's noise, which the independent
+    resampling carries. The tie test this serves (:func:`tied`) is sharper than asking whether
+    the two intervals against the baseline overlap: two 95% intervals overlap until their
+    difference is far beyond what either alone can show."""
+    ratios = []
+    for base, model in ((fastest_baseline, fastest), (other_baseline, other)):
+        a, b = np.asarray(base, dtype=np.float64), np.asarray(model, dtype=np.float64)
+        if a.shape != b.shape or a.ndim != 1 or a.size < 2:
+            raise ValueError(f"paired samples need equal lengths of 2 or more, got {a.shape} "
+                             f"and {b.shape}")
+        ratios.append(b / a)
+    rng = np.random.default_rng(seed)
+    blocks = [default_block(r.size) for r in ratios]
+    fast, slow = (_resampled_medians(r, k, resamples, rng) for r, k in zip(ratios, blocks))
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(slow / fast, [tail, 100 - tail])
+    return RatioInterval(ratio=float(np.median(ratios[1]) / np.median(ratios[0])),
+                         low=float(low), high=float(high), confidence=confidence,
+                         rounds=int(min(r.size for r in ratios)), block=min(blocks),
+                         resamples=int(resamples))
+
+
+def head_to_head_interval(fastest: Sequence[float], other: Sequence[float],
+                          confidence: float = 0.95, resamples: int = DEFAULT_RESAMPLES,
+                          seed: int = 0) -> RatioInterval:
+    """Two candidates timed in the same rounds, compared directly: the paired interval of
+    ``other / fastest`` per round (their :func:`round_figures`). The load that slows every model
+    of a round cancels in it, where each one's interval against the baseline carries the
+    baseline's noise too. The gate's near-tie rule (:mod:`optimizer.gate.near_ties`) and the
+    harness's adaptive stopping both read this one interval: :func:`tied`,
+    :func:`tie_unresolved`."""
+    return p50_ratio_interval(fastest, other, confidence, resamples, seed=seed)
+
+
+def tied(head_to_head: RatioInterval) -> bool:
+    """``other`` is not shown slower than ``fastest``: their head-to-head interval reaches 1."""
+    return head_to_head.low <= 1.0
+
+
+def tie_unresolved(head_to_head: RatioInterval) -> bool:
+    """Tied so far, but more rounds could still show ``other`` slower: the interval straddles
+    1. Tied with the whole interval below 1, ``other`` is shown the faster of the two."""
+    return tied(head_to_head) and head_to_head.high > 1.0
 
 
 def twin_discrepancy(twin: RatioInterval | None) -> float:

@@ -9,8 +9,17 @@ Two candidates timed in the same rounds are compared head to head: the paired in
 ``other / fastest`` per round, which is a tie when it reaches 1. Their two intervals against the
 baseline would each carry the baseline's noise too: on the BERT-style encoder, bf16 at 1.80x and
 LiteRT fp32 at 1.54x overlapped against the baseline, and fp32 was served, 15% slower. Candidates
-timed in different rounds (memory groups) have only their intervals against the baseline, so for
-them overlapping intervals are the tie.
+timed in different rounds (memory groups, each beside the baseline in its own process) are
+compared through their own baselines: the ratio of their two ratios, each group's rounds
+resampled independently (:func:`optimizer.benchmark.stats.unpaired_ratio_interval`), a tie when
+it reaches 1. Asking whether their two intervals against the baseline overlap, as the rule did,
+called a tie what either group's rounds already told apart: two 95% intervals overlap until
+their difference is far beyond what either can show. Overlap remains the tie only for a
+candidate with no samples to compare. The benchmark computes the same head-to-head interval
+(:func:`optimizer.benchmark.stats.head_to_head_interval`) while it times, and goes on timing, up to
+its ``max_seconds``, while the tie between the fastest candidate and a more precise one is
+unresolved (:func:`optimizer.benchmark.stats.tie_unresolved`): a tie is then the rule's answer to
+a comparison the time allowed could not settle, not to one cut short at the minimums.
 
 What precision a candidate keeps is its record's :attr:`~optimizer.candidates.candidate.Candidate.precision`
 (from its variant). A result judged without its candidates' records (``tfopt gate`` on a result
@@ -23,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from optimizer.benchmark.stats import RatioInterval
+from optimizer.benchmark.stats import RatioInterval, tied
 from optimizer.candidates.candidate import FLOAT32, INT8, PRECISION_ORDER, REDUCED_FLOAT
 
 if TYPE_CHECKING:
@@ -76,14 +85,14 @@ def choose_among_promoted(promoted: Sequence[Verdict],
     def rank(label: str) -> int:
         return precision_rank(known.get(label) or precision_of_label(label))
 
-    def tied(label: str) -> bool:
+    def tied_with_fastest(label: str) -> bool:
         if label == fastest.candidate:
             return True
         paired = head_to_head(fastest.candidate, label) if head_to_head else None
         if paired is not None:
-            return paired.low <= 1.0
+            return tied(paired)
         interval = intervals.get(label, {}).get(batch)
         return interval is not None and _overlaps(interval, reference)
 
-    tied = [v for v in promoted if tied(v.candidate)]
-    return min(tied, key=lambda v: (rank(v.candidate), -(v.speedup or 0.0))).candidate
+    ties = [v for v in promoted if tied_with_fastest(v.candidate)]
+    return min(ties, key=lambda v: (rank(v.candidate), -(v.speedup or 0.0))).candidate

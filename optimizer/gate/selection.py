@@ -8,7 +8,7 @@ included, and chooses among them with :func:`optimizer.gate.near_ties.choose_amo
 budget is therefore never chosen, however fast it is.
 
 Near ties: the fastest promoted candidate is chosen unless another promoted one is
-indistinguishable from it (its speedup interval overlaps the fastest one's) and keeps more of
+indistinguishable from it (head to head, :mod:`optimizer.gate.near_ties`) and keeps more of
 the model's numeric precision: float32 before reduced floats (fp16, bf16) before int8. Then the
 most precise of the tied ones is chosen (the fastest of those, if several). A 1% difference the
 benchmark cannot resolve is no reason to serve fewer bits: on the StringLookup classifier the
@@ -33,6 +33,7 @@ from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
 from optimizer.benchmark.result import UNOPTIMIZED_INPUT, BenchmarkResult
 from optimizer.candidates.candidate import Candidate, Skipped
 from optimizer.errors import InvalidInputsError
+from optimizer.gate.near_ties import precision_rank
 from optimizer.gate.verdict import GateConfig, GateDecision, evaluate_gate
 from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 
@@ -157,7 +158,10 @@ def select_candidate(
         raise InvalidInputsError("no candidate to choose from"
                                  + (f" ({len(skipped)} skipped: {skipped[0].reason})"
                                     if skipped else ""))
-    subjects = [Subject.candidate(c.path, label=c.label) for c in candidates]
+    # their precision, so that timing goes on while the near-tie choice is unresolved
+    subjects = [Subject.candidate(c.path, label=c.label,
+                                  precision_rank=precision_rank(c.precision))
+                for c in candidates]
     base = Subject.baseline(baseline, role=baseline_role, label="input")
     if budget is None:
         result = run_benchmark(base, subjects, benchmark_config or BenchmarkConfig(),

@@ -74,10 +74,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_fie
 from optimizer.benchmark.result import BenchmarkResult, ModelMeasurement
 from optimizer.benchmark.stats import (
     RatioInterval,
+    head_to_head_interval,
     p50_ratio_interval,
     promotion_bound,
     round_figures,
     twin_discrepancy,
+    unpaired_ratio_interval,
 )
 from optimizer.errors import GateConfigError, validation_error_line
 from optimizer.files.records import JsonRecord, in_order, record_to_dict
@@ -360,16 +362,28 @@ def _intervals(result: BenchmarkResult, model: ModelMeasurement,
 
 
 def _head_to_head(result: BenchmarkResult, batch: int, confidence: float):
-    """``other / fastest`` per round at ``batch``, for two candidates timed in the same rounds
-    (beside the same baseline samples); None for two timed in different groups."""
+    """``other / fastest`` at ``batch``: for two candidates timed in the same rounds (beside the
+    same baseline samples) the paired interval per round
+    (:func:`~optimizer.benchmark.stats.head_to_head_interval`, as the harness's adaptive
+    stopping computes it); for two timed in different groups, their ratios to their own
+    group's baseline, resampled independently
+    (:func:`~optimizer.benchmark.stats.unpaired_ratio_interval`). None when either was not
+    timed at ``batch``."""
     def interval(fastest: str, other: str) -> RatioInterval | None:
         a, b = result.candidate(fastest), result.candidate(other)
-        if (batch not in a.samples or batch not in b.samples
-                or result.paired_baseline_samples(a) != result.paired_baseline_samples(b)
-                or len(a.samples[batch]) != len(b.samples[batch])):
+        if batch not in a.samples or batch not in b.samples:
             return None
-        return p50_ratio_interval(result.round_figures(a, batch), result.round_figures(b, batch),
-                                  confidence, resamples=result.settings.resamples)
+        base_a, base_b = result.paired_baseline_samples(a), result.paired_baseline_samples(b)
+        if base_a == base_b and len(a.samples[batch]) == len(b.samples[batch]):
+            return head_to_head_interval(result.round_figures(a, batch),
+                                         result.round_figures(b, batch), confidence,
+                                         resamples=result.settings.resamples)
+        if batch not in base_a or batch not in base_b:
+            return None
+        return unpaired_ratio_interval(
+            round_figures(base_a[batch], result.block_size(a)), result.round_figures(a, batch),
+            round_figures(base_b[batch], result.block_size(b)), result.round_figures(b, batch),
+            confidence, resamples=result.settings.resamples)
     return interval
 
 
