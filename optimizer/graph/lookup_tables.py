@@ -268,19 +268,22 @@ def _find_nodes(find, contents: TableContents, anchored: bool) -> list:
         nodes.append(_node(find.name, "Fill", [shape, default, *controls], device,
                            T=_type(value_type), index_type=_type(_INT32)))
         return nodes
-    keys_const = const(KEYS_NODE, contents.keys)
-    values_const = const("values", contents.values)
+    # One entry past the keys: the search's sentinel (the largest value of its type, at
+    # least any probe), so a probe above every key finds position len(contents) instead of
+    # running off the end, with no Minimum to clamp it. The key there is the first key,
+    # which can't hit: a probe equal to it finds its own position, before the sentinel.
+    keys_const = const(KEYS_NODE, np.concatenate([contents.keys, contents.keys[:1]]))
+    values_const = const("values", np.concatenate([contents.values, contents.values[:1]]))
     if contents.fingerprints is not None:
-        searched = const("fingerprints", contents.fingerprints.reshape(1, -1))
+        searched = const("fingerprints", _with_sentinel(contents.fingerprints))
         probe = f"{scope}/fingerprint"
         nodes.append(_node(probe, "StringToHashBucketFast", [keys], device,
                            num_buckets=FINGERPRINT_BUCKETS))
         probe_type = _INT64
     else:
-        searched = const("sorted", contents.keys.reshape(1, -1))
+        searched = const("sorted", _with_sentinel(contents.keys))
         probe, probe_type = keys, key_type
     row = const("row", np.array([1, -1], np.int32))
-    last = const("last", np.array(len(contents) - 1, np.int32))
     axis = const("axis", np.array(0, np.int32))
     nodes += [
         _node(f"{scope}/row_probe", "Reshape", [probe, row], device, T=_type(probe_type),
@@ -289,20 +292,26 @@ def _find_nodes(find, contents: TableContents, anchored: bool) -> list:
               T=_type(probe_type), out_type=_type(_INT32)),
         _node(f"{scope}/position", "Reshape", [f"{scope}/lower_bound", shape], device,
               T=_type(_INT32), Tshape=_type(_INT32)),
-        _node(f"{scope}/clamped", "Minimum", [f"{scope}/position", last], device,
-              T=_type(_INT32)),
-        _node(f"{scope}/found_key", "GatherV2", [keys_const, f"{scope}/clamped", axis], device,
+        _node(f"{scope}/found_key", "GatherV2", [keys_const, f"{scope}/position", axis], device,
               Tparams=_type(key_type), Tindices=_type(_INT32), Taxis=_type(_INT32),
               batch_dims=0),
         _node(f"{scope}/{HIT_NODE}", "Equal", [f"{scope}/found_key", keys], device,
               T=_type(key_type), incompatible_shape_error=True),
-        _node(f"{scope}/found_value", "GatherV2", [values_const, f"{scope}/clamped", axis],
+        _node(f"{scope}/found_value", "GatherV2", [values_const, f"{scope}/position", axis],
               device, Tparams=_type(value_type), Tindices=_type(_INT32), Taxis=_type(_INT32),
               batch_dims=0),
         _node(find.name, "SelectV2", [f"{scope}/{HIT_NODE}", f"{scope}/found_value", default,
                                       *controls], device, T=_type(value_type)),
     ]
     return nodes
+
+
+def _with_sentinel(sorted_keys: np.ndarray) -> np.ndarray:
+    """``sorted_keys`` as the one row ``LowerBound`` searches, the type's largest value after
+    them (string keys are searched by their int64 fingerprints)."""
+    top = np.inf if sorted_keys.dtype.kind == "f" else np.iinfo(sorted_keys.dtype).max
+    sentinel = np.array([top], sorted_keys.dtype)
+    return np.concatenate([sorted_keys.reshape(-1), sentinel]).reshape(1, -1)
 
 
 def fold_tables(graph_def, tables: dict[str, TableContents]):

@@ -149,7 +149,12 @@ class SignatureFunction:
         execute, pack = pywrap_tfe.TFE_Py_Execute, atomic.function_type.pack_output
         handle, device, name, count = (runtime._handle, runtime.device_name,
                                        atomic.name.decode(), len(outputs))
-        return lambda: pack(execute(handle, device, name, args, attrs, count))
+
+        def call():
+            return pack(execute(handle, device, name, args, attrs, count))
+
+        call.function = self  # the runtime forgets the function once its holder is collected
+        return call
 
     def __call__(self, *args, **kwargs):
         from tensorflow.python.eager.polymorphic_function import function_type_utils
