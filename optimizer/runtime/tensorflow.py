@@ -6,7 +6,9 @@ tuned to other pool sizes runs here with this process's, and a caller that must 
 runs it in a process of its own.
 
 A SavedModel is called through the function the runtime holds for its signature
-(:class:`SignatureFunction`). A frozen model's load keeps several copies of every constant (the
+(:class:`SignatureFunction`), bound to its flat inputs once and executed without the Python a
+call by keyword or ``call_flat`` adds (:meth:`SignatureFunction.bound`), the same for every
+model. A frozen model's load keeps several copies of every constant (the
 whole graph as a function, the signature's pruned graph, their definitions, a Python copy after
 the first call); when the signature reads no variable, all but the runtime's definition are let
 go before the first call (``benchmarks/load_memory.py``: a frozen MLP held 4.4x its size after
@@ -88,9 +90,13 @@ class SignatureFunction:
     one with variables keeps its loaded object, which owns them): 0.10 GiB kept, and the first
     call's peak 0.27 GiB over TensorFlow's import where it was 0.43.
 
-    Every SavedModel the runner loads is called the same way, through
-    ``AtomicFunction.call_preflattened`` (what ``ConcreteFunction._call_flat`` ends in when no
-    gradient tape watches), so the baseline and the candidates pay the same per-call overhead.
+    Every SavedModel the runner loads is called the same way (:meth:`bound`: the eager
+    execution ``AtomicFunction.call_preflattened`` ends in), so the baseline and the candidates
+    pay the same per-call overhead. Through the loaded ``ConcreteFunction._call_flat`` they did
+    not: ``saved_model/load.py``'s wrapper walks the captured inputs in Python on every call,
+    34 us more for the stock StringLookup classifier (a table and variables captured) and 12 for
+    its frozen candidate (none), which made that candidate look 1.47x where the same graphs are
+    1.25x through ``call_preflattened`` (``benchmarks/string_lookup.py --bindings``).
     """
 
     def __init__(self, concrete):
