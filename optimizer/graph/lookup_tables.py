@@ -21,7 +21,10 @@ is folded:
   keys are searched by their 64-bit fingerprint, ``StringToHashBucketFast``), the key found there
   is compared with the key looked up, and a miss gets the find's default value. A token that is
   not in the table, even one whose fingerprint equals a key's, gets the default, as from the
-  table itself. The last node keeps the find's name, so nothing downstream is rewired;
+  table itself. The last node keeps the find's name, so nothing downstream is rewired. At
+  batch 1 each op counts (the executor's per-op cost is most of such a model's time), so a
+  sentinel past the last key ends the search instead of a ``Minimum`` clamping it, and the
+  keys' shape, when a signature input declares it, is a constant instead of a ``Shape``;
 - ``LookupTableSizeV2`` becomes a constant;
 - a find whose result only indexes a constant (``StringLookup -> Embedding``) is then folded
   into it: one gather of precomputed rows (:mod:`optimizer.graph.lookup_gathers`).
@@ -45,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from optimizer.errors import TfoptError, first_line
-from optimizer.graph.consts import PASS_THROUGH_OPS
+from optimizer.graph.consts import PASS_THROUGH_OPS, resolve_through_identity
 from optimizer.graph.control_flow import ENTER_OPS, SWITCH_OPS, nodes_under_control_flow
 from optimizer.graph.functional_control_flow import FUNCTIONAL_CONTROL_FLOW_OPS
 from optimizer.graph.names import is_control_input, node_name_from_input
@@ -241,8 +244,24 @@ def table_uses(graph_def, table: str) -> tuple[list, list[str]]:
     return uses, forwarders
 
 
-def _find_nodes(find, contents: TableContents, anchored: bool) -> list:
-    """The nodes replacing ``find``; the last one takes its name."""
+def _placeholder_shape(nodes_by_name: dict, tensor: str) -> list[int] | None:
+    """The shape of ``tensor`` when it is a signature input whose declared shape leaves one
+    dimension unknown at most (the batch): a ``Reshape`` can then take it as a constant, with
+    ``-1`` for that one, instead of a ``Shape`` op computing it on every call."""
+    node = resolve_through_identity(nodes_by_name, tensor)
+    if node is None or node.op != "Placeholder" or "shape" not in node.attr:
+        return None
+    shape = node.attr["shape"].shape
+    dims = [d.size for d in shape.dim]
+    if shape.unknown_rank or sum(d < 0 for d in dims) > 1:
+        return None
+    return [-1 if d < 0 else d for d in dims]
+
+
+def _find_nodes(find, contents: TableContents, anchored: bool,
+                keys_shape: list[int] | None = None) -> list:
+    """The nodes replacing ``find``; the last one takes its name. ``keys_shape``: the looked-up
+    keys' static shape (:func:`_placeholder_shape`), when known."""
     _, keys, default = (i for i in find.input if not is_control_input(i))
     controls = [i for i in find.input if is_control_input(i)]
     scope = f"{find.name}/{SCOPE}"
@@ -262,8 +281,11 @@ def _find_nodes(find, contents: TableContents, anchored: bool) -> list:
     if anchored:
         nodes.append(_node(f"{scope}/anchor", "Identity", [keys], device, T=_type(key_type)))
     shape = f"{scope}/keys_shape"
-    nodes.append(_node(shape, "Shape", [keys], device, T=_type(key_type),
-                       out_type=_type(_INT32)))
+    if keys_shape is not None and len(contents):
+        const("keys_shape", np.array(keys_shape, np.int32))
+    else:
+        nodes.append(_node(shape, "Shape", [keys], device, T=_type(key_type),
+                           out_type=_type(_INT32)))
     if len(contents) == 0:
         nodes.append(_node(find.name, "Fill", [shape, default, *controls], device,
                            T=_type(value_type), index_type=_type(_INT32)))
@@ -335,7 +357,10 @@ def fold_tables(graph_def, tables: dict[str, TableContents]):
                                        f"folded tables take string or integer keys")
             if in_control_flow is None:
                 in_control_flow = nodes_under_control_flow(graph_def)
-            replaced[use.name] = _find_nodes(use, contents, use.name in in_control_flow)
+                by_name = {n.name: n for n in graph_def.node}
+            keys = [i for i in use.input if not is_control_input(i)][1]
+            replaced[use.name] = _find_nodes(use, contents, use.name in in_control_flow,
+                                             _placeholder_shape(by_name, keys))
     return rebuilt_graph(graph_def, replaced, dropped)
 
 
