@@ -12,7 +12,7 @@ import string_models
 from string_models import OUT_OF_VOCABULARY, STRING_VOCABULARY, tokens
 
 from optimizer.graph.lookup_gathers import ROWS
-from optimizer.graph.lookup_tables import TableNotFoldable
+from optimizer.graph.lookup_tables import SCOPE, TableNotFoldable
 from optimizer.model.export import write_saved_model
 from optimizer.model.freeze import freeze
 from optimizer.optimize.flow import optimize, write_optimized
@@ -201,7 +201,8 @@ def test_keras_preprocessing_layers_freeze_and_optimize_exactly(name, tmp_path):
         ops = [n.op for n in result.original.graph_def.node]
         assert ops.count("GatherV2") == 2 and "Less" not in ops  # keys and rows gathers only
         # the search's sentinel needs no clamp; the keys' shape is the signature's, a constant
-        assert "Minimum" not in ops and "Shape" not in ops
+        search = [n.op for n in result.original.graph_def.node if f"/{SCOPE}/" in n.name]
+        assert "LowerBound" in search and not {"Minimum", "Shape"} & set(search)
     optimized = write_optimized(result, tmp_path / "optimized")
     assert not (optimized / "assets").exists() or not any((optimized / "assets").iterdir())
     _assert_same_outputs(stock, optimized, feeds(), atol=ROUNDING)
