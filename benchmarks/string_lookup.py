@@ -57,7 +57,7 @@ stock's is a captured, initialized resource); Grappler runs once, at instantiati
 ``release_load_copies`` does not apply to the stock (it captures its table), and changes
 nothing per call for the candidate (same function, same kernels).
 
-The same command on round 24's artifacts (``work/families_r24/string``: ``--bound`` as the
+The same command on round 24's artifacts (``work/families_r24/string``: ``bound`` as the
 runner binds now, ``fold_embedding_projections``, the search without ``Minimum`` and
 ``Shape``), 04:53, load 10.9: floor 26 us; ``_call_flat`` 134 / 82 us (1.61x),
 ``call_preflattened`` 95 / 67 us (1.40x), ``bound`` 63 / 42 us (1.50x [1.50, 1.51]); the r23
