@@ -266,6 +266,27 @@ whose first group started after that change, benchmarked 10 candidates in one gr
 The ResNet50 ``savedmodel``-only run was reused from round 22 (``work/families_r22``, main at
 ce3e99f, 3180 s). Other runs (s): digits 187 / 106, lstm 344 / 227, string 337 / 150, bert
 1338 / 761, mobilenetv2 1252 / 311, efficientnetb0 1633 / 386 (all targets / savedmodel only).
+
+Round 24, the string family on r24-strings (the runner's bound call without ``call_flat``'s
+Python, for every model; ``fold_embedding_projections`` in the default recipe; the folded
+lookup's search without its ``Minimum`` and its ``Shape``). Prepared with ``nice -n 19
+.venv/bin/python benchmarks/families.py --families string --workdir work/families_r24 --prepare
+--memory-gb 8`` (246 s), then 04:52:24-04:53:32 UTC (uptime before: load average 10.78, 11.07,
+10.72; after: 11.06, 11.11, 10.76)::
+
+    flock /work/wt/bench.lock .venv/bin/python benchmarks/families.py --families string \
+        --workdir work/families_r24 --seconds 20 --rounds 10 --no-optimize
+
+| family | stock p50 ms | all targets: chosen | x [95%] | savedmodel only: chosen | x [95%] | ORT | OpenVINO | LiteRT | LiteRT 2t | rounds | load |
+|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|
+| string | 0.066 | litert_fp32 (2t) | 23.61x [23.54, 23.71] | optimized | 1.52x [1.51, 1.52] | 5.50x | failed | 20.24x | 20.36x | 7754 | 11.67 |
+
+The stock call is 0.066 ms where round 23 timed 0.104 (the bound call's Python gone). The
+gates chose ``optimized`` (1.46x in its own benchmark) with ``savedmodel`` only (bf16 skipped:
+nothing to convert; XLA 0.93x, rejected) and ``litert_fp32`` (25.5x; fp16 25.6x passed) with
+all targets. PASS savedmodel only, 1.5x, narrowly: the same run before the ``Shape`` went
+(04:42, load 15.0) gave 1.47x [1.47, 1.48]. Why the round-23 figure (1.51x) fell to 1.29x,
+and what the optimized call still costs: ``benchmarks/string_lookup.py`` (its docstring).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """p50 latency of a string-token classifier: stock SavedModel vs frozen vs optimized vs LiteRT.
 
     .venv/bin/python benchmarks/string_lookup.py [--batch-sizes 1,32] [--seconds 20]
-        [--vocabulary 10000] [--length 16] [--workdir DIR]
+        [--vocabulary 10000] [--length 16] [--workdir DIR] [--bindings]
 
 The model is the one issue 12 reported: string tokens -> Keras ``StringLookup`` (a vocabulary
 of ``--vocabulary`` - 1 tokens and the out-of-vocabulary index) -> ``Embedding(vocabulary x
@@ -27,6 +27,47 @@ this one process (:func:`benchmarks.transforms.time_model`, which calls each mod
 gate's benchmark and ``benchmarks/families.py`` time the bound call); each speedup is ``p50(stock) /
 p50(variant)`` with a 95% paired block-bootstrap interval, and ``max|diff|`` is against the
 stock model's outputs on the timed batch.
+
+``--bindings`` times instead ``stock`` and ``optimized`` at batch 1 through each way the runner
+has called a SavedModel's signature with flat inputs, in one process, blocks of 10 calls
+interleaved, the order rotating each round: ``_call_flat``, the loaded
+``ConcreteFunction._call_flat(flat, captured)`` (until round 22); ``call_preflattened``,
+``AtomicFunction.call_preflattened`` on the runtime's function (round 23's
+:class:`optimizer.runtime.tensorflow.SignatureFunction`); ``bound``, what the runner binds now
+(:meth:`SignatureFunction.bound`: the same eager execution without ``call_flat``'s Python);
+and ``floor``, an identity function on the same input through the same ``bound``: what a call
+costs whatever the model. Each row's ratio is ``p50(stock) / p50(optimized)`` through that
+binding, with its 95% paired block-bootstrap interval.
+
+Findings, 2026-11-25, 2 CPUs shared (load 5-9), intra-op 2 / inter-op 1 as the benchmarks run,
+the r23 families artifacts (``work/families_r23/string``: stock and the r23 optimized): through
+``_call_flat`` stock 124 us, optimized 82 us (1.52x, the r23 figure); through
+``call_preflattened`` 90 and 70 us (1.28x). The stock call lost 34 us and the optimized one 12:
+the loaded stock signature captures its table and variables (5 resource inputs), and
+``saved_model/load.py``'s ``_call_flat`` wrapper walks them in Python on every call (6 of
+``getattr`` and ``Tensor.__getattr__`` per capture under cProfile), which the frozen candidate,
+capturing nothing, never paid. So the r23 1.51x measured the old binding's Python as much as the
+graphs; the r23 candidate did not get slower, the stock's call got fair. What remains of the
+call: ``call_flat``'s own Python (~25 us: three context managers, attribute building, output
+handle data), then the eager function execution (~21 us for an identity function, run on the
+inter-op thread), then the graph's ops (stock ~30 us, the r23 candidate ~15 us: StringToHash,
+Reshape, LowerBound, Shape, Reshape, Minimum, two GatherV2, Equal, SelectV2, Mean, _MklMatMul,
+BiasAdd). No table is created or initialized per call in either (the candidate has none; the
+stock's is a captured, initialized resource); Grappler runs once, at instantiation, for both;
+``release_load_copies`` does not apply to the stock (it captures its table), and changes
+nothing per call for the candidate (same function, same kernels).
+
+The same command on round 24's artifacts (``work/families_r24/string``: ``bound`` as the
+runner binds now, ``fold_embedding_projections``, the search without ``Minimum`` and
+``Shape``), 04:53, load 10.9: floor 26 us; ``_call_flat`` 134 / 82 us (1.61x),
+``call_preflattened`` 95 / 67 us (1.40x), ``bound`` 63 / 42 us (1.50x [1.50, 1.51]); the r23
+candidate through ``bound``: 1.34x. What is left is the executor's cost per op: the optimized
+graph runs StringToHashBucketFast, Reshape, LowerBound, Reshape, two GatherV2, Equal, SelectV2
+and Mean (and eight Consts), where the stock's table is one ``LookupTableFindV2``. The LiteRT
+converter's source model, the table kept as a ``HashTableV2`` filled from constants and the
+index map folded into it (:mod:`optimizer.candidates.litert.constant_tables`: find, gather,
+Mean, MatMul, BiasAdd), called through the same binding, was 1.70x the stock call where the
+optimized graph was 1.53x (one process, load 11).
 """
 
 from __future__ import annotations
@@ -35,6 +76,8 @@ import argparse
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
@@ -85,6 +128,80 @@ def build_variants(workdir: Path, vocabulary: int, length: int):
     return paths, infer_vocabularies(result.original.graph_def, result.original.signature)
 
 
+BINDINGS = ("_call_flat", "call_preflattened", "bound")
+
+
+def _identity(tokens):
+    from optimizer.tf_runtime import import_tensorflow
+
+    return {"tokens": import_tensorflow().identity(tokens)}
+
+
+def binding_calls(paths: dict[str, Path], feeds) -> dict[str, object]:
+    """``{"<variant> <binding>": callable}`` for stock and optimized, and the floor."""
+    from optimizer.model.freeze import load_signature_function
+    from optimizer.runtime import load_runner
+    from optimizer.tf_runtime import import_tensorflow
+
+    tf = import_tensorflow()
+    calls = {}
+    for variant in ("stock", "optimized"):
+        runner = load_runner(paths[variant])
+        flat = runner.to_tensors(feeds)
+        concrete = load_signature_function(paths[variant])
+        function = runner._fn
+        calls[f"{variant} _call_flat"] = (
+            lambda c=concrete, f=flat: c._call_flat(f, c.captured_inputs))
+        calls[f"{variant} call_preflattened"] = (
+            lambda a=function._atomic, f=[*flat, *function.captured_inputs]:
+            a.call_preflattened(f))
+        calls[f"{variant} bound"] = runner.bind(flat)
+    identity = tf.function(_identity).get_concrete_function(flat[0])
+    from optimizer.runtime.tensorflow import SignatureFunction
+
+    calls["floor bound"] = SignatureFunction(identity).bound(flat)
+    return calls
+
+
+def time_bindings(workdir: Path, args) -> int:
+    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+
+    apply_runtime_settings(default_runtime_settings())  # as families.py times: before TF starts
+    from optimizer.benchmark.interleaved import time_interleaved
+    from optimizer.benchmark.stats import p50_ratio_interval
+    from optimizer.inputs.generated import make_inputs
+    from optimizer.inputs.vocabulary import infer_vocabularies
+    from optimizer.model.freeze import freeze
+    from optimizer.model.savedmodel import get_signature
+    from optimizer.optimize.flow import optimize, write_optimized
+    from optimizer.optimize.recipe import INFERENCE_RECIPE
+
+    paths = {"stock": workdir / "stock", "optimized": workdir / "optimized"}
+    if args.stock and args.optimized:
+        paths = {"stock": args.stock, "optimized": args.optimized}
+    elif not paths["optimized"].is_dir():
+        export_classifier(paths["stock"], args.vocabulary, args.length)
+        write_optimized(optimize(paths["stock"], INFERENCE_RECIPE), paths["optimized"])
+    frozen = freeze(paths["stock"])
+    vocabularies = infer_vocabularies(frozen.graph_def, frozen.signature)
+    feeds = make_inputs(get_signature(paths["stock"]), 1, seed=1, vocabularies=vocabularies)
+    calls = binding_calls(paths, feeds)
+    print(f"timing {len(calls)} calls, blocks of 10, at least {args.seconds:.0f}s / "
+          f"{args.min_rounds} rounds ...", flush=True)
+    samples = time_interleaved(calls, warmup=args.warmup, min_runs=args.min_rounds,
+                               min_seconds=args.seconds, rotate_order=True, block_size=10)
+    figures = {name: s.round_figures for name, s in samples.items()}
+    print(f"floor (identity function, bound): {np.median(figures['floor bound']) * 1e6:.1f} us")
+    print("| binding | stock p50 us | optimized p50 us | stock / optimized [95%] |")
+    print("|---|---:|---:|---|")
+    for binding in BINDINGS:
+        stock, optimized = figures[f"stock {binding}"], figures[f"optimized {binding}"]
+        interval = p50_ratio_interval(stock, optimized)
+        print(f"| {binding} | {np.median(stock) * 1e6:.1f} | {np.median(optimized) * 1e6:.1f} | "
+              f"{interval.speedup:.2f}x [{1 / interval.high:.2f}, {1 / interval.low:.2f}] |")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-sizes", default="1,32")
@@ -95,9 +212,16 @@ def main() -> int:
     parser.add_argument("--vocabulary", type=int, default=10000, help="embedding rows")
     parser.add_argument("--length", type=int, default=16, help="tokens per example")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--bindings", action="store_true",
+                        help="time stock and optimized through each binding (batch 1)")
+    parser.add_argument("--stock", type=Path, default=None,
+                        help="with --bindings and --optimized: time these SavedModels")
+    parser.add_argument("--optimized", type=Path, default=None)
     args = parser.parse_args()
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     workdir = work_directory(args.workdir, "tfopt-bench-strings-")
+    if args.bindings:
+        return time_bindings(workdir, args)
 
     from optimizer.inputs.generated import make_inputs
     from optimizer.runtime import load_runner

@@ -175,7 +175,7 @@ def test_an_lstm_optimized_with_the_inference_recipe_keeps_identical_outputs(
     assert INFERENCE_RECIPE == ("strip_unused_nodes remove_nodes(op=Identity, op=CheckNumerics) "
                                 "fold_constants(ignore_errors=true) fold_batch_norms "
                                 "fold_old_batch_norms rewrite_gelu_erf flatten_dense_matmuls "
-                                "merge_duplicate_nodes")
+                                "fold_embedding_projections merge_duplicate_nodes")
 
     code = main(["optimize", str(src), str(dst), "--transforms", INFERENCE_RECIPE,
                  "--atol", "1e-5"])
@@ -186,5 +186,5 @@ def test_an_lstm_optimized_with_the_inference_recipe_keeps_identical_outputs(
     # up to float32 reassociation, hence the tighter 1e-5.
     assert compare(src, dst, batches=4, seed=7).max_abs_diff <= 1e-5
     trace = read_provenance(dst)["trace"]
-    assert len(trace) == 8
+    assert len(trace) == 9
     assert trace[-1]["nodes_after"] < trace[0]["nodes_before"]

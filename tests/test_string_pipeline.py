@@ -2,7 +2,9 @@
 
 A Keras ``StringLookup`` classifier and a TF Transform style model whose vocabulary is the
 model's own asset file: freeze, optimize, candidates, benchmark, evaluate, gate and publish. The
-TensorFlow candidates give the stock model's outputs exactly, in and out of the vocabulary;
+frozen candidate gives the stock model's outputs exactly, in and out of the vocabulary, and the
+optimized one up to float32 rounding (fold_embedding_projections folds the pooled Dense into the
+embedding's rows);
 LiteRT keeps the tables as its hash-table builtins and matches; a runtime or flavour that cannot
 take strings is a skipped candidate with its one-line reason.
 """
@@ -102,8 +104,9 @@ def test_optimize_with_targets_runs_a_string_lookup_model_end_to_end(models, tmp
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {r["label"]: r for r in json.loads((dst / "candidates.json").read_text())
             ["candidates"]}
-    # identical outputs to the stock model on the eval rows, out-of-vocabulary tokens included
-    assert rows["optimized"]["max_rel_diff"] == 0.0
+    # the stock model's outputs on the eval rows, out-of-vocabulary tokens included, up to
+    # float32 rounding of the Dense folded into the embedding
+    assert rows["optimized"]["max_rel_diff"] <= 1e-6
     assert rows["optimized"]["accuracy"] == 1.0
     assert rows["litert_fp32"]["max_rel_diff"] <= 1e-6
     assert rows["xla"]["max_rel_diff"] <= 1e-6
@@ -134,12 +137,13 @@ def test_the_pipeline_freezes_gates_and_publishes_an_asset_vocabulary_model(mode
     assert set(candidates) == {"frozen", "optimized", "litert_fp32"}
     feeds = {"words": tokens(10, 3, seed=12)}
     want = load_runner(stock)(feeds)["scores"]
-    for label in ("frozen", "optimized"):
+    for label, atol in (("frozen", 0), ("optimized", 1e-5)):
         written = Path(candidates[label]["path"])
         assert not (written / "assets").exists() or not any((written / "assets").iterdir())
-        np.testing.assert_array_equal(load_runner(written)(feeds)["scores"], want)
+        np.testing.assert_allclose(load_runner(written)(feeds)["scores"], want, atol=atol, rtol=0)
     evaluation = json.loads(Path(outcome["evaluate"]["result_path"]).read_text())
     fidelity = {m["label"]: m["fidelity"] for m in evaluation["candidates"]}
-    assert fidelity["frozen"]["max_abs_diff"] == fidelity["optimized"]["max_abs_diff"] == 0.0
+    assert fidelity["frozen"]["max_abs_diff"] == 0.0
+    assert fidelity["optimized"]["max_abs_diff"] <= 1e-5
     assert fidelity["litert_fp32"]["max_abs_diff"] <= 1e-5
     assert outcome["publish"]["version"]

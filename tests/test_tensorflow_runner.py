@@ -64,3 +64,25 @@ def test_a_frozen_savedmodel_is_called_without_the_copies_its_load_made(model_di
         np.testing.assert_array_equal(bound[key], value.numpy())
     # a stock SavedModel's function reads variables its loaded object owns: kept
     assert load_runner(model_dir("keras_cnn"))._fn._owner is not None
+
+
+def test_the_bound_call_of_a_string_lookup_model_outlives_its_runner(tmp_path):
+    """The stock StringLookup classifier captures its table and variables: bound once, its call
+    gives the keyword call's outputs, and keeps working once the runner that bound it is gone
+    (the runtime drops a function's definition when the last holder of it goes)."""
+    import gc
+
+    import string_models
+
+    string_models.keras_string_lookup(tmp_path / "stock")
+    runner = load_runner(tmp_path / "stock")
+    feeds = {"tokens": string_models.tokens(3, 5, seed=4)}
+    want = runner(feeds)
+    bound = runner.bind(runner.to_tensors(feeds))
+    del runner
+    gc.collect()
+    for _ in range(2):
+        got = bound()
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        np.testing.assert_array_equal(got[key].numpy(), value)

@@ -3,17 +3,18 @@ constant: one gather of precomputed rows instead of the table's value gather, th
 after it, and the embedding's gather.
 
 A Keras ``StringLookup`` (or ``IntegerLookup``) feeding an ``Embedding`` freezes to the folded
-search of :mod:`optimizer.graph.lookup_tables` (the sorted position of each token, ``clamped``,
+search of :mod:`optimizer.graph.lookup_tables` (the sorted position of each token, ``position``,
 and whether the key there is the token, ``hit``), then
-``SelectV2(hit, GatherV2(values, clamped), default)``, then the ``Embedding``'s handling of
+``SelectV2(hit, GatherV2(values, position), default)``, then the ``Embedding``'s handling of
 negative ids (``Less``, ``AddV2``, ``SelectV2``), then ``GatherV2(embedding, ids)``. Everything
-between ``clamped`` and the embedding's gather maps one table position (or the miss) to one
+between ``position`` and the embedding's gather maps one table position (or the miss) to one
 embedding row, elementwise, through constants: it is a constant function of the position. So
 it is computed once, at freeze time, for every position and for the miss, and the embedding's
-rows are gathered in that order into a new constant of ``len(table) + 1`` rows:
+rows are gathered in that order into a new constant of ``len(values) + 1`` rows (the values
+have one entry past the table's, for the search's sentinel position):
 
     rows = embedding[f(concat(values, [default]))]
-    GatherV2(embedding, ids)  ->  GatherV2(rows, SelectV2(hit, clamped, len(table)))
+    GatherV2(embedding, ids)  ->  GatherV2(rows, SelectV2(hit, position, len(values)))
 
 The gather keeps its name, and the ``SelectV2`` takes the find's, so nothing downstream is
 rewired. The result is exact: the same rows are gathered, copied bit for bit. At batch 1 such
@@ -26,7 +27,7 @@ process on a loaded machine, the optimized graph went from 1.43x to 1.58x the st
 Folded only where it is safe and does not grow the model: every op between the find and the
 gather is elementwise (:data:`ELEMENTWISE_OPS`) with its other inputs scalar constants, nothing
 else reads them, none is a signature output, and the embedding has no other reader (its rows are
-then replaced, not copied: ``len(table) + 1`` rows for its ``vocabulary + 1``). An index out of
+then replaced, not copied: ``len(table) + 2`` rows for its ``vocabulary + 1``). An index out of
 the embedding's range is left to fail at run time as before: the pattern is left alone.
 
 The same region after a table that is kept (the SavedModel the LiteRT converter reads,
@@ -180,7 +181,7 @@ def _fold_one(region: _Region, graph_def, device: str):
     if value_gather is None or value_gather.op != "GatherV2" or default_const is None:
         return None
     values_const = _const_behind(nodes, value_gather.input[0])
-    clamped = value_gather.input[1]
+    position = value_gather.input[1]
     if values_const is None or len(region.readers.get(value_gather.name, [])) != 1:
         return None
     values = values_from_const(values_const).reshape(-1)
@@ -192,7 +193,7 @@ def _fold_one(region: _Region, graph_def, device: str):
     scope = f"{region.find.name}/{SCOPE}"
     miss = len(values)
     row = node_def_pb2.NodeDef(name=region.find.name, op="SelectV2", device=device,
-                               input=[hit, clamped, f"{scope}/{MISS_ROW}"])
+                               input=[hit, position, f"{scope}/{MISS_ROW}"])
     row.attr["T"].type = _INT32
     replaced = {region.find.name: [
         make_const(f"{scope}/{MISS_ROW}", np.array(miss, np.int32), device), row]}

@@ -21,7 +21,10 @@ is folded:
   keys are searched by their 64-bit fingerprint, ``StringToHashBucketFast``), the key found there
   is compared with the key looked up, and a miss gets the find's default value. A token that is
   not in the table, even one whose fingerprint equals a key's, gets the default, as from the
-  table itself. The last node keeps the find's name, so nothing downstream is rewired;
+  table itself. The last node keeps the find's name, so nothing downstream is rewired. At
+  batch 1 each op counts (the executor's per-op cost is most of such a model's time), so a
+  sentinel past the last key ends the search instead of a ``Minimum`` clamping it, and the
+  keys' shape, when a signature input declares it, is a constant instead of a ``Shape``;
 - ``LookupTableSizeV2`` becomes a constant;
 - a find whose result only indexes a constant (``StringLookup -> Embedding``) is then folded
   into it: one gather of precomputed rows (:mod:`optimizer.graph.lookup_gathers`).
@@ -45,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from optimizer.errors import TfoptError, first_line
-from optimizer.graph.consts import PASS_THROUGH_OPS
+from optimizer.graph.consts import PASS_THROUGH_OPS, resolve_through_identity
 from optimizer.graph.control_flow import ENTER_OPS, SWITCH_OPS, nodes_under_control_flow
 from optimizer.graph.functional_control_flow import FUNCTIONAL_CONTROL_FLOW_OPS
 from optimizer.graph.names import is_control_input, node_name_from_input
@@ -241,8 +244,24 @@ def table_uses(graph_def, table: str) -> tuple[list, list[str]]:
     return uses, forwarders
 
 
-def _find_nodes(find, contents: TableContents, anchored: bool) -> list:
-    """The nodes replacing ``find``; the last one takes its name."""
+def _placeholder_shape(nodes_by_name: dict, tensor: str) -> list[int] | None:
+    """The shape of ``tensor`` when it is a signature input whose declared shape leaves one
+    dimension unknown at most (the batch): a ``Reshape`` can then take it as a constant, with
+    ``-1`` for that one, instead of a ``Shape`` op computing it on every call."""
+    node = resolve_through_identity(nodes_by_name, tensor)
+    if node is None or node.op != "Placeholder" or "shape" not in node.attr:
+        return None
+    shape = node.attr["shape"].shape
+    dims = [d.size for d in shape.dim]
+    if shape.unknown_rank or sum(d < 0 for d in dims) > 1:
+        return None
+    return [-1 if d < 0 else d for d in dims]
+
+
+def _find_nodes(find, contents: TableContents, anchored: bool,
+                keys_shape: list[int] | None = None) -> list:
+    """The nodes replacing ``find``; the last one takes its name. ``keys_shape``: the looked-up
+    keys' static shape (:func:`_placeholder_shape`), when known."""
     _, keys, default = (i for i in find.input if not is_control_input(i))
     controls = [i for i in find.input if is_control_input(i)]
     scope = f"{find.name}/{SCOPE}"
@@ -262,25 +281,31 @@ def _find_nodes(find, contents: TableContents, anchored: bool) -> list:
     if anchored:
         nodes.append(_node(f"{scope}/anchor", "Identity", [keys], device, T=_type(key_type)))
     shape = f"{scope}/keys_shape"
-    nodes.append(_node(shape, "Shape", [keys], device, T=_type(key_type),
-                       out_type=_type(_INT32)))
+    if keys_shape is not None and len(contents):
+        const("keys_shape", np.array(keys_shape, np.int32))
+    else:
+        nodes.append(_node(shape, "Shape", [keys], device, T=_type(key_type),
+                           out_type=_type(_INT32)))
     if len(contents) == 0:
         nodes.append(_node(find.name, "Fill", [shape, default, *controls], device,
                            T=_type(value_type), index_type=_type(_INT32)))
         return nodes
-    keys_const = const(KEYS_NODE, contents.keys)
-    values_const = const("values", contents.values)
+    # One entry past the keys: the search's sentinel (the largest value of its type, at
+    # least any probe), so a probe above every key finds position len(contents) instead of
+    # running off the end, with no Minimum to clamp it. The key there is the first key,
+    # which can't hit: a probe equal to it finds its own position, before the sentinel.
+    keys_const = const(KEYS_NODE, np.concatenate([contents.keys, contents.keys[:1]]))
+    values_const = const("values", np.concatenate([contents.values, contents.values[:1]]))
     if contents.fingerprints is not None:
-        searched = const("fingerprints", contents.fingerprints.reshape(1, -1))
+        searched = const("fingerprints", _with_sentinel(contents.fingerprints))
         probe = f"{scope}/fingerprint"
         nodes.append(_node(probe, "StringToHashBucketFast", [keys], device,
                            num_buckets=FINGERPRINT_BUCKETS))
         probe_type = _INT64
     else:
-        searched = const("sorted", contents.keys.reshape(1, -1))
+        searched = const("sorted", _with_sentinel(contents.keys))
         probe, probe_type = keys, key_type
     row = const("row", np.array([1, -1], np.int32))
-    last = const("last", np.array(len(contents) - 1, np.int32))
     axis = const("axis", np.array(0, np.int32))
     nodes += [
         _node(f"{scope}/row_probe", "Reshape", [probe, row], device, T=_type(probe_type),
@@ -289,20 +314,26 @@ def _find_nodes(find, contents: TableContents, anchored: bool) -> list:
               T=_type(probe_type), out_type=_type(_INT32)),
         _node(f"{scope}/position", "Reshape", [f"{scope}/lower_bound", shape], device,
               T=_type(_INT32), Tshape=_type(_INT32)),
-        _node(f"{scope}/clamped", "Minimum", [f"{scope}/position", last], device,
-              T=_type(_INT32)),
-        _node(f"{scope}/found_key", "GatherV2", [keys_const, f"{scope}/clamped", axis], device,
+        _node(f"{scope}/found_key", "GatherV2", [keys_const, f"{scope}/position", axis], device,
               Tparams=_type(key_type), Tindices=_type(_INT32), Taxis=_type(_INT32),
               batch_dims=0),
         _node(f"{scope}/{HIT_NODE}", "Equal", [f"{scope}/found_key", keys], device,
               T=_type(key_type), incompatible_shape_error=True),
-        _node(f"{scope}/found_value", "GatherV2", [values_const, f"{scope}/clamped", axis],
+        _node(f"{scope}/found_value", "GatherV2", [values_const, f"{scope}/position", axis],
               device, Tparams=_type(value_type), Tindices=_type(_INT32), Taxis=_type(_INT32),
               batch_dims=0),
         _node(find.name, "SelectV2", [f"{scope}/{HIT_NODE}", f"{scope}/found_value", default,
                                       *controls], device, T=_type(value_type)),
     ]
     return nodes
+
+
+def _with_sentinel(sorted_keys: np.ndarray) -> np.ndarray:
+    """``sorted_keys`` as the one row ``LowerBound`` searches, the type's largest value after
+    them (string keys are searched by their int64 fingerprints)."""
+    top = np.inf if sorted_keys.dtype.kind == "f" else np.iinfo(sorted_keys.dtype).max
+    sentinel = np.array([top], sorted_keys.dtype)
+    return np.concatenate([sorted_keys.reshape(-1), sentinel]).reshape(1, -1)
 
 
 def fold_tables(graph_def, tables: dict[str, TableContents]):
@@ -326,7 +357,10 @@ def fold_tables(graph_def, tables: dict[str, TableContents]):
                                        f"folded tables take string or integer keys")
             if in_control_flow is None:
                 in_control_flow = nodes_under_control_flow(graph_def)
-            replaced[use.name] = _find_nodes(use, contents, use.name in in_control_flow)
+                by_name = {n.name: n for n in graph_def.node}
+            keys = [i for i in use.input if not is_control_input(i)][1]
+            replaced[use.name] = _find_nodes(use, contents, use.name in in_control_flow,
+                                             _placeholder_shape(by_name, keys))
     return rebuilt_graph(graph_def, replaced, dropped)
 
 

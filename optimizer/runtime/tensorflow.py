@@ -6,7 +6,9 @@ tuned to other pool sizes runs here with this process's, and a caller that must 
 runs it in a process of its own.
 
 A SavedModel is called through the function the runtime holds for its signature
-(:class:`SignatureFunction`). A frozen model's load keeps several copies of every constant (the
+(:class:`SignatureFunction`), bound to its flat inputs once and executed without the Python a
+call by keyword or ``call_flat`` adds (:meth:`SignatureFunction.bound`), the same for every
+model. A frozen model's load keeps several copies of every constant (the
 whole graph as a function, the signature's pruned graph, their definitions, a Python copy after
 the first call); when the signature reads no variable, all but the runtime's definition are let
 go before the first call (``benchmarks/load_memory.py``: a frozen MLP held 4.4x its size after
@@ -88,9 +90,13 @@ class SignatureFunction:
     one with variables keeps its loaded object, which owns them): 0.10 GiB kept, and the first
     call's peak 0.27 GiB over TensorFlow's import where it was 0.43.
 
-    Every SavedModel the runner loads is called the same way, through
-    ``AtomicFunction.call_preflattened`` (what ``ConcreteFunction._call_flat`` ends in when no
-    gradient tape watches), so the baseline and the candidates pay the same per-call overhead.
+    Every SavedModel the runner loads is called the same way (:meth:`bound`: the eager
+    execution ``AtomicFunction.call_preflattened`` ends in), so the baseline and the candidates
+    pay the same per-call overhead. Through the loaded ``ConcreteFunction._call_flat`` they did
+    not: ``saved_model/load.py``'s wrapper walks the captured inputs in Python on every call,
+    34 us more for the stock StringLookup classifier (a table and variables captured) and 12 for
+    its frozen candidate (none), which made that candidate look 1.47x where the same graphs are
+    1.25x through ``call_preflattened`` (``benchmarks/string_lookup.py --bindings``).
     """
 
     def __init__(self, concrete):
@@ -118,9 +124,43 @@ class SignatureFunction:
         return_freed_memory()
 
     def bound(self, flat: list):
-        """A callable of no arguments: the function on ``flat`` inputs, structured outputs."""
-        call, args = self._atomic.call_preflattened, [*flat, *self.captured_inputs]
-        return lambda: call(args)
+        """A callable of no arguments: the function on ``flat`` inputs, structured outputs.
+
+        It runs the function's kernel as ``call_preflattened`` does (one eager execution of
+        the function by name, with the context's call options), minus the Python around it,
+        which is the same for every model and only dilutes what the benchmark compares: the
+        argument count checked once here, not per call; no gradient tape to pause (nothing
+        differentiates a served model); no call-site stack traces to splice into a runtime
+        error (the error is raised all the same). That Python cost ~25 us a call on this
+        project's loaded 2-CPU machine, a third of the StringLookup classifier's stock call
+        (``benchmarks/string_lookup.py --bindings``), where a server (TF Serving, C++) pays
+        none of it. A function with resource or variant outputs, whose handle data the
+        wrapper copies, is called through ``call_preflattened``.
+        """
+        atomic, args = self._atomic, [*flat, *self.captured_inputs]
+        outputs = atomic.function_type.flat_outputs
+        expected = len(atomic.cached_definition.signature.input_arg)
+        if len(args) != expected:
+            raise ValueError(f"{atomic.name.decode()} takes {expected} inputs, got {len(args)}")
+        if any(output.dtype._handle_data for output in outputs):
+            call = atomic.call_preflattened
+            return lambda: call(args)
+        from tensorflow.python import pywrap_tfe
+        from tensorflow.python.eager import context
+
+        runtime = context.context()
+        runtime.ensure_initialized()
+        attrs = tuple(item for pair in runtime.function_call_options.as_attrs().items()
+                      for item in pair)
+        execute, pack = pywrap_tfe.TFE_Py_Execute, atomic.function_type.pack_output
+        handle, device, name, count = (runtime._handle, runtime.device_name,
+                                       atomic.name.decode(), len(outputs))
+
+        def call():
+            return pack(execute(handle, device, name, args, attrs, count))
+
+        call.function = self  # the runtime forgets the function once its holder is collected
+        return call
 
     def __call__(self, *args, **kwargs):
         from tensorflow.python.eager.polymorphic_function import function_type_utils
