@@ -20,6 +20,18 @@ Each figure comes from a process of its own (``/proc/self/status``: ``VmRSS`` af
 it (``ConcreteFunction._call_flat``, inputs bound once) against tfopt's runner's bound call,
 interleaved in blocks, the median ratio per model (a timing: run it under the bench lock).
 
+``--group LABEL=PATH ...`` runs one benchmark group instead (the harness's
+:func:`~optimizer.benchmark.harness.run_benchmark`: ``--model`` as the baseline and these
+candidates, timed ``--seconds``) in a fresh process, and gives where its memory goes, phase by
+phase: each model's load and first call, a LiteRT model's thread choice, the timing, each
+fidelity check, and after the benchmark returns. Each phase's peak is the kernel's ``VmHWM``,
+reset as the phase starts (``/proc/self/clear_refs``): a Python thread sampling ``VmRSS``
+misses a load's peak, as TensorFlow holds the interpreter's lock through most of it (mlp_100mb's
+XLA load: 2.41 GiB sampled, 2.78 by ``VmHWM``).
+
+    .venv/bin/python benchmarks/load_memory.py --model work/bench/memory/models/mlp_100mb \
+        --group xla=work/bench/memory/artifacts/mlp_100mb/xla [--seconds 3]
+
 The artifacts (optimized, bf16, xla) are built once into ``--artifacts`` with tfopt's own
 functions. Figures: the module :mod:`optimizer.model.footprint`'s docstring.
 """
@@ -134,6 +146,57 @@ print(json.dumps({"median_ratio": float(np.median(ratios)), "rounds": rounds}))
 """
 
 
+GROUP = r"""
+import json, re, sys
+from pathlib import Path
+def status(field):
+    text = open("/proc/self/status").read()
+    return int(re.search(rf"^{field}:\s+(\d+)", text, re.M).group(1)) * 1024
+phases = []  # [name, rss at its start, its peak, rss at its end]
+def close_phase():
+    if phases:
+        phases[-1][2:] = [max(phases[-1][2], status("VmHWM")), status("VmRSS")]
+    open("/proc/self/clear_refs", "w").write("5")
+def mark(name):
+    close_phase()
+    phases.append([name, status("VmRSS"), 0, 0])
+mark("import")
+from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+runtime = apply_runtime_settings(default_runtime_settings())
+import optimizer.benchmark.harness as harness
+import optimizer.benchmark.memory as memory
+import optimizer.benchmark.thread_choice as thread_choice
+import optimizer.verify.equivalence as equivalence
+from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+def name(path):
+    return Path(path).parent.name if Path(path).is_file() else Path(path).name
+def marked(function, before, after=None):
+    def call(*args, **kwargs):
+        mark(before(*args))
+        result = function(*args, **kwargs)
+        if after:
+            mark(after(*args))
+        return result
+    return call
+# the harness's own per-model measure resets the peak too: the phase closes first
+memory.reset_peak = lambda *args: (close_phase(), True)[1]
+harness.load_runner = marked(harness.load_runner, lambda path, *a: f"load {name(path)}",
+                             lambda path, *a: f"first call {name(path)}")
+thread_choice.choose_threads = marked(thread_choice.choose_threads,
+                                      lambda path, *a: f"thread choice {name(path)}")
+harness.time_interleaved = marked(harness.time_interleaved, lambda *a: "timing")
+equivalence.compare = marked(equivalence.compare, lambda *a: "fidelity check")
+baseline, seconds = sys.argv[1], float(sys.argv[2])
+candidates = [Subject.candidate(path, label=label)
+              for label, path in (a.split("=", 1) for a in sys.argv[3:])]
+run_benchmark(Subject.baseline(baseline), candidates, BenchmarkConfig(min_seconds=seconds),
+              runtime=runtime, progress=lambda message: None)
+mark("returned")
+close_phase()
+print(json.dumps(phases))
+"""
+
+
 def run(command: list[str]) -> str:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)}
     return subprocess.run(command, check=True, env=env, capture_output=True, text=True).stdout
@@ -152,8 +215,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="stock,optimized,bf16,xla")
     parser.add_argument("--speed", type=int, default=0, metavar="ROUNDS",
                         help="time tfopt's call against tf.saved_model.load's instead")
+    parser.add_argument("--group", nargs="+", metavar="LABEL=PATH",
+                        help="benchmark these candidates beside --model, phase by phase")
+    parser.add_argument("--seconds", type=float, default=3.0, help="--group's timing")
     args = parser.parse_args(argv)
     model = Path(args.model)
+    if args.group:
+        return group_phases(model, args.group, args.seconds)
     artifacts = Path(args.artifacts or model.parent.parent / "artifacts" / model.name)
     if not (artifacts / "xla" / "saved_model.pb").is_file():
         run([sys.executable, "-c", PREPARE, str(model), str(artifacts)])
@@ -178,6 +246,18 @@ def main(argv: list[str] | None = None) -> int:
                   f"{(steps['20 calls'][1] - base) / size:4.1f}x peak", flush=True)
             rows.append({"model": name, "how": how, "disk_bytes": size, "steps": steps})
     print(f"results: {write_result('load_memory', {'model': str(model), 'rows': rows})}")
+    return 0
+
+
+def group_phases(model: Path, candidates: list[str], seconds: float) -> int:
+    """One benchmark group's process, phase by phase (``--group``)."""
+    phases = json.loads(run([sys.executable, "-c", GROUP, str(model), str(seconds),
+                             *candidates]))
+    for name, start, peak, end in phases:
+        print(f"{name:<36} from {start / GIB:5.2f} GiB: peak {peak / GIB:5.2f} "
+              f"(+{(peak - start) / GIB:4.2f}), then {end / GIB:5.2f} "
+              f"({(end - start) / GIB:+5.2f})")
+    print(f"results: {write_result('load_memory_group', {'model': str(model), 'candidates': candidates, 'phases': phases})}")
     return 0
 
 

@@ -10,9 +10,17 @@ baseline in the same process, on paired interleaved rounds: its group's. The com
 holds each candidate's baseline rounds beside it (:attr:`ModelMeasurement.baseline_samples`),
 which the gate resamples; the baseline's own figures are the first group's.
 
-The estimates add what this process already holds (its tree's resident memory). When
-everything fits (the usual case), the benchmark runs as it always has, in this process, and
-its result is the same.
+A group's estimate is what its models keep once loaded and called, plus the largest of their
+loads' transient peaks (:func:`~optimizer.model.footprint.group_bytes`: they load one after
+another), plus what this process already holds (its tree's resident memory). When everything
+fits (the usual case), the benchmark runs as it always has, in this process, and its result
+is the same.
+
+A big model (:func:`~optimizer.model.footprint.builds_in_workers`) is always benchmarked in
+such processes, and its groups fit its working set (twice the estimated by-hand LiteRT
+conversion, :func:`~optimizer.model.footprint.working_set_bytes`) rather than the whole
+budget: a candidate over it beside the baseline alone (XLA from ~100 MB on) is left out like
+one over the budget, unless none fits it, when the budget is the limit.
 
 A candidate that cannot fit beside the baseline even alone is left out, with its estimate and
 the budget in the result's notes (callers list it as skipped): it would be killed by the kernel
@@ -31,8 +39,9 @@ from collections.abc import Callable, Sequence
 from optimizer.errors import TfoptError
 from optimizer.model.footprint import (
     PROCESS_BYTES,
+    LoadCost,
     builds_in_workers,
-    loaded_bytes,
+    group_bytes,
     working_set_bytes,
 )
 from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
@@ -47,43 +56,44 @@ class BenchmarkGroupError(TfoptError):
     """A benchmark group's process failed; its own error line says why."""
 
 
-def plan_groups(fixed_bytes: int, candidates: Sequence[tuple[object, int]],
-                budget: MemoryBudget, target_bytes: int | None = None
+def plan_groups(fixed_bytes: int, candidates: Sequence[tuple[object, LoadCost]],
+                budget: MemoryBudget, target_bytes: int | None = None,
+                always: Sequence[LoadCost] = ()
                 ) -> tuple[list[list[object]], list[tuple[object, int]]]:
-    """``(groups, unfit)``: candidates (``(subject, estimated bytes)``, in order) split into
-    groups (each into the first with room) whose estimates, plus ``fixed_bytes`` (the
-    process, the baseline and the reference, in every group), fit ``target_bytes`` (default: the budget; one group when
-    all fit); a candidate that fits the budget but not the target beside the baseline is timed
-    in a group of its own; those that fit beside the baseline within the budget in no group
-    are returned with their estimate."""
-    target = min(target_bytes or budget.bytes, budget.bytes)
+    """``(groups, unfit)``: candidates (``(subject, estimated cost)``, in order) split into
+    groups (each into the first with room) whose models, with ``always`` (the baseline and
+    the reference, in every group) and ``fixed_bytes`` (the processes' own memory), fit the
+    limit: ``target_bytes`` (a big model's working set), never more than the budget (one
+    group when all fit). A group's models keep what each keeps and peak at the largest
+    transient (:func:`~optimizer.model.footprint.group_bytes`). Those that fit beside the
+    baseline within the limit in no group are returned with that estimate."""
+    limit = min(target_bytes or budget.bytes, budget.bytes)
     groups: list[list[object]] = []
-    used: list[int | None] = []  # per group; None: a group of one over the target, closed
+    costs: list[list[LoadCost]] = []  # per group
+
+    def needs(group_costs: list[LoadCost]) -> int:
+        return fixed_bytes + group_bytes([*always, *group_costs])
+
     unfit: list[tuple[object, int]] = []
-    for subject, estimate in candidates:
-        if fixed_bytes + estimate > budget.bytes:
-            unfit.append((subject, fixed_bytes + estimate))
-            continue
-        if fixed_bytes + estimate > target:
-            groups.append([subject])
-            used.append(None)
+    for subject, cost in candidates:
+        if needs([cost]) > limit:
+            unfit.append((subject, needs([cost])))
             continue
         # the first group with room: each group re-times the baseline, so fewer is faster
-        room = next((n for n, u in enumerate(used)
-                     if u is not None and fixed_bytes + u + estimate <= target), None)
+        room = next((n for n, c in enumerate(costs) if needs([*c, cost]) <= limit), None)
         if room is None:
             groups.append([])
-            used.append(0)
+            costs.append([])
             room = len(groups) - 1
         groups[room].append(subject)
-        used[room] += estimate
+        costs[room].append(cost)
     return groups, unfit
 
 
-def estimate_subject(subject, variant: str | None = None) -> int:
+def estimate_subject(subject, variant: str | None = None) -> LoadCost:
     from optimizer.runtime import detect_format
 
-    return loaded_bytes(subject.path, subject.format or detect_format(subject.path), variant)
+    return LoadCost.of(subject.path, subject.format or detect_format(subject.path), variant)
 
 
 def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
@@ -102,10 +112,10 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
     variants = variants or {}
     # What this process (and anything it runs) already holds stays held while the models load.
     in_use = tree_rss_bytes() or 0
-    models = estimate_subject(baseline) + (
-        estimate_subject(reference) if reference is not None else 0)
+    always = [estimate_subject(baseline),
+              *([estimate_subject(reference)] if reference is not None else [])]
     estimates = [(c, estimate_subject(c, variants.get(c.label))) for c in candidates]
-    together = in_use + PROCESS_BYTES + models + sum(e for _, e in estimates)
+    together = in_use + PROCESS_BYTES + group_bytes([*always, *(e for _, e in estimates)])
     # A big model is benchmarked in processes of their own, each holding the baseline and
     # the candidates that fit the working set (about twice converting the model by hand):
     # in this process, the models' memory would stay held until it exits.
@@ -115,17 +125,24 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
                              eval_data=eval_data, progress=progress, reference=reference,
                              policy=policy)
     target = working_set_bytes(baseline.path) if separate else budget.bytes
+    limit = (f"the working set of {target / GIB:.1f} GiB for a model of its size (twice "
+             f"converting it by hand)" if target < budget.bytes
+             else f"the budget of {budget.describe()}")
     # Each group's process starts its own runtime beside this one's memory.
-    groups, unfit = plan_groups(in_use + PROCESS_BYTES + models, estimates, budget, target)
+    groups, unfit = plan_groups(in_use + PROCESS_BYTES, estimates, budget, target, always)
+    if not groups and target < budget.bytes:
+        # nothing fits the working set (XLA asked for alone): the budget is the limit, rather
+        # than no verdict at all
+        say(f"no candidate fits beside the baseline within {limit}: within the budget instead")
+        target, limit = budget.bytes, f"the budget of {budget.describe()}"
+        groups, unfit = plan_groups(in_use + PROCESS_BYTES, estimates, budget, None, always)
     for subject, needs in unfit:
         say(f"{subject.label} left out: benchmarking it beside the baseline needs an estimated "
-            f"{needs / GIB:.1f} GiB, more than the budget of {budget.describe()}")
+            f"{needs / GIB:.1f} GiB, more than {limit}")
     if not groups:
         subject, needs = min(unfit, key=lambda pair: pair[1])
         budget.require(needs, f"benchmarking {subject.label} (the smallest candidate) beside "
                               f"the baseline")
-    limit = (f"the working set of {target / GIB:.1f} GiB for a model of its size"
-             if target < budget.bytes else f"the budget of {budget.describe()}")
     say(f"baseline and {len(candidates)} candidates need an estimated {together / GIB:.1f} "
         f"GiB together ({in_use / GIB:.1f} GiB already in use), against {limit}: timing "
         f"them in {len(groups)} group(s), the baseline in each, one process per group")
@@ -134,7 +151,7 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
     for n, group in enumerate(groups, 1):
         # the estimate beside the group's measured peak (logged once it is done): what the
         # factors in optimizer.model.footprint are calibrated against
-        needs = PROCESS_BYTES + models + sum(by_label[s.label] for s in group)
+        needs = PROCESS_BYTES + group_bytes([*always, *(by_label[s.label] for s in group)])
         say(f"group {n}/{len(groups)}: {', '.join(s.label for s in group)} (estimated "
             f"{needs / GIB:.2f} GiB for its process)")
         # sampled from here, this process waiting: the group's own peak (VmHWM) is reset at
@@ -152,7 +169,7 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
     combined = combine_groups(results, budget)
     if unfit:
         combined = dataclasses.replace(combined, notes=(*combined.notes, (
-            "left out, as they fit beside the baseline in no group within the memory budget: "
+            f"left out, as they fit beside the baseline in no group within {limit}: "
             + ", ".join(f"{s.label} (needs an estimated {n / GIB:.1f} GiB)"
                         for s, n in unfit))))
     return combined

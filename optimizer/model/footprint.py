@@ -31,6 +31,18 @@ dense MLPs (200 MB on disk, tree RSS of a fresh process that loads the model and
 - freezing and transforming (the optimize stage): ~14x, and the process keeps ~6x after it;
   in the optimize worker that big models get (:mod:`optimizer.optimize.worker`), ~9x.
 
+Each load has two figures (:class:`LoadCost`): its peak over the process and what it keeps
+once called; a benchmark group's models load one after another, so the group holds what they
+keep and peaks at the largest transient (:func:`group_bytes`). Measured in one benchmark group
+process of mlp_100mb, the VmHWM reset at each phase (r24): the stock SavedModel peaked 0.20
+GiB and kept 0.20 (1.05x of 191 MiB); the optimized frozen model peaked 1.06 over the process
+and kept 0.56 (11.1x, 6.0x of 95 MiB); bf16 0.86 and 0.24 (18x, 5.2x of 48 MiB); XLA 1.92
+and 0.90 (20.2x, 9.4x), then +0.49 GiB at the fidelity check (its batch of 8 is compiled
+again: 14.6x kept); a LiteRT int8's thread choice 0.11 (two interpreters, 4.6x of 24 MiB),
+keeping 0.08. A second load of the baseline (the twin) added nothing. The optimized model
+(variant ``fp32``) was estimated as a stock SavedModel, 3.5x where it costs 11x: a variant
+without a factor of its own now takes its format's, frozen or not.
+
 The factors are rounded up: a group that is estimated to fit and does not is killed, one that
 is split needlessly only takes longer.
 """
@@ -38,22 +50,39 @@ is split needlessly only takes longer.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from optimizer.system.memory_budget import GIB, MemoryBudget
 
 PROCESS_BYTES = int(0.6 * GIB)
-# bytes in memory per byte on disk, by format; by variant where a variant differs
-FORMAT_FACTOR = {"savedmodel": 3.5, "tflite": 3.0, "onnx": 2.5, "openvino": 2.5}
+# A model's load has two figures: its peak over the process (the load and the first call:
+# parsing, the graph's copies, Grappler, XLA's compilation) and what it keeps once called.
+# Models loaded one after another into one benchmark process hold what each keeps, and the
+# process peaks when the one with the largest transient loads on top of the others
+# (:func:`group_bytes`); adding peaks counted every load's transient at once (mlp_100mb's
+# group of the optimized model, bf16 and a LiteRT int8: 2.64 GiB estimated, 2.24 measured).
+# Peak, bytes over the process per byte on disk, by format; by variant where a variant differs.
+# A stock SavedModel (weights in variables) peaked at 1.05x (0.20 GiB for mlp_100mb's 191 MiB);
+# a LiteRT model's peak is its thread choice's two interpreters (mlp_100mb's int8 4.6x)
+FORMAT_FACTOR = {"savedmodel": 2.0, "tflite": 5.0, "onnx": 2.5, "openvino": 2.5}
+# Kept once loaded and called, per byte on disk: the stock MLP 1.05x, a LiteRT int8 3.3x
+KEPT_FACTOR = {"savedmodel": 1.5, "tflite": 3.5, "onnx": 2.5, "openvino": 2.5}
 # a SavedModel with no variables (its weights are constants in its graph): the load's peak over
-# the process, per byte on disk, measured 11.2x and 11.4x (95 and 24 MiB MLPs)
+# the process, per byte on disk, measured 11.2x and 11.4x (95 and 24 MiB MLPs); 11.1x in a
+# benchmark group (mlp_100mb's optimized model, VmHWM reset at its load), keeping 6.0x
 FROZEN_FACTOR = 12.0
+FROZEN_KEPT_FACTOR = 7.0
 # by variant, per byte of the variant's own SavedModel (measured with its load's copies let go:
 # bf16 18.2x and 18.4x on the MLPs, 19.6x on ResNet50; XLA 20.8x and 20.9x, 19.8x on ResNet50;
-# a frozen ResNet50 11.4x); bf16 was 16x of a file whose weights took 4 bytes
-# a value in memory and 2.4 on disk, which underestimated its group by 50% (3.87 GiB measured
-# where 2.58 were estimated, mlp_100mb)
+# in a benchmark group, mlp_100mb: bf16 18.0x, XLA 20.2x); bf16 was 16x of a file whose
+# weights took 4 bytes a value in memory and 2.4 on disk, which underestimated its group by 50%
+# (3.87 GiB measured where 2.58 were estimated, mlp_100mb)
 VARIANT_FACTOR = {"bf16": 20.0, "xla": 21.0}
+# kept, by variant: bf16 5.2x (mlp_100mb), 6-8x (load_memory.py); XLA 9.4x after its first
+# call and 14.6x after the fidelity check, whose batch of 8 is compiled again (+0.49 GiB)
+VARIANT_KEPT_FACTOR = {"bf16": 8.0, "xla": 16.0}
 # a cost of their own whatever the model's size: the lines through both sizes' measurements
 # cross ~0 at size 0 (bf16 +0.002 GiB, XLA +0.017): XLA's compiler is loaded in every process
 VARIANT_FIXED_BYTES = {"bf16": 0, "xla": int(0.05 * GIB)}
@@ -95,11 +124,49 @@ def disk_bytes(path: str | os.PathLike) -> int:
 
 def loaded_bytes(path: str | os.PathLike, format: str = "savedmodel",
                  variant: str | None = None) -> int:
-    """The estimated memory a loaded and called model adds to a process already running."""
-    factor = VARIANT_FACTOR.get(variant or "", FORMAT_FACTOR.get(format, 2.5))
-    if format == "savedmodel" and not variant and is_frozen(path):
-        factor = FROZEN_FACTOR
+    """The estimated peak a model's load and first call add to a process already running."""
+    return _estimate(path, format, variant, VARIANT_FACTOR, FROZEN_FACTOR, FORMAT_FACTOR)
+
+
+def kept_bytes(path: str | os.PathLike, format: str = "savedmodel",
+               variant: str | None = None) -> int:
+    """The estimated memory a loaded and called model keeps in the process."""
+    return min(loaded_bytes(path, format, variant), _estimate(
+        path, format, variant, VARIANT_KEPT_FACTOR, FROZEN_KEPT_FACTOR, KEPT_FACTOR))
+
+
+def _estimate(path, format: str, variant: str | None, by_variant: dict, frozen: float,
+              by_format: dict) -> int:
+    # a variant without a factor of its own (the optimized model's "fp32") is its format's
+    if variant in by_variant:
+        factor = by_variant[variant]
+    elif format == "savedmodel" and is_frozen(path):
+        factor = frozen
+    else:
+        factor = by_format.get(format, 2.5)
     return VARIANT_FIXED_BYTES.get(variant or "", 0) + int(factor * disk_bytes(path))
+
+
+@dataclass(frozen=True)
+class LoadCost:
+    """A model's estimated cost in a process: what it keeps, and its load's transient above
+    that (:func:`loaded_bytes` minus :func:`kept_bytes`)."""
+
+    kept: int
+    transient: int = 0
+
+    @classmethod
+    def of(cls, path: str | os.PathLike, format: str = "savedmodel",
+           variant: str | None = None) -> LoadCost:
+        kept = kept_bytes(path, format, variant)
+        return cls(kept, loaded_bytes(path, format, variant) - kept)
+
+
+def group_bytes(costs: Iterable[LoadCost]) -> int:
+    """The estimated peak of models loaded one after another into one process, over the
+    process: all they keep, plus the largest transient (whichever model loads last)."""
+    costs = list(costs)
+    return sum(c.kept for c in costs) + max((c.transient for c in costs), default=0)
 
 
 def is_frozen(path: str | os.PathLike) -> bool:
