@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import resource
 import sys
@@ -40,6 +41,7 @@ def time_builds(src: Path, workdir: Path, targets: str, samples: int | None) -> 
     )
     from optimizer.candidates.worker import build_in_worker
     from optimizer.inputs.calibration import synthetic
+    from optimizer.model.op_scan import DEFAULT_POLICY
     from optimizer.model.savedmodel import DEFAULT_SIGNATURE, get_signature
     from optimizer.optimize.flow import optimize
     from optimizer.optimize.recipe import INFERENCE_RECIPE
@@ -62,7 +64,7 @@ def time_builds(src: Path, workdir: Path, targets: str, samples: int | None) -> 
         made, skipped = build_in_worker(
             src, result.candidate.model if any(lb in SAVEDMODEL_VARIANTS for lb in labels)
             else None, workdir, settings, labels, signature=DEFAULT_SIGNATURE,
-            calibration=calibration, source_digest=None)
+            calibration=calibration, source_digest=None, policy=DEFAULT_POLICY)
         seconds, cpu = time.perf_counter() - started, _children_cpu_seconds() - cpu
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
         groups.append({"labels": list(labels), "seconds": seconds, "cpu_seconds": cpu,
@@ -93,6 +95,8 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=None,
                         help="calibration samples (default: the candidates setting's)")
     args = parser.parse_args()
+    # the workers log at this level: each flavour's peak is an INFO line
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     from optimizer.tf_runtime import import_tensorflow
 
     import_tensorflow()
