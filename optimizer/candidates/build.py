@@ -336,8 +336,8 @@ def build_candidates(
         if peak_reset and (reading := read_rss()) is not None:
             log.info("candidates: %s: the worker peaked at %.2f GiB resident while it was "
                      "built%s", label, reading.peak_bytes / 2**30,
-                     " (with its target's shared conversion)" if n == 1 or label in
-                     SAVEDMODEL_VARIANTS else "")
+                     " (with the conversion its target's flavours share)"
+                     if n == 1 and len(makers) > 1 else "")
     return made, skipped
 
 

@@ -3,9 +3,10 @@
 :func:`optimizer.candidates.build.derive_candidates` skips, before starting its worker, a build
 estimated not to fit the memory budget beside what the step's process holds, with the estimate
 in its one-line reason; the watchdog (:mod:`optimizer.system.memory_watchdog`) stops one that
-does not fit after all. A single factor for every build (10x the model's size on disk, as
-:func:`optimizer.model.footprint.building_bytes` has it) was 2.4x too low for ONNX Runtime's
-static quantization and 1.7x too high for a bf16 retyping, so each build has its own.
+does not fit after all. One factor for every build (10x the model's size on disk over the
+runtime, :func:`optimizer.model.footprint.building_bytes`) estimated ResNet50's ONNX build at
+2.5 GiB where tf2onnx's conversion took 7.9, and its bf16 build at 2.5 where it took 1.8, so
+each flavour has its own.
 
 A build's estimate is a line in the source SavedModel's bytes on disk: a fixed part (the
 worker's runtime and converter, which a small model pays in full) plus a factor times the size.
@@ -13,11 +14,12 @@ The flavours of one target are built in one worker after one shared conversion
 (:func:`optimizer.candidates.build.planned_builds`), so a flavour's line covers that conversion
 and the flavour itself, and a group's estimate is its largest flavour's. Each line goes through
 the peaks of two models' builds, ``keras.applications.MobileNetV2(weights=None)`` (28.7 MiB on
-disk) and ``ResNet50(weights=None)`` (197.6 MiB), 100 synthetic calibration samples, measured
-as the worker's high-water mark reset before each flavour (logged by
-:func:`optimizer.candidates.build.build_candidates` in a worker; ``benchmarks/candidate_builds.py``
-builds a family's candidates one worker at a time), rounded up: a build estimated to fit and
-stopped costs its time, one skipped needlessly only its candidate.
+disk) and ``ResNet50(weights=None)`` (197.6 MiB), 100 synthetic calibration samples, rounded
+up: a build estimated to fit and stopped costs its time, one skipped needlessly only its
+candidate. The ResNet50 figures are the worker's high-water mark, reset before each flavour
+(logged by :func:`optimizer.candidates.build.build_candidates` in a worker, ``tfopt -v``), and
+its process tree's peak; the MobileNetV2 figures are the worker's tree sampled from inside it
+(``benchmarks/candidate_builds.py``), a lower bound where a converter holds the GIL.
 """
 
 from __future__ import annotations
@@ -28,23 +30,26 @@ from optimizer.model.footprint import disk_bytes
 from optimizer.system.memory_budget import GIB
 
 # (GiB whatever the size: the worker's runtime and converter, bytes per byte of the source on
-# disk), the line through the two models' peaks (GiB, MobileNetV2 / ResNet50), rounded up
+# disk), through the two models' peaks (GiB, MobileNetV2 / ResNet50), rounded up; a line's
+# estimate for each model is at least its peak
 BUILD_LINES = {
-    # the optimized graph retyped to bfloat16 and written: 0.88 / 1.85
+    # the optimized graph retyped to bfloat16 and written: 0.88 / 1.80
     "bf16": (0.75, 6.0),
-    # the graph traced as one XLA function and written: 1.07 / 2.27
-    "xla": (0.9, 7.5),
-    # the TFLite converter, once per flavour from the source: 1.02 (fp32, fp16, dynamic) and
-    # 1.12 (full int8, calibrating) / 1.93 for the group
+    # the graph traced as one XLA function and written: 1.07 / 2.33
+    "xla": (0.9, 8.0),
+    # the TFLite converter, run per flavour from one shared source: fp32 (with that source)
+    # 1.02 / 1.60, dynamic int8 1.02 / 1.44, full int8 (calibrating) 1.12 / 1.92; the
+    # worker's process tree 1.86 for ResNet50's group
     **dict.fromkeys(("litert_fp32", "litert_fp16", "litert_dynamic_int8"), (1.0, 5.0)),
     "litert_full_int8": (1.1, 5.0),
-    # tf2onnx's conversion, which the four flavours share, is the peak of the group: 1.57 /
-    # 7.86 (40x ResNet50's size, held until a garbage collection lets it go); the flavours
-    # after it (ONNX Runtime's optimization and its quantizers) stay below it
+    # tf2onnx's conversion, which the four flavours share, is the group's peak: 1.57 / 7.86
+    # (40x ResNet50's size, while ONNX Runtime's optimization and quantizers after it stay
+    # far below); the ResNet50 figure is the process tree of the group built in one process
+    # as its worker builds it, sampled every 0.5 s
     **dict.fromkeys(("onnx_fp32", "onnx_optimized", "onnx_dynamic_int8", "onnx_static_int8"),
                     (0.6, 38.5)),
-    # OpenVINO's frontend reads the SavedModel's graph itself: 1.05 / 0.57 (the ResNet50
-    # figure, r23's, is the worker's own high-water mark)
+    # OpenVINO's frontend reads the SavedModel's graph without TensorFlow: 1.05 / 1.18 (the
+    # worker's process tree; its own high-water mark 0.57: the conversion has a helper)
     **dict.fromkeys(("openvino_fp32", "openvino_bf16", "openvino_int8"), (1.1, 3.0)),
 }
 

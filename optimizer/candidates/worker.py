@@ -61,7 +61,7 @@ def build_in_worker(source, optimized, workdir: Path, settings, labels: Sequence
         log.info("candidates: the worker building %s peaked at %.2f GiB (its process tree)",
                  ", ".join(labels), outcome.peak_bytes / GIB)
     if outcome.stopped_at_bytes is not None:
-        reason = (f"stopped at {outcome.stopped_at_bytes / GIB:.1f} GiB, over the memory "
+        reason = (f"stopped at {outcome.stopped_at_bytes / GIB:.2f} GiB, over the memory "
                   f"budget of {budget.describe()}")
     elif outcome.returncode < 0:
         killer = signal.Signals(-outcome.returncode)
