@@ -228,8 +228,9 @@ def derive_candidates(
     (:mod:`optimizer.candidates.build_estimates`) is skipped before its worker starts, with
     the estimate, and the others of its group are built; a worker that crosses the budget all
     the same is stopped by the watchdog (:mod:`optimizer.system.memory_watchdog`) and its
-    candidates skipped with the figure it reached, never left to the kernel's OOM killer. ``policy``: what ``source`` may hold
-    (:mod:`optimizer.model.op_scan`), applied by every build that reads it, in workers too.
+    candidates skipped with the figure it reached, never left to the kernel's OOM killer.
+    ``policy``: what ``source`` may hold (:mod:`optimizer.model.op_scan`), applied by every
+    build that reads it, in workers too.
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
