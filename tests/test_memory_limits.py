@@ -209,7 +209,7 @@ def test_a_big_models_benchmark_runs_in_a_process_of_its_own(model_dir, tmp_path
 
 def test_a_build_whose_worker_crosses_the_budget_is_stopped_and_the_others_still_made(
         tmp_path):
-    """The litert worker holds the 1.5 GiB of calibration feeds its job carries, which its
+    """The litert worker holds the 1.9 GiB of calibration feeds its job carries, which its
     estimate (from the model's size on disk) does not see; the watchdog stops it, well before
     its TensorFlow import, and the OpenVINO worker (no feeds, no TensorFlow) still builds."""
     import keras
@@ -222,8 +222,9 @@ def test_a_build_whose_worker_crosses_the_budget_is_stopped_and_the_others_still
     inputs = keras.Input((1024, 1024, 3), name="image")
     outputs = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 1)(inputs))
     keras.Model(inputs, outputs).export(str(tmp_path / "wide"), verbose=False)
-    feeds = tuple({"image": np.full((1, 1024, 1024, 3), i, np.float32)} for i in range(128))
-    estimate = build_bytes(tmp_path / "wide", ["litert_full_int8"])
+    feeds = tuple({"image": np.full((1, 1024, 1024, 3), i, np.float32)} for i in range(160))
+    # both builds are estimated to fit (the budget is above the larger estimate)
+    estimate = build_bytes(tmp_path / "wide", ["litert_full_int8", "openvino_fp32"])
     budget = MemoryBudget(tree_rss_bytes() + estimate + GIB // 10, "test")
     made, skipped = derive_candidates(
         tmp_path / "wide", freeze(tmp_path / "wide"), tmp_path / "candidates",
