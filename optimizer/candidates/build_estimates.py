@@ -5,7 +5,7 @@ estimated not to fit the memory budget beside what the step's process holds, wit
 in its one-line reason; the watchdog (:mod:`optimizer.system.memory_watchdog`) stops one that
 does not fit after all. One factor for every build (10x the model's size on disk over the
 runtime, :func:`optimizer.model.footprint.building_bytes`) estimated ResNet50's ONNX build at
-2.5 GiB where tf2onnx's conversion took 7.9, and its bf16 build at 2.5 where it took 1.8, so
+2.5 GiB where tf2onnx's conversion took 7.9-9.3, and its bf16 build at 2.5 where it took 1.8, so
 each flavour has its own.
 
 A build's estimate is a line in the source SavedModel's bytes on disk: a fixed part (the
@@ -45,12 +45,12 @@ BUILD_LINES = {
     # tree 1.86 for ResNet50's group
     **dict.fromkeys(("litert_fp32", "litert_fp16", "litert_dynamic_int8"), (1.2, 3.5)),
     "litert_full_int8": (1.2, 4.0),
-    # tf2onnx's conversion, which the four flavours share, is the group's peak: 1.57 / 7.86
-    # (40x ResNet50's size, while ONNX Runtime's optimization and quantizers after it stay
-    # far below); the ResNet50 figure is the process tree of the group built in one process
-    # as its worker builds it, sampled every 0.5 s
+    # tf2onnx's conversion, which the four flavours share, is the group's peak: 1.57 / 9.28
+    # (47x ResNet50's size; another run's tree, sampled every 0.5 s, read 7.86), while ONNX
+    # Runtime's optimization and quantizers after it peak at 1.96 once the conversion's
+    # garbage is collected
     **dict.fromkeys(("onnx_fp32", "onnx_optimized", "onnx_dynamic_int8", "onnx_static_int8"),
-                    (0.6, 38.5)),
+                    (0.6, 47.0)),
     # OpenVINO's frontend reads the SavedModel's graph without TensorFlow: 1.29 / 1.18 (the
     # worker's process tree; its own high-water mark 0.57: the conversion has a helper)
     **dict.fromkeys(("openvino_fp32", "openvino_bf16", "openvino_int8"), (1.3, 3.0)),
