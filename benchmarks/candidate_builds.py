@@ -11,13 +11,16 @@ candidate ``--targets`` asks for exactly as :func:`optimizer.candidates.build.de
 generated from the signature as a user without data gets (``calibration: synthetic``), and
 prints per group the wall seconds (what a user waits for; the machine's load, printed, stretches
 them) and the worker's CPU seconds (hardly stretched by load: compare runs by these), and the
-largest worker's peak memory so far. A build time is not a speed ratio: it takes no lock.
+largest worker's peak memory so far, and logs each flavour's peak and each
+worker's process-tree peak (the figures behind ``optimizer/candidates/build_estimates.py``). A
+build time is not a speed ratio: it takes no lock.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import resource
 import sys
@@ -40,9 +43,11 @@ def time_builds(src: Path, workdir: Path, targets: str, samples: int | None) -> 
     )
     from optimizer.candidates.worker import build_in_worker
     from optimizer.inputs.calibration import synthetic
+    from optimizer.model.op_scan import DEFAULT_POLICY
     from optimizer.model.savedmodel import DEFAULT_SIGNATURE, get_signature
     from optimizer.optimize.flow import optimize
     from optimizer.optimize.recipe import INFERENCE_RECIPE
+    from optimizer.system.memory_budget import memory_budget
 
     settings = CandidateSettings(targets=parse_targets(targets))
     if samples is not None:
@@ -52,6 +57,8 @@ def time_builds(src: Path, workdir: Path, targets: str, samples: int | None) -> 
     optimize_seconds = time.perf_counter() - started
     calibration = (synthetic(get_signature(src, DEFAULT_SIGNATURE),
                              settings.calibration_samples) if settings.calibrates else None)
+    # the machine's: the watchdog stops nothing here, and logs each worker's process tree
+    budget = memory_budget()
     groups = []
     groups_planned, dominated = build_plan(src, settings)
     for skip in dominated:
@@ -62,7 +69,8 @@ def time_builds(src: Path, workdir: Path, targets: str, samples: int | None) -> 
         made, skipped = build_in_worker(
             src, result.candidate.model if any(lb in SAVEDMODEL_VARIANTS for lb in labels)
             else None, workdir, settings, labels, signature=DEFAULT_SIGNATURE,
-            calibration=calibration, source_digest=None)
+            calibration=calibration, source_digest=None, policy=DEFAULT_POLICY,
+            budget=budget)
         seconds, cpu = time.perf_counter() - started, _children_cpu_seconds() - cpu
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
         groups.append({"labels": list(labels), "seconds": seconds, "cpu_seconds": cpu,
@@ -93,6 +101,8 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=None,
                         help="calibration samples (default: the candidates setting's)")
     args = parser.parse_args()
+    # the workers log at this level: each flavour's peak is an INFO line
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     from optimizer.tf_runtime import import_tensorflow
 
     import_tensorflow()

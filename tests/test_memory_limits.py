@@ -246,3 +246,49 @@ def test_a_big_models_benchmark_runs_in_a_process_of_its_own(model_dir, tmp_path
     assert in_processes == [["same"]]  # the budget is ample: one group, not this process
     assert [c.label for c in result.candidates] == ["same"]
     assert set(result.ratios["same"]) == {1}
+
+
+def test_a_build_whose_worker_crosses_the_budget_is_stopped_and_the_others_still_made(
+        tmp_path):
+    """The litert worker holds the 1.9 GiB of calibration feeds its job carries, which its
+    estimate (from the model's size on disk) does not see; the watchdog stops it, well before
+    its TensorFlow import, and the OpenVINO worker (no feeds, no TensorFlow) still builds."""
+    import keras
+    import numpy as np
+
+    from optimizer.candidates.build_estimates import build_bytes
+    from optimizer.inputs.calibration import Calibration
+    from optimizer.model.freeze import freeze
+
+    inputs = keras.Input((1024, 1024, 3), name="image")
+    outputs = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 1)(inputs))
+    keras.Model(inputs, outputs).export(str(tmp_path / "wide"), verbose=False)
+    feeds = tuple({"image": np.full((1, 1024, 1024, 3), i, np.float32)} for i in range(160))
+    # both builds are estimated to fit (the budget is above the larger estimate)
+    estimate = build_bytes(tmp_path / "wide", ["litert_full_int8", "openvino_fp32"])
+    budget = MemoryBudget(tree_rss_bytes() + estimate + GIB // 10, "test")
+    made, skipped = derive_candidates(
+        tmp_path / "wide", freeze(tmp_path / "wide"), tmp_path / "candidates",
+        CandidateSettings(targets=("litert", "openvino"), litert_flavours=("full_int8",),
+                          openvino_flavours=("fp32",)),
+        calibration=Calibration(feeds, "test feeds"), in_workers=True, budget=budget)
+    assert [c.label for c in made] == ["openvino_fp32"], skipped
+    assert [s.label for s in skipped] == ["litert_full_int8"]
+    stopped = skipped[0].reason
+    assert stopped.startswith("stopped at ") and stopped.endswith(
+        " GiB, over the memory budget of " + budget.describe()), stopped
+    assert float(stopped.split()[2]) > budget.bytes / GIB - 0.05
+
+
+def test_a_groups_estimate_is_its_largest_flavours_and_onnx_costs_most_on_a_big_model(
+        model_dir, tmp_path):
+    from optimizer.candidates.build import LITERT_FLAVOURS
+    from optimizer.candidates.build_estimates import build_bytes
+
+    source = model_dir("keras_cnn")
+    litert = [f"litert_{flavour}" for flavour in LITERT_FLAVOURS]
+    assert build_bytes(source, litert) == build_bytes(source, ["litert_full_int8"])
+    assert build_bytes(source, ["litert_full_int8"]) > build_bytes(source, ["litert_fp32"])
+    big = _padded(source, tmp_path)  # tf2onnx's conversion grows fastest with the size
+    assert build_bytes(big, ["onnx_static_int8"]) > max(
+        build_bytes(big, [label]) for label in ("bf16", "xla", *litert, "openvino_int8"))

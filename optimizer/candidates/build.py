@@ -77,6 +77,8 @@ ONNX_FLAVOURS = ("fp32", "optimized", "dynamic_int8", "static_int8")
 OPENVINO_FLAVOURS = ("fp32", "bf16", "int8")
 # The flavours that calibrate on representative inputs, by target.
 CALIBRATING = {"litert": ("full_int8",), "onnx": ("static_int8",), "openvino": ("int8",)}
+CALIBRATING_LABELS = frozenset(f"{target}_{flavour}" for target, flavours in CALIBRATING.items()
+                               for flavour in flavours)
 LITERT_FILE = "model.tflite"
 ONNX_FILE = "model.onnx"
 OPENVINO_FILE = "model.xml"
@@ -220,11 +222,15 @@ def derive_candidates(
     its artifact is on disk, so the candidates stage costs one build at a time, not their
     sum. ``in_workers=False`` builds them in this process (what a worker itself does); the
     default, ``None``, uses workers for a model of :data:`~optimizer.model.footprint.WORKERS_FROM_BYTES` or more on disk
-    (:func:`builds_in_workers`). In workers, a build estimated not to fit the memory
-    ``budget`` (default :func:`~optimizer.system.memory_budget.memory_budget`: the cgroup's limit,
-    else the machine's memory) beside what this process holds is skipped with the estimate,
-    rather than started and killed by the kernel. ``policy``: what ``source`` may hold
-    (:mod:`optimizer.model.op_scan`), applied by every build that reads it, in workers too.
+    (:func:`builds_in_workers`). In workers, the builds keep the memory ``budget`` (default
+    :func:`~optimizer.system.memory_budget.memory_budget`: the cgroup's limit, else the
+    machine's memory): a flavour estimated not to fit beside what this process holds
+    (:mod:`optimizer.candidates.build_estimates`) is skipped before its worker starts, with
+    the estimate, and the others of its group are built; a worker that crosses the budget all
+    the same is stopped by the watchdog (:mod:`optimizer.system.memory_watchdog`) and its
+    candidates skipped with the figure it reached, never left to the kernel's OOM killer.
+    ``policy``: what ``source`` may hold (:mod:`optimizer.model.op_scan`), applied by every
+    build that reads it, in workers too.
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -242,26 +248,36 @@ def derive_candidates(
                                          signature=signature, calibration=calibration,
                                          source_digest=source_digest, policy=policy)
         return made, dominated + skipped
+    from optimizer.candidates.build_estimates import build_bytes
     from optimizer.candidates.worker import build_in_worker
-    from optimizer.model.footprint import building_bytes
     from optimizer.system.memory_budget import GIB, memory_budget
     from optimizer.system.process_tree import tree_rss_bytes
 
     budget = budget or memory_budget()
     made, skipped = [], list(dominated)
-    for n, labels in enumerate(groups, 1):
-        needs = (tree_rss_bytes() or 0) + building_bytes(source)
-        if needs > budget.bytes:
+    for n, group in enumerate(groups, 1):
+        held = tree_rss_bytes() or 0
+        labels = []
+        for label in group:  # a flavour that would not fit leaves the others of its group
+            needs = held + build_bytes(source, [label])
+            if needs <= budget.bytes:
+                labels.append(label)
+                continue
             reason = (f"building it in a worker needs an estimated {needs / GIB:.1f} GiB, more "
                       f"than the memory budget of {budget.describe()}")
-            log.warning("candidates: %s skipped: %s", ", ".join(labels), reason)
-            skipped += [Skipped(label, reason) for label in labels]
+            log.warning("candidates: %s skipped: %s", label, reason)
+            skipped.append(Skipped(label, reason))
+        if not labels:
             continue
-        log.info("candidates: [%d/%d] %s (worker process)", n, len(groups), ", ".join(labels))
+        log.info("candidates: [%d/%d] %s (worker process, estimated %.2f GiB beside %.2f "
+                 "GiB held)", n, len(groups), ", ".join(labels),
+                 build_bytes(source, labels) / GIB, held / GIB)
+        # a worker holds what its job carries: the feeds only where a flavour calibrates
         built, refused = build_in_worker(
             source, optimized if any(lb in SAVEDMODEL_VARIANTS for lb in labels) else None,
-            workdir, settings, labels, signature=signature, calibration=calibration,
-            source_digest=source_digest, policy=policy)
+            workdir, settings, labels, signature=signature,
+            calibration=calibration if any(lb in CALIBRATING_LABELS for lb in labels) else None,
+            source_digest=source_digest, policy=policy, budget=budget)
         made += built
         skipped += refused
     return made, skipped
@@ -278,9 +294,15 @@ def build_candidates(
     calibration: Calibration | None,
     source_digest: str | None,
     policy: ScanPolicy = DEFAULT_POLICY,
+    measure_flavours: bool = False,
 ) -> tuple[list[Candidate], list[Skipped]]:
     """Build the candidates named ``labels`` here, in this process; a refused one is skipped
-    with its one-line reason. ``source`` is read under ``policy``."""
+    with its one-line reason. ``source`` is read under ``policy``. ``measure_flavours`` (a
+    worker's) logs each flavour's peak, read from the kernel's high-water mark reset before
+    it: exact where a sampling thread would be starved, as a converter holding the GIL for
+    tens of seconds starves one."""
+    from optimizer.benchmark.memory import read_rss, reset_peak
+
     wanted = set(labels)
     makers: list[tuple[str, Callable[[Path], Candidate]]] = []
     if "savedmodel" in settings.targets:
@@ -304,12 +326,19 @@ def build_candidates(
     made, skipped = [], []
     for n, (label, make) in enumerate(makers, 1):
         log.info("candidates: [%d/%d] %s", n, len(makers), label)
+        # a worker resets its peak for each flavour: the figures behind build_estimates
+        peak_reset = measure_flavours and reset_peak()
         try:
             made.append(make(workdir / label))
         except TfoptError as exc:
             reason = first_line(exc)
             log.warning("candidates: %s skipped: %s", label, reason)
             skipped.append(Skipped(label, reason))
+        if peak_reset and (reading := read_rss()) is not None:
+            log.info("candidates: %s: the worker peaked at %.2f GiB resident while it was "
+                     "built%s", label, reading.peak_bytes / 2**30,
+                     " (with the conversion its target's flavours share)"
+                     if n == 1 and len(makers) > 1 else "")
     return made, skipped
 
 

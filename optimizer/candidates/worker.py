@@ -11,9 +11,12 @@ from the parent's own memory.
 
 The job (the source path, the optimized graph, the settings and the calibration feeds) goes to
 the worker as a pickle in the candidates' work directory (:func:`optimizer.system.worker_process.run_job`).
-A candidate the worker refuses is skipped with its one-line reason, as in-process; a worker
-killed by a signal (the kernel's OOM killer) skips its candidates with that reason instead of
-taking the step down.
+A candidate the worker refuses is skipped with its one-line reason, as in-process. A worker whose
+process tree takes this process's over the memory budget is stopped by the watchdog
+(:mod:`optimizer.system.memory_watchdog`) and its candidates skipped with "stopped at X GiB, over
+the memory budget of Y GiB"; one killed by a signal all the same (an OOM killer acting on a
+limit tfopt was not told of) skips its candidates with that reason. Neither takes the step
+down.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from optimizer.errors import TfoptError
+from optimizer.system.memory_budget import GIB, MemoryBudget
 from optimizer.system.worker_process import read_job, run_job
 
 log = logging.getLogger(__name__)
@@ -38,21 +42,34 @@ class CandidateWorkerError(TfoptError):
 
 
 def build_in_worker(source, optimized, workdir: Path, settings, labels: Sequence[str], *,
-                    signature: str, calibration, source_digest: str | None, policy):
+                    signature: str, calibration, source_digest: str | None, policy,
+                    budget: MemoryBudget | None = None):
     """``(made, skipped)`` for ``labels``, built by a child process that has exited when this
     returns (:func:`optimizer.candidates.build.build_candidates` runs there, reading the source
-    under ``policy``, the model scan's, which the job carries)."""
+    under ``policy``, the model scan's, which the job carries). With a memory ``budget``, the
+    worker is stopped once this process's tree crosses it
+    (:mod:`optimizer.system.memory_watchdog`), and its candidates skipped with the figure."""
     from optimizer.candidates.candidate import Candidate, Skipped
 
     outcome = run_job(__name__, {
         "source": str(source), "optimized": optimized, "workdir": str(workdir),
         "settings": settings, "labels": list(labels), "signature": signature,
         "calibration": calibration, "source_digest": source_digest, "policy": policy,
-        "log_level": logging.getLogger().getEffectiveLevel()}, directory=workdir)
-    if outcome.returncode < 0:
+        "log_level": logging.getLogger().getEffectiveLevel()}, directory=workdir,
+        memory_limit=budget.bytes if budget else None)
+    if outcome.peak_bytes is not None:
+        log.info("candidates: the worker building %s peaked at %.2f GiB (its process tree)",
+                 ", ".join(labels), outcome.peak_bytes / GIB)
+    if outcome.stopped_at_bytes is not None:
+        reason = (f"stopped at {outcome.stopped_at_bytes / GIB:.2f} GiB, over the memory "
+                  f"budget of {budget.describe()}")
+    elif outcome.returncode < 0:
         killer = signal.Signals(-outcome.returncode)
         reason = (f"its worker process was killed by {killer.name}"
                   + (" (out of memory?)" if killer == signal.SIGKILL else ""))
+    else:
+        reason = None
+    if reason is not None:
         log.warning("candidates: %s skipped: %s", ", ".join(labels), reason)
         return [], [Skipped(label, reason) for label in labels]
     if outcome.returncode != 0 or outcome.answer is None:
@@ -72,13 +89,7 @@ def main(argv: Sequence[str]) -> int:
     made, skipped = build_candidates(
         job["source"], job["optimized"], Path(job["workdir"]), job["settings"], job["labels"],
         signature=job["signature"], calibration=job["calibration"],
-        source_digest=job["source_digest"], policy=job["policy"])
-    from optimizer.benchmark.memory import read_rss
-
-    reading = read_rss()
-    if reading is not None:  # beside building_bytes' estimate, in the step's log
-        log.info("candidates: the worker building %s peaked at %.2f GiB resident",
-                 ", ".join(job["labels"]), reading.peak_bytes / 2**30)
+        source_digest=job["source_digest"], policy=job["policy"], measure_flavours=True)
     write_answer(json.dumps({"made": [c.to_dict() for c in made],
                              "skipped": [s.to_dict() for s in skipped]}))
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,34 +40,58 @@ class JobOutcome:
     returncode: int  # negative: killed by that signal
     answer: str | None  # what the child wrote to its answer file, None if nothing
     stderr: str
+    # with a memory limit: the tree's bytes when the watchdog killed the child (None: it did
+    # not), and the peak of the child's own tree (None: not measured)
+    stopped_at_bytes: int | None = None
+    peak_bytes: int | None = None
 
     def last_line(self) -> str:
         lines = [ln for ln in self.stderr.splitlines() if ln.strip()]
         return lines[-1].strip() if lines else "no output"
 
 
-def run_job(module: str, job: object, directory: str | os.PathLike | None = None) -> JobOutcome:
+def run_job(module: str, job: object, directory: str | os.PathLike | None = None,
+            memory_limit: int | None = None) -> JobOutcome:
     """Run ``python -m module JOB ANSWER`` to completion: ``job`` pickled into JOB (parent and
     child are the same code; nothing else reads it), the child writing ANSWER (temp then
     rename) before it exits. Its stderr (its log) is passed on to this process's once it has
     exited. Returns when the child is gone, so its memory is back. The job file goes in
     ``directory`` (default: the system's temporary directory; give one on disk for a large
-    job, as a tmpfs is memory)."""
+    job, as a tmpfs is memory). With ``memory_limit`` (bytes), a
+    :class:`~optimizer.system.memory_watchdog.MemoryWatchdog` kills the child (SIGKILL, its
+    process group) once this process's tree crosses it: the outcome says at what figure."""
     import pickle
+
+    from optimizer.system.memory_watchdog import MemoryWatchdog
 
     with tempfile.TemporaryDirectory(prefix=".tfopt-job-", dir=directory) as scratch:
         job_path, answer = Path(scratch) / "job.pickle", Path(scratch) / "answer"
         with open(job_path, "wb") as out:
             pickle.dump(job, out, protocol=pickle.HIGHEST_PROTOCOL)
         with tempfile.TemporaryFile() as stderr:
-            code = subprocess.run([sys.executable, "-m", module, str(job_path), str(answer)],
-                                  check=False, stdin=subprocess.DEVNULL, stderr=stderr,
-                                  env=child_environment()).returncode
+            # its own process group, so that the watchdog's kill takes its helpers with it
+            child = subprocess.Popen([sys.executable, "-m", module, str(job_path), str(answer)],
+                                     stdin=subprocess.DEVNULL, stderr=stderr,
+                                     env=child_environment(), process_group=0)
+            watchdog = MemoryWatchdog(child.pid, memory_limit) if memory_limit else None
+            try:
+                if watchdog is None:
+                    code = child.wait()
+                else:
+                    with watchdog:
+                        code = child.wait()
+            finally:
+                # interrupted (Ctrl-C reaches the terminal's group, not the child's): no orphan
+                if child.poll() is None:
+                    os.killpg(child.pid, signal.SIGKILL)
+                    child.wait()
             stderr.seek(0)
             errors = stderr.read().decode(errors="replace")
         if errors.strip():
             sys.stderr.write(errors)
-        return JobOutcome(code, answer.read_text() if answer.is_file() else None, errors)
+        return JobOutcome(code, answer.read_text() if answer.is_file() else None, errors,
+                          stopped_at_bytes=watchdog.stopped_at if watchdog else None,
+                          peak_bytes=watchdog.worker_peak if watchdog else None)
 
 
 def read_job(argv: Sequence[str]) -> tuple[object, Callable[[str], None]]:
