@@ -177,9 +177,11 @@ def select_candidate(
     decision = evaluate_gate(result, gate_config,
                              precisions={c.label: c.precision for c in candidates})
     measured = {c.label for c in result.candidates}
-    # left out of the benchmark: they fit beside the baseline in no group within the budget
-    skipped = [*skipped, *(Skipped(c.label, "does not fit beside the baseline within the "
-                                            "memory budget (see the benchmark's notes)")
+    # left out of the benchmark: they fit beside the baseline in no group within its limit
+    # (the memory budget, or a big model's working set: the benchmark's notes say which)
+    skipped = [*skipped, *(Skipped(c.label, "left out of the benchmark: it fits beside the "
+                                            "baseline in no group within the benchmark's "
+                                            "memory limit (see its notes)")
                            for c in candidates if c.label not in measured)]
     return Selection(result, decision, tuple(c for c in candidates if c.label in measured),
                      tuple(skipped))
