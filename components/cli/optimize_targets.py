@@ -168,7 +168,7 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> i
             selection.write_json(staging / CANDIDATES_FILE, kept={chosen.label: str(final)})
             if args.tune:
                 _tune(staging, staging / Path(chosen.path).name if is_file else staging,
-                      args.signature, policy)
+                      args.signature, policy, getattr(args, "budget", None))
         print(f"chosen       {chosen.label} ({chosen.format}, {chosen.runtime}): "
               f"{selection.decision.verdict(chosen.label).speedup:.2f}x vs {args.src}")
         print(f"load with    {chosen.how_to_load.strip().splitlines()[-1]}")
@@ -178,12 +178,12 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> i
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _tune(directory: Path, model_path: Path, signature: str, policy) -> None:
+def _tune(directory: Path, model_path: Path, signature: str, policy, budget) -> None:
     from optimizer.runtime_tuning import RUNTIME_SETTINGS_FILE, tune_runtime
 
     settings = tune_runtime(model_path, signature=signature,
                             progress=lambda message: log.info("tuning: %s", message),
-                            policy=policy)
+                            policy=policy, budget=budget)
     settings.to_json(directory / RUNTIME_SETTINGS_FILE)
     threads = settings.threads
     print(f"runtime      best threads {threads.label}; recommended batch "

@@ -102,6 +102,7 @@ def tune(config: PipelineConfig, model_path: str, step_dir: Path) -> Path | None
     logged and the model is published without it."""
     from optimizer.errors import TfoptError
     from optimizer.runtime_tuning import RUNTIME_SETTINGS_FILE, tune_runtime
+    from optimizer.system.memory_budget import memory_budget
 
     section = config.tuning
     if not section.enabled:
@@ -113,7 +114,8 @@ def tune(config: PipelineConfig, model_path: str, step_dir: Path) -> Path | None
             rounds=section.rounds, seconds_per_probe=section.seconds_per_probe,
             time_budget_seconds=section.time_budget_seconds,
             progress=lambda message: log.info("tuning: %s", message),
-            policy=config.security.scan_policy())
+            policy=config.security.scan_policy(),
+            budget=memory_budget(config.resources.memory_gb))
     except TfoptError as exc:
         log.warning("gate: runtime tuning skipped: %s", exc)
         return None
