@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from optimizer.model.footprint import PROCESS_BYTES, LoadCost
 from optimizer.runtime_tuning import RuntimeTuningError, thread_grid, tune_runtime
 from optimizer.runtime_tuning.grid import reference_setting
-from optimizer.runtime_tuning.tune import probes_that_fit
+from optimizer.runtime_tuning.tune import probe_bytes, probes_that_fit
 from optimizer.system.cpu_threads import available_cpus
 from optimizer.system.memory_budget import MemoryBudget
 from optimizer.system.process_tree import tree_rss_bytes
@@ -19,9 +18,7 @@ CPUS = available_cpus().available
 def _budget_for(model: str, probes: float) -> MemoryBudget:
     """A budget with room for ``probes`` probe processes beside this process tree, by the
     estimate the tuning itself uses."""
-    cost = LoadCost.of(model)
-    one = PROCESS_BYTES + cost.kept + cost.transient
-    return MemoryBudget(tree_rss_bytes() + int(probes * one), "test")
+    return MemoryBudget(tree_rss_bytes() + int(probes * probe_bytes(model)), "test")
 
 
 def test_only_the_reference_and_the_probes_that_fit_start_the_rest_named(model_dir):

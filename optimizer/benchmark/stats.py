@@ -124,23 +124,34 @@ def p50_ratio_interval(
     ``baseline[i]`` and ``candidate[i]`` are the figures of the same round ``i``
     (:func:`round_figures`).
     """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    per_round = _per_round_ratios(baseline, candidate)
+    n = per_round.size
+    block = min(block or default_block(n), n)
+    medians = _resampled_medians(per_round, block, resamples, np.random.default_rng(seed))
+    low, high = _central(medians, confidence)
+    return RatioInterval(ratio=float(np.median(per_round)), low=float(low),
+                         high=float(high), confidence=confidence, rounds=int(n), block=block,
+                         resamples=int(resamples))
+
+
+def _per_round_ratios(baseline: Sequence[float], candidate: Sequence[float]) -> np.ndarray:
+    """``candidate[i] / baseline[i]``, for two paired series of 2 rounds or more."""
     a = np.asarray(baseline, dtype=np.float64)
     b = np.asarray(candidate, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"paired samples need equal lengths, got {a.shape} and {b.shape}")
     if a.size < 2:
         raise ValueError("a ratio interval needs at least 2 rounds")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    n = a.size
-    block = min(block or default_block(n), n)
-    per_round = b / a
-    medians = _resampled_medians(per_round, block, resamples, np.random.default_rng(seed))
+    return b / a
+
+
+def _central(resampled: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The central ``confidence`` share of a bootstrap distribution: its percentile bounds."""
     tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(medians, [tail, 100 - tail])
-    return RatioInterval(ratio=float(np.median(per_round)), low=float(low),
-                         high=float(high), confidence=confidence, rounds=int(n), block=block,
-                         resamples=int(resamples))
+    low, high = np.percentile(resampled, [tail, 100 - tail])
+    return float(low), float(high)
 
 
 def _resampled_medians(per_round: np.ndarray, block: int, resamples: int,
@@ -164,18 +175,12 @@ def unpaired_ratio_interval(fastest_baseline: Sequence[float], fastest: Sequence
     resampling carries. The tie test this serves (:func:`tied`) is sharper than asking whether
     the two intervals against the baseline overlap: two 95% intervals overlap until their
     difference is far beyond what either alone can show."""
-    ratios = []
-    for base, model in ((fastest_baseline, fastest), (other_baseline, other)):
-        a, b = np.asarray(base, dtype=np.float64), np.asarray(model, dtype=np.float64)
-        if a.shape != b.shape or a.ndim != 1 or a.size < 2:
-            raise ValueError(f"paired samples need equal lengths of 2 or more, got {a.shape} "
-                             f"and {b.shape}")
-        ratios.append(b / a)
+    ratios = [_per_round_ratios(fastest_baseline, fastest),
+              _per_round_ratios(other_baseline, other)]
     rng = np.random.default_rng(seed)
     blocks = [default_block(r.size) for r in ratios]
     fast, slow = (_resampled_medians(r, k, resamples, rng) for r, k in zip(ratios, blocks))
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(slow / fast, [tail, 100 - tail])
+    low, high = _central(slow / fast, confidence)
     return RatioInterval(ratio=float(np.median(ratios[1]) / np.median(ratios[0])),
                          low=float(low), high=float(high), confidence=confidence,
                          rounds=int(min(r.size for r in ratios)), block=min(blocks),

@@ -35,6 +35,16 @@ from optimizer.system.memory_budget import MemoryBudget, memory_budget
 log = logging.getLogger(__name__)
 
 
+def probe_bytes(model: str | os.PathLike) -> int:
+    """The estimated peak of one probe process holding ``model``: a process's runtime plus
+    the model's load (what it keeps, and its load's transient), as a benchmark group of one
+    model is estimated (:mod:`optimizer.benchmark.memory_groups`)."""
+    from optimizer.model.footprint import PROCESS_BYTES, LoadCost, group_bytes
+    from optimizer.runtime.registry import detect_format
+
+    return PROCESS_BYTES + group_bytes([LoadCost.of(model, detect_format(model))])
+
+
 def probes_that_fit(model: str, grid: Sequence[ThreadSetting], reference: ThreadSetting,
                     budget: MemoryBudget, say: Progress) -> list[ThreadSetting]:
     """``grid``, or the reference and as many of the others (in the grid's order) as fit
@@ -42,13 +52,10 @@ def probes_that_fit(model: str, grid: Sequence[ThreadSetting], reference: Thread
     (:class:`~optimizer.model.footprint.LoadCost`, kept and transient). A ResNet50 run with
     every probe at once peaked at 12.6 GiB under an 8 GiB budget. Refuses, in one line, when
     not even the reference fits."""
-    from optimizer.model.footprint import PROCESS_BYTES, LoadCost
-    from optimizer.runtime.registry import detect_format
     from optimizer.system.memory_budget import GIB
     from optimizer.system.process_tree import tree_rss_bytes
 
-    cost = LoadCost.of(model, detect_format(model))
-    one = PROCESS_BYTES + cost.kept + cost.transient
+    one = probe_bytes(model)
     room = budget.bytes - (tree_rss_bytes() or 0)
     fit = int(room // one)
     if fit < 1:

@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
-from typing import Self
 
-from optimizer.system.process_tree import SAMPLE_SECONDS, tree_rss_bytes
+from optimizer.system.process_tree import SAMPLE_SECONDS, TreeMeter, tree_rss_bytes
 
 
-class MemoryWatchdog:
+class MemoryWatchdog(TreeMeter):
     """``with MemoryWatchdog(worker_pid, limit_bytes): worker.wait()``; then
-    :attr:`stopped_at` (the tree's bytes when the worker was killed, None if it never was) and
-    :attr:`worker_peak` (the worker's own tree's peak, None where ``/proc`` is missing).
+    :attr:`stopped_at` (the tree's bytes when the worker was killed, None if it never was),
+    :attr:`worker_peak` (the worker's own tree's peak, None where ``/proc`` is missing) and,
+    as a :class:`~optimizer.system.process_tree.TreeMeter` of ``root``, ``peak`` and ``cost``.
 
     ``worker_pid`` must lead its own process group: the whole group is killed, so that a
     converter's helper processes go with it. ``root`` is the tree measured against the limit
@@ -41,39 +40,24 @@ class MemoryWatchdog:
 
     def __init__(self, worker_pid: int, limit_bytes: int, *, root: int | None = None,
                  interval: float = SAMPLE_SECONDS):
+        super().__init__(interval, pid=os.getpid() if root is None else root)
         self.worker_pid, self.limit_bytes = worker_pid, limit_bytes
-        self.root = os.getpid() if root is None else root
-        self.interval = interval
         self.stopped_at: int | None = None
-        self.tree_peak: int | None = None
         self.worker_peak: int | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True, name="memory-watchdog")
 
-    def _sample(self) -> bool:
-        """One reading; True once the worker is stopped (nothing more to watch)."""
-        tree, worker = tree_rss_bytes(self.root), tree_rss_bytes(self.worker_pid)
-        if tree is None or worker is None:
-            return True
-        self.tree_peak = max(self.tree_peak or 0, tree)
+    def _sample(self) -> int | None:
+        tree = super()._sample()
+        if tree is None or self.stopped_at is not None:
+            return tree
+        worker = tree_rss_bytes(self.worker_pid)
+        if worker is None:  # exited: nothing more to watch
+            return tree
         self.worker_peak = max(self.worker_peak or 0, worker)
         if tree > self.limit_bytes:
             try:
                 os.killpg(self.worker_pid, signal.SIGKILL)
             except ProcessLookupError:  # exited between the reading and the kill
-                return True
+                return tree
             self.stopped_at = tree
-            return True
-        return False
-
-    def _watch(self) -> None:
-        while not self._sample() and not self._stop.wait(self.interval):
-            pass
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+            self._stop.set()
+        return tree

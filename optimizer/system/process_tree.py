@@ -83,10 +83,13 @@ class TreeMeter:
         self._thread = threading.Thread(target=self._sample_until_stopped, daemon=True,
                                         name="tree-meter")
 
-    def _sample(self) -> None:
+    def _sample(self) -> int | None:
+        """One reading of the tree, kept in :attr:`peak`; returned for subclasses that act on
+        it (:class:`~optimizer.system.memory_watchdog.MemoryWatchdog`)."""
         reading = tree_rss_bytes(self.pid)
         if reading is not None:
             self.peak = reading if self.peak is None else max(self.peak, reading)
+        return reading
 
     def _sample_until_stopped(self) -> None:
         while not self._stop.wait(self.interval):
