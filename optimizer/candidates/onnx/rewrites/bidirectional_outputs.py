@@ -67,10 +67,10 @@ def _direction(view: GraphView, name: str) -> tuple[onnx.NodeProto, int] | None:
     if starts is None or ends is None or starts.size != 1 or ends.size != 1 or \
             _axes(view, slice_, 3) != [1] or (steps is not None and steps.tolist() != [1]):
         return None
-    start = int(starts.reshape(())) % 2 if -2 <= int(starts.reshape(())) < 2 else None
-    end = min(int(ends.reshape(())), 2) if int(ends.reshape(())) >= 0 else \
-        int(ends.reshape(())) + 2
-    if start is None or end != start + 1:
+    # the Slice's bounds on an axis of 2: negative ones count from the end, ends clamp to 2
+    start, end = (int(v.reshape(())) for v in (starts, ends))
+    start, end = start + 2 if start < 0 else start, min(end + 2 if end < 0 else end, 2)
+    if start not in (0, 1) or end != start + 1:
         return None
     return recurrent, start
 
@@ -91,11 +91,10 @@ def bidirectional_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
         if hidden is None:
             continue
         perm, last = [0, 2, 1, 3], concat
-        readers = view.consumers.get(concat.output[0], [])
-        if len(readers) == 1 and view.only_reader(concat.output[0], readers[0]) and \
-                readers[0].op_type == "Transpose" and \
-                attribute(readers[0], "perm") == [1, 0, 2]:
-            perm, last = [2, 0, 1, 3], readers[0]
+        reader = next(iter(view.consumers.get(concat.output[0], [])), None)
+        if reader is not None and view.only_reader(concat.output[0], reader) and \
+                reader.op_type == "Transpose" and attribute(reader, "perm") == [1, 0, 2]:
+            perm, last = [2, 0, 1, 3], reader
         transposed = view.unique_name(f"{concat.output[0]}__transposed")
         shape = view.unique_name(f"{concat.output[0]}__shape")
         initializers.append(int64_tensor(

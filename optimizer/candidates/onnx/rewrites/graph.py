@@ -125,13 +125,6 @@ def attribute(node: onnx.NodeProto, name: str, default=None):
     return default
 
 
-def scalar(value: np.ndarray | None) -> float | int | None:
-    """``value``'s one element when it holds exactly one, else None."""
-    if value is None or value.size != 1:
-        return None
-    return value.reshape(()).item()
-
-
 def rebuilt(model: onnx.ModelProto, replacements: Mapping[int, Sequence[onnx.NodeProto]],
             initializers: Iterable[onnx.TensorProto] = ()) -> onnx.ModelProto:
     """A copy of ``model`` whose node ``i`` is replaced by the nodes ``replacements[i]`` (none:
