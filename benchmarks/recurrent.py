@@ -3,6 +3,7 @@ p50 at batch 1, interleaved in one process.
 
     .venv/bin/python benchmarks/recurrent.py [--seconds 30] [--min-runs 100] [--pairs]
         [--block 1] [--workdir DIR] [--print-only]
+    .venv/bin/python benchmarks/recurrent.py --onnx-rewrites [--seconds 30] [--workdir DIR]
 
 The model is built in code (random weights, seeded): int32 token ids ``[batch, 20]`` ->
 ``Embedding(5000, 64)`` -> ``Bidirectional(LSTM(128, return_sequences=True))`` -> ``Dense(10)``
@@ -31,6 +32,15 @@ its own minutes (on a shared machine the stock model's p50 moved 2.5-8 ms from p
 ``--block N`` makes each timed call N back-to-back calls (the time per call is their mean), so
 that every model runs with its own weights in the caches, as a model serving a steady stream of
 requests does; 1 (the default) is the gate's way.
+
+``--onnx-rewrites`` times only ONNX Runtime, for the graph simplification of the ``optimized``
+flavour (:mod:`optimizer.candidates.onnx.rewrites`): the tagger converted by hand
+(``python -m tf2onnx.convert --saved-model``, a default session) against our ``onnx_optimized``
+candidate in a default session and at 1 intra-op thread, with the stock SavedModel call for the
+5x target, in blocks of 10 calls interleaved (the gate's way), batch 1, one process. Figures:
+each one's p50 against by hand (``p50(by hand) / p50(it)``, above 1 faster) and against stock,
+with 95% paired intervals; node counts at each stage; the largest output difference from the
+SavedModel at batch 1 and 3.
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ sys.path.insert(0, str(ROOT.parent))
 from common import RESULTS_DIR, work_directory, write_result
 
 RESULT_NAME = "recurrent"
+ONNX_REWRITES_RESULT = "recurrent_onnx_rewrites"
 SEQUENCE_LENGTH = 20
 VOCABULARY = 5000
 SAVEDMODEL_TARGET, ALL_TARGETS = 1.5, 5.0
@@ -157,6 +168,104 @@ def measure(args) -> dict:
             "skipped": [s.to_dict() for s in skipped]}
 
 
+def convert_by_hand(stock: Path, workdir: Path) -> Path:
+    """``python -m tf2onnx.convert --saved-model SRC``, as a user would (cached)."""
+    import subprocess
+
+    out = workdir / "onnx_by_hand" / "model.onnx"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(stock),
+                        "--output", str(out)], check=True, capture_output=True)
+    return out
+
+
+def measure_onnx_rewrites(args) -> dict:
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from optimizer.benchmark.interleaved import DEFAULT_BLOCK_SIZE, time_interleaved
+    from optimizer.benchmark.stats import p50_ratio_interval
+    from optimizer.candidates.onnx.convert import OnnxExport, convert_to_onnx
+    from optimizer.runtime import load_runner
+    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+
+    runtime = apply_runtime_settings(default_runtime_settings())  # before TensorFlow starts
+    workdir = work_directory(args.workdir, "tfopt-bench-onnx-rewrites-")
+    stock_path = export_tagger(workdir)
+    started = time.perf_counter()
+    by_hand = convert_by_hand(stock_path, workdir)
+    export = OnnxExport(stock_path)
+    ours = convert_to_onnx(stock_path, workdir / "onnx_optimized" / "model.onnx", "optimized",
+                           export=export, overwrite=True)
+    record = ours.sidecar.converter["graph_simplification"]
+    print(f"converted in {time.perf_counter() - started:.0f}s; rewrites: "
+          f"{', '.join(record['rewrites'])}", flush=True)
+
+    def session(path: Path, threads: int | None):
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    sessions = {"by hand (default session)": session(by_hand, None),
+                "onnx_optimized (default session)": session(ours.path, None),
+                "onnx_optimized (1 thread)": session(ours.path, 1)}
+    stock = load_runner(stock_path)
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, VOCABULARY, (1, SEQUENCE_LENGTH)).astype(np.int32)
+    calls = {label: (lambda s=s: s.run(None, {"token_ids": ids}))
+             for label, s in sessions.items()}
+    calls["stock"] = stock.bind(stock.to_tensors({"token_ids": ids}))
+    differences = {}
+    for batch in (1, 3):
+        feeds = {"token_ids": rng.integers(-VOCABULARY, VOCABULARY,
+                                           (batch, SEQUENCE_LENGTH)).astype(np.int32)}
+        expected = stock(feeds)["output_0"]
+        for label, s in sessions.items():
+            got = s.run(None, feeds)[0]
+            differences[label] = max(differences.get(label, 0.0),
+                                     float(np.abs(got - expected).max()))
+    print(f"timing {', '.join(calls)} for at least {args.seconds:.0f}s ...", flush=True)
+    samples = time_interleaved(calls, warmup=10, min_runs=30, min_seconds=args.seconds,
+                               rotate_order=True, block_size=DEFAULT_BLOCK_SIZE)
+    figures = {label: samples[label].round_figures for label in calls}
+    rows = []
+    for label in sessions:
+        against_hand = p50_ratio_interval(figures["by hand (default session)"], figures[label])
+        against_stock = p50_ratio_interval(figures["stock"], figures[label])
+        rows.append({"model": label, "p50_ms": samples[label].p50 * 1e3,
+                     "rounds": against_hand.rounds,
+                     "vs_by_hand": against_hand.speedup, "vs_by_hand_low": 1 / against_hand.high,
+                     "vs_by_hand_high": 1 / against_hand.low,
+                     "vs_stock": against_stock.speedup, "vs_stock_low": 1 / against_stock.high,
+                     "vs_stock_high": 1 / against_stock.low,
+                     "max_abs_diff": differences[label]})
+    nodes = {"by hand": len(onnx.load(str(by_hand)).graph.node),
+             "tf2onnx (ours, fp32)": record["nodes_before"], "simplified": record["nodes_after"],
+             "onnx_optimized file": len(onnx.load(str(ours.path)).graph.node)}
+    return {"mode": "onnx-rewrites", "cpus": runtime.cpus.available,
+            "load_average": os.getloadavg(), "stock_p50_ms": samples["stock"].p50 * 1e3,
+            "rewrites": record["rewrites"], "nodes": nodes, "rows": rows}
+
+
+def print_onnx_rewrites(result: dict) -> None:
+    load = ", ".join(f"{x:.1f}" for x in result["load_average"])
+    print(f"batch 1, {result['cpus']} CPUs, blocks of 10 calls interleaved; load average "
+          f"{load}; stock p50 {result['stock_p50_ms']:.3f} ms")
+    print("nodes: " + ", ".join(f"{k} {v}" for k, v in result["nodes"].items())
+          + f"; rewrites: {', '.join(result['rewrites'])}")
+    print("| model | p50 ms | rounds | vs by hand [95% CI] | vs stock [95% CI] | "
+          "max abs diff vs SavedModel |")
+    print("|---|---:|---:|---|---|---:|")
+    for r in result["rows"]:
+        print(f"| {r['model']} | {r['p50_ms']:.3f} | {r['rounds']} | {r['vs_by_hand']:.3f}x "
+              f"[{r['vs_by_hand_low']:.3f}, {r['vs_by_hand_high']:.3f}] | {r['vs_stock']:.2f}x "
+              f"[{r['vs_stock_low']:.2f}, {r['vs_stock_high']:.2f}] | "
+              f"{r['max_abs_diff']:.1e} |")
+
+
 def print_table(result: dict) -> None:
     load = ", ".join(f"{x:.1f}" for x in result["load_average"])
     print(f"batch 1, {result['cpus']} CPUs, timed {result['timed']}; load average before "
@@ -192,16 +301,21 @@ def main() -> int:
                         help="back-to-back calls per timed call (warm caches)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--print-only", action="store_true", dest="print_only")
+    parser.add_argument("--onnx-rewrites", action="store_true", dest="onnx_rewrites",
+                        help="time only the ONNX graph simplification against tf2onnx by hand")
     args = parser.parse_args()
+    name, measured, printed = ((ONNX_REWRITES_RESULT, measure_onnx_rewrites,
+                                print_onnx_rewrites) if args.onnx_rewrites
+                               else (RESULT_NAME, measure, print_table))
     if args.print_only:
         import json
 
-        print_table(json.loads((RESULTS_DIR / f"{RESULT_NAME}.json").read_text()))
+        printed(json.loads((RESULTS_DIR / f"{name}.json").read_text()))
         return 0
-    result = measure(args)
-    target = write_result(RESULT_NAME, result)
+    result = measured(args)
+    target = write_result(name, result)
     print()
-    print_table(result)
+    printed(result)
     print(f"\nresults: {target}")
     return 0
 

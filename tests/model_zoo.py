@@ -137,3 +137,16 @@ def igamma_module(path):
     module = IgammaModule()
     tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
     return module
+
+
+def keras_bilstm_tagger(path, seed: int = 0):
+    """A bidirectional LSTM tagger (as ``benchmarks/recurrent.py``'s, smaller): int32 token ids
+    ``[batch, 10]`` -> ``Embedding(50, 8)`` -> ``Bidirectional(LSTM(6, return_sequences))`` ->
+    ``Dense(3)`` per step."""
+    keras.utils.set_random_seed(seed)
+    ids = keras.Input((10,), dtype="int32", name="token_ids")
+    x = keras.layers.Embedding(50, 8)(ids)
+    x = keras.layers.Bidirectional(keras.layers.LSTM(6, return_sequences=True))(x)
+    model = keras.Model(ids, keras.layers.Dense(3)(x))
+    model.export(str(path), verbose=False)
+    return model

@@ -2,13 +2,17 @@
 
 - ``fp32``: tf2onnx's graph as converted. ONNX Runtime applies its graph optimizations (constant
   folding, fusions, the CPU's blocked layouts) every time a session loads it.
-- ``optimized``: the same graph after ONNX Runtime's offline optimization, saved
+- ``optimized``: tf2onnx's graph simplified by tfopt's exact rewrites
+  (:mod:`optimizer.candidates.onnx.rewrites`: the shape bookkeeping tf2onnx computes from the
+  unknown batch size, which ONNX Runtime cannot fold, proven away with symbolic shapes), then
+  ONNX Runtime's offline optimization, saved
   (``SessionOptions.optimized_model_filepath``) at the ``extended`` level: fusions and folding
   baked into the file, so a server loads it without redoing them. The ``all`` level's layout
   rewrites are left to load time: ONNX Runtime says a model saved with them "should only be used
   in the same environment it was optimized in" (they depend on the CPU's vector width), and a
-  registry version must run on any serving CPU. Its run time is the ``fp32`` flavour's (the
-  same passes run, once offline instead of at each load).
+  registry version must run on any serving CPU. Without rewrites that match, its run time is
+  the ``fp32`` flavour's (the same passes run, once offline instead of at each load); the
+  sidecar's converter options name the rewrites that fired (``graph_simplification``).
 - ``dynamic_int8``: int8 weights; activations quantized at run time from their observed range
   (``quantize_dynamic``), for matrix products, LSTMs, attention and embeddings; no data needed.
   Convolutions stay float: ONNX Runtime's ``ConvInteger`` made the flavour 4.3x (ResNet50) and
@@ -18,8 +22,12 @@
   calibrated (min/max) on representative inputs: :attr:`optimizer.inputs.calibration.Calibration.feeds`,
   as LiteRT's full int8 takes them. Inputs and outputs stay float32.
 
-The int8 flavours start from ONNX Runtime's quantization pre-processing (shape inference and
-optimization), as its documentation asks.
+The int8 flavours start from the simplified graph too, then ONNX Runtime's quantization
+pre-processing (shape inference and optimization), as its documentation asks: on the
+bidirectional LSTM tagger, ``dynamic_int8`` from the simplified graph ran 1.19x as fast at
+batch 1 (1 thread and default session, blocks of 10 calls interleaved, 95% interval
+[1.19, 1.19]), with bit-identical outputs; the rewrites touch no arithmetic, so what the
+quantizers see to quantize is the same.
 
 tf2onnx runs once per SavedModel and signature (:class:`OnnxExport`), whatever the number of
 flavours. It reads the signature by its keys: the ONNX graph's inputs and outputs are named
@@ -72,13 +80,14 @@ log = logging.getLogger(__name__)
 
 FLAVOURS: dict[str, str] = {
     "fp32": "float32, as tf2onnx converted it; ONNX Runtime optimizes the graph at load",
-    "optimized": "float32, ONNX Runtime's graph optimizations (extended level) applied "
-                 "offline and saved; the CPU-specific layout passes run at load",
-    "dynamic_int8": "int8 weights of matrix products, LSTMs, attention and embeddings; their "
-                    "activations quantized per call from their observed range (dynamic "
-                    "quantization); convolutions stay float32",
-    "static_int8": "int8 weights and activations (QDQ), activation ranges calibrated on "
-                   "representative data; float32 inputs and outputs",
+    "optimized": "float32, tf2onnx's graph simplified by tfopt's exact ONNX rewrites, then "
+                 "ONNX Runtime's graph optimizations (extended level) applied offline and "
+                 "saved; the CPU-specific layout passes run at load",
+    "dynamic_int8": "the simplified graph with int8 weights of matrix products, LSTMs, "
+                    "attention and embeddings; their activations quantized per call from their "
+                    "observed range (dynamic quantization); convolutions stay float32",
+    "static_int8": "the simplified graph with int8 weights and activations (QDQ), activation "
+                   "ranges calibrated on representative data; float32 inputs and outputs",
 }
 CALIBRATING = ("static_int8",)
 DEFAULT_CALIBRATION_SAMPLES = 100
@@ -109,12 +118,27 @@ class OnnxExport(SharedConversion):
         super().__init__(saved_model, signature)
         self.converter: dict = {}
         self._pre_processed: bytes | None = None
+        self._simplified: tuple[bytes, dict] | None = None
 
     def model_bytes(self) -> bytes:
         return self.result()
 
+    def simplified(self) -> tuple[bytes, dict]:
+        """The converted model simplified (:mod:`optimizer.candidates.onnx.rewrites`) and what
+        the simplification did, for the sidecar: run once."""
+        if self._simplified is None:
+            import onnx
+
+            from optimizer.candidates.onnx.rewrites.simplify import simplify
+
+            done = simplify(onnx.load_model_from_string(self.model_bytes()))
+            self._simplified = (done.model.SerializeToString(), {
+                "rewrites": list(done.fired), "nodes_before": done.nodes_before,
+                "nodes_after": done.nodes_after})
+        return self._simplified
+
     def pre_processed_bytes(self) -> bytes:
-        """The converted model after ONNX Runtime's quantization pre-processing, which both
+        """The simplified model after ONNX Runtime's quantization pre-processing, which both
         int8 flavours start from: run once (on ResNet50 it is a symbolic shape inference and
         an optimization pass over a 100 MB model, tens of seconds)."""
         if self._pre_processed is None:
@@ -125,7 +149,7 @@ class OnnxExport(SharedConversion):
 
             with tempfile.TemporaryDirectory(prefix="tfopt-onnx-pre-") as work:
                 converted, prepared = Path(work) / "converted.onnx", Path(work) / "prepared.onnx"
-                converted.write_bytes(self.model_bytes())
+                converted.write_bytes(self.simplified()[0])
                 # Its shape inference writes scratch files (sym_shape_infer_temp.onnx, external
                 # *.data) into the working directory when it gives up: keep them in ours.
                 with contextlib.chdir(work):
@@ -256,10 +280,14 @@ def _build_flavour(export: OnnxExport, flavour: str, work: Path,
     built = work / f"{flavour}.onnx"
     if flavour == "optimized":
         def build():
-            return _optimize_offline(converted, built)
+            simplified, record = export.simplified()
+            source = work / "simplified.onnx"
+            source.write_bytes(simplified)
+            return {**_optimize_offline(source, built), "graph_simplification": record}
     else:
         def build():
-            return _quantize(export, built, work, flavour, feeds)
+            return {**_quantize(export, built, work, flavour, feeds),
+                    "graph_simplification": export.simplified()[1]}
     options.update(run_converter(build, f"cannot build ONNX {flavour} from "
                                         f"{export.saved_model}",
                                  f"ONNX Runtime {flavour}", ("onnxruntime",)))
