@@ -83,6 +83,7 @@ class Probe:
 
     def close(self) -> None:
         self.worker.close()
+        self.watchdog.forget(self.pid)
 
 
 def close_all(workers: Sequence[Probe]) -> None:

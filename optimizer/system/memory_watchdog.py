@@ -61,6 +61,12 @@ class MemoryWatchdog(TreeMeter):
         with self._lock:
             self._workers.append(pid)
 
+    def forget(self, pid: int) -> None:
+        """Stop watching ``pid``, once it has been waited for (its number may be reused)."""
+        with self._lock:
+            if pid in self._workers:
+                self._workers.remove(pid)
+
     def stopped_at_of(self, pid: int) -> int | None:
         return self._stopped.get(pid)
 
@@ -69,12 +75,13 @@ class MemoryWatchdog(TreeMeter):
 
     @property
     def stopped_at(self) -> int | None:
-        """The tree's bytes when the first worker was killed (None: none was)."""
-        return self._stopped.get(self._workers[0]) if self._workers else None
+        """The tree's bytes when a worker was first killed (None: none was)."""
+        return next(iter(self._stopped.values()), None)
 
     @property
     def worker_peak(self) -> int | None:
-        return self._peaks.get(self._workers[0]) if self._workers else None
+        """The largest peak of a worker's own tree (None: none measured)."""
+        return max(self._peaks.values(), default=None)
 
     def _sample(self) -> int | None:
         tree = super()._sample()
@@ -101,4 +108,4 @@ class MemoryWatchdog(TreeMeter):
 
     def _dying(self) -> bool:
         """A killed worker still holds memory: the kernel is taking it back."""
-        return any(tree_rss_bytes(pid) for pid in self._stopped)
+        return any(tree_rss_bytes(pid) for pid in self._stopped if pid in self._workers)
