@@ -113,3 +113,25 @@ def test_a_reference_over_the_budget_refuses_tuning_in_one_line(model_dir, hog):
     message = str(refused.value)
     assert "\n" not in message and message.startswith(f"probe [{REFERENCE.label}] stopped at")
     assert "over the memory budget of" in message
+
+
+def test_a_batch_size_that_takes_the_probe_over_the_budget_is_left_out_with_the_figure(
+        tmp_path, reference_peak):
+    import keras
+
+    # batch 512 of this input is 1 GiB of float32 (made when the batch is asked for); batch 1,
+    # 2 MiB and a call of about a millisecond, so 512 is within the time budget
+    inputs = keras.Input((512 * 1024,), name="wide")
+    keras.Model(inputs, keras.layers.Dense(4)(inputs)).export(str(tmp_path / "wide"),
+                                                               verbose=False)
+    budget = _budget((reference_peak + 400 * 2**20) * (1 + PROBE_MARGIN))
+    said = []
+    tuned = tune_runtime(tmp_path / "wide", grid=[REFERENCE], progress=said.append,
+                         budget=budget, rounds=1, seconds_per_probe=0.1, batch_sizes=(1, 512),
+                         time_budget_seconds=6.0, latency_slo_ms=1e6)
+    assert [p.batch_size for p in tuned.batch_curve] == [1]
+    assert tuned.batches_not_measured == (512,)
+    assert tuned.recommended_batch_size == 1
+    assert "512 not measured: the probe was stopped at" in tuned.batch_reason, said
+    assert any(line.startswith("batch sizes 512 left out: the probe was stopped at")
+               for line in said)
