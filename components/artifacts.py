@@ -152,6 +152,8 @@ class GateOutput(Record):
     # passed, fastest first; on a reject, the fastest candidate (the one the report explains).
     publishable: list[str] = field(default_factory=list)
     evaluation: dict[str, Any] = field(default_factory=dict)  # the EvaluationOutput judged
+    # Its parts' costs, by part (Cost.to_dict()): {"tune": ...} when tuning ran
+    part_costs: dict[str, dict] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

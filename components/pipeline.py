@@ -70,9 +70,10 @@ def run_pipeline(config: PipelineConfig, run_context: dict[str, Any] | None = No
         outputs[name] = run_step(name, config, outputs, run_context,
                                  offline=not publish_results)
         return_freed_memory()  # what the step held and freed, before the next one adds its own
-        cost = outputs[name][COSTS_KEY][name]
-        log.info("%s: %.1fs, peak memory %s", name, cost["wall_seconds"],
-                 _gib(cost.get("peak_rss_bytes")))
+        for stage, cost in outputs[name][COSTS_KEY].items():
+            if stage == name or stage.startswith(f"{name}."):  # the step, then its parts
+                log.info("%s: %.1fs, peak memory %s", stage, cost["wall_seconds"],
+                         _gib(cost.get("peak_rss_bytes")))
     evaluation = EvaluationOutput.from_dict(outputs["evaluate"])
     return PipelineOutcome(
         pulled=PulledModel.from_dict(outputs["pull"]),

@@ -12,7 +12,7 @@ from typing import Any
 
 from components.artifacts import PulledModel
 from components.config import PipelineConfig
-from components.step_table import BY_NAME, NAMES, Step, StepCall
+from components.step_table import BY_NAME, NAMES, Step, StepCall, part_costs
 from optimizer.errors import TfoptError
 
 COSTS_KEY = "costs"
@@ -66,8 +66,9 @@ def pod_memory(config: PipelineConfig, model_bytes: int) -> dict[str, str]:
 def run_step(name: str, config: PipelineConfig, inputs: dict[str, Any] | None = None,
              run_context: dict[str, Any] | None = None, *, offline: bool = False
              ) -> dict[str, Any]:
-    """The step's output, plus under ``costs`` its own wall time and peak tree memory and
-    those of every step before it (so publish, reading only some outputs, has them all).
+    """The step's output, plus under ``costs`` its own wall time and peak tree memory (and
+    those of the parts it measured on their own, as ``step.part``) and those of every step
+    before it (so publish, reading only some outputs, has them all).
     ``offline``: no registry, so no champion to judge against (``tfopt run`` without publish).
     """
     from optimizer.system.process_tree import TreeMeter
@@ -80,10 +81,16 @@ def run_step(name: str, config: PipelineConfig, inputs: dict[str, Any] | None = 
     # passes down to each read (optimizer.model.op_scan).
     with TreeMeter() as meter:
         output = _run(step, config, inputs, run_context or {}, costs, offline)
-    result = {**output.to_dict(), COSTS_KEY: {**costs, name: meter.cost.to_dict()}}
+    result = {**output.to_dict(), COSTS_KEY: {**costs, **own_costs(name, meter.cost, output)}}
     if name == "pull" and output.size_bytes is not None:
         result[POD_MEMORY_KEY] = pod_memory(config, output.size_bytes)
     return result
+
+
+def own_costs(name: str, cost, output) -> dict[str, dict]:
+    """``{step: its cost}``, then ``{step.part: that part's cost}`` for each part its record
+    measured on its own (``part_costs``: the gate's ``tune``)."""
+    return {name: cost.to_dict(), **part_costs(name, getattr(output, "part_costs", None) or {})}
 
 
 def workspace_for(config: PipelineConfig, pulled: PulledModel):

@@ -101,6 +101,12 @@ class Step:
         return f"{steps * POD_MEMORY_STEP // MIB}Mi"
 
 
+def part_costs(step: str, costs: Mapping[str, dict]) -> dict[str, dict]:
+    """``{"step.part": cost}``: how the costs of a step's parts measured on their own (the
+    gate's ``tune``) are named beside the steps', in the report and as MLflow metrics."""
+    return {f"{step}.{part}": cost for part, cost in costs.items()}
+
+
 def load_function(reference: str) -> Callable:
     module, _, name = reference.partition(":")
     return getattr(importlib.import_module(module), name)
@@ -152,10 +158,10 @@ STEPS: tuple[Step, ...] = (
     Step("gate", "components.steps.gate:from_inputs", artifacts.GateOutput,
          ("pull", "evaluate"),
          "the verdict on every candidate",
-         parts=(Part("report", "components.steps.gate:report",
-                     "the before/after report on the fastest candidate, with op profiles"),
-                Part("tune", "components.steps.gate:tune",
-                     "the chosen model's runtime settings")),
+         parts=(Part("tune", "components.steps.gate:tune",
+                     "the chosen model's runtime settings (its cost: gate.tune)"),
+                Part("report", "components.steps.gate:report",
+                     "the before/after report on the fastest candidate, with op profiles")),
          # not measured: it loads the baseline and one candidate, as the benchmark does more
          memory=(BENCHMARK_AND_EVALUATE,)),
     Step("publish", "components.steps.publish:from_inputs", artifacts.PublishOutput,

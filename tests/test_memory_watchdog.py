@@ -57,3 +57,18 @@ def test_a_worker_under_the_limit_runs_to_its_end_and_its_peak_is_measured():
     assert code == 0
     assert watchdog.stopped_at is None
     assert 128 * MIB <= watchdog.worker_peak < 512 * MIB
+
+
+def test_of_several_workers_the_one_started_last_is_killed_and_the_others_run_on():
+    first = subprocess.Popen([sys.executable, "-c", ALLOCATE, "128", "3"], process_group=0)
+    limit = tree_rss_bytes() + 600 * MIB
+    with MemoryWatchdog(None, limit) as watchdog:
+        watchdog.watch(first.pid)
+        time.sleep(0.5)
+        last = subprocess.Popen([sys.executable, "-c", ALLOCATE, "2048", "60"], process_group=0)
+        watchdog.watch(last.pid)
+        assert last.wait(timeout=30) == -9
+        assert first.wait(timeout=30) == 0
+    assert watchdog.stopped_at_of(first.pid) is None
+    assert limit < watchdog.stopped_at_of(last.pid) < limit + 512 * MIB
+    assert watchdog.peak_of(first.pid) >= 128 * MIB

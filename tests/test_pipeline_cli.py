@@ -56,6 +56,10 @@ def test_with_litert_allowed_the_registry_version_says_its_format_and_how_to_run
     rows = {r["label"]: r for r in report["candidates"]}
     assert_chosen_is_the_fastest_or_a_more_precise_tie(rows, chosen)
     assert (Path(outcome["gate"]["report_dir"]) / "pareto.png").stat().st_size > 0
+    # tuning's cost is a row of the report's step costs, and of the run's
+    assert report["step_costs"]["gate.tune"]["peak_rss_bytes"] > 0
+    assert "| gate.tune |" in (Path(outcome["gate"]["report_dir"]) / "report.md").read_text()
+    assert outcome["costs"]["gate.tune"] == report["step_costs"]["gate.tune"]
     # The gate's table says what each candidate is as the optimize step tagged it.
     for candidate in outcome["candidates"]:
         row = rows[candidate["label"]]
@@ -74,6 +78,9 @@ def test_with_litert_allowed_the_registry_version_says_its_format_and_how_to_run
     assert version.tags["tfopt.runtime"] == "ai-edge-litert"
     assert "Interpreter(model_path='model.tflite'" in version.tags["tfopt.load"]
     assert int(version.tags["tfopt.runtime.num_threads"]) >= 1
+    metrics = client.get_run(version.run_id).data.metrics
+    assert metrics["step.gate.tune.peak_rss_bytes"] == report["step_costs"]["gate.tune"][
+        "peak_rss_bytes"]
     # The version is an MLflow Model: the LiteRT file and sidecar, the loader shipped with
     # them, the tuned settings; its thread count is what the pyfunc loader runs with.
     model_id = outcome["publish"]["logged_models"][chosen]

@@ -27,3 +27,38 @@ def test_the_report_shows_each_step_beside_the_model_size():
     assert "1.0 GiB on disk" in text
     assert "| freeze | 2.5 s | 3.0 GiB | 3.0x |" in text
     assert "| optimize | 4.0 s | n/a | - |" in text
+
+
+def test_a_steps_part_costs_follow_its_own_as_step_dot_part_up_to_the_metrics():
+    from components.artifacts import GateOutput
+    from components.step_runner import own_costs
+    from optimizer.system.process_tree import Cost
+
+    tune = {"wall_seconds": 40.0, "peak_rss_bytes": 2 * 2**30}
+    gate = GateOutput(promote=True, chosen="x", chosen_path="x", summary="", verdict_path="v",
+                      part_costs={"tune": tune})
+    costs = own_costs("gate", Cost(50.0, 3 * 2**30), gate)
+    assert list(costs) == ["gate", "gate.tune"] and costs["gate.tune"] == tune
+    metrics = step_cost_metrics(costs)
+    assert metrics["step.gate.tune.wall_seconds"] == 40.0
+    assert metrics["step.gate.tune.peak_rss_bytes"] == 2 * 2**30
+    assert "| gate.tune | 40.0 s | 2.0 GiB |" in "\n".join(step_costs_table(costs, 2**30))
+    assert list(own_costs("pull", Cost(1.0, None), object())) == ["pull"]
+
+
+def test_the_gates_tuning_is_measured_with_its_probe_processes_in_the_tree(model_dir, tmp_path):
+    from components.config import PipelineConfig
+    from components.steps.gate import tune
+    from optimizer.system.process_tree import tree_rss_bytes
+
+    before = tree_rss_bytes()
+    # room for the reference probe alone: one TensorFlow process holding the model
+    config = PipelineConfig(
+        source="unused", resources={"memory_gb": (before + 1.6 * 2**30) / 2**30},
+        tuning={"rounds": 1, "seconds_per_probe": 0.1, "time_budget_seconds": 1.0})
+    written, cost = tune(config, str(model_dir("keras_cnn")), tmp_path)
+    assert written == tmp_path / "runtime_settings.json" and written.is_file()
+    assert cost.wall_seconds > 1.0
+    assert cost.peak_rss_bytes > before + 300 * 2**20  # the probe's process counted
+    assert tune(config.model_copy(update={"tuning": config.tuning.model_copy(
+        update={"enabled": False})}), "unused", tmp_path) == (None, None)

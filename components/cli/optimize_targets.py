@@ -167,8 +167,10 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> i
             final = dst / Path(chosen.path).name if is_file else dst
             selection.write_json(staging / CANDIDATES_FILE, kept={chosen.label: str(final)})
             if args.tune:
-                _tune(staging, staging / Path(chosen.path).name if is_file else staging,
-                      args.signature, policy, getattr(args, "budget", None))
+                with TreeMeter() as meter:
+                    _tune(staging, staging / Path(chosen.path).name if is_file else staging,
+                          args.signature, policy, getattr(args, "budget", None))
+                costs["tune"] = meter.cost
         print(f"chosen       {chosen.label} ({chosen.format}, {chosen.runtime}): "
               f"{selection.decision.verdict(chosen.label).speedup:.2f}x vs {args.src}")
         print(f"load with    {chosen.how_to_load.strip().splitlines()[-1]}")

@@ -1,9 +1,13 @@
 """gate: the verdict on every candidate, and the before/after report a reviewer reads.
 
-Three named parts, in order: the verdict (:func:`optimizer.gate.verdict.evaluate_gate`), the
-:func:`report` on the fastest candidate (the chosen one, else the fastest rejected), and
-:func:`tune` of the chosen model's runtime settings. Its record names what publish logs
-(``publishable``) and carries the evaluation it judged, so publish reads only this record.
+Three named parts, in order: the verdict (:func:`optimizer.gate.verdict.evaluate_gate`),
+:func:`tune` of the chosen model's runtime settings, and the :func:`report` on the fastest
+candidate (the chosen one, else the fastest rejected). Tuning goes before the report so that
+the report's step costs have its row (``gate.tune``), and so that its probe processes start
+beside a step process that has not yet loaded models for the report's op profiles. Its record
+names what publish logs (``publishable``), carries the evaluation it judged, so publish reads
+only this record, and the tuning's cost (``part_costs``), which the step runner adds to the
+steps' costs (:func:`components.step_runner.run_step`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from components.artifacts import EvaluationOutput, GateOutput
 from components.config import PipelineConfig
@@ -35,6 +40,7 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace,
     """``step_costs`` (step -> wall time and peak memory) of the steps before go in the report."""
     def run(step_dir: Path) -> GateOutput:
         from components.publishing.publication import publishable_labels
+        from components.step_table import part_costs as named_part_costs
         from optimizer.benchmark.result import load_result
         from optimizer.candidates.candidate import Candidate
         from optimizer.gate.verdict import evaluate_gate
@@ -52,21 +58,22 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace,
         signature = read_signature(result.baseline.path, config.signature,
                                    format=result.baseline.format,
                                    policy=config.security.scan_policy())
+        chosen_path = result.candidate(decision.chosen).path if decision.chosen else None
+        tuned, tune_cost = tune(config, chosen_path, step_dir) if chosen_path else (None, None)
+        parts = {"tune": tune_cost.to_dict()} if tune_cost else {}
         # The report explains the best candidate even when it is rejected, for the reviewer.
         report_dir = report(config, evaluation, result, decision, publishable[0], signature,
-                            step_dir, step_costs)
+                            step_dir, {**(step_costs or {}), **named_part_costs("gate", parts)})
         summary = (f"promote {decision.chosen}" if decision.promote
                    else "reject: " + "; ".join(
                        f"{v.candidate}: {v.summary()}" for v in decision.verdicts))
         log.info("gate: %s", summary)
-        chosen_path = result.candidate(decision.chosen).path if decision.chosen else None
-        tuned = tune(config, chosen_path, step_dir) if chosen_path else None
         return GateOutput(promote=decision.promote, chosen=decision.chosen,
                           chosen_path=chosen_path, summary=summary,
                           verdict_path=str(verdict_path), report_dir=str(report_dir),
                           runtime_settings_path=str(tuned) if tuned else None,
                           signature=signature.to_dict(), publishable=publishable,
-                          evaluation=evaluation.to_dict())
+                          evaluation=evaluation.to_dict(), part_costs=parts)
 
     return ws.reuse_or_run(Workspace.keyed("gate", evaluation.result_path), GateOutput, run)
 
@@ -95,18 +102,28 @@ def report(config: PipelineConfig, evaluation: EvaluationOutput, result, decisio
     return written.directory
 
 
-def tune(config: PipelineConfig, model_path: str, step_dir: Path) -> Path | None:
-    """The chosen model's thread settings and batch size, as ``runtime_settings.json``.
+def tune(config: PipelineConfig, model_path: str, step_dir: Path) -> tuple[Path | None, Any]:
+    """The chosen model's thread settings and batch size, as ``runtime_settings.json``, and
+    what tuning cost (a :class:`~optimizer.system.process_tree.Cost`: wall time and the peak
+    of the process tree, its probes included; None when tuning is off).
 
     Tuning informs how to serve the model; it never changes the verdict, so a failure is
     logged and the model is published without it."""
+    from optimizer.system.process_tree import TreeMeter
+
+    if not config.tuning.enabled:
+        return None, None
+    with TreeMeter() as meter:
+        written = _tune(config, model_path, step_dir)
+    return written, meter.cost
+
+
+def _tune(config: PipelineConfig, model_path: str, step_dir: Path) -> Path | None:
     from optimizer.errors import TfoptError
     from optimizer.runtime_tuning import RUNTIME_SETTINGS_FILE, tune_runtime
     from optimizer.system.memory_budget import memory_budget
 
     section = config.tuning
-    if not section.enabled:
-        return None
     try:
         settings = tune_runtime(
             model_path, throughput_target=section.throughput_target,

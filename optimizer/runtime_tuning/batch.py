@@ -1,7 +1,8 @@
 """Batch size: p50 latency per batch size in one probe process, and the recommendation.
 
 Batch sizes are measured ascending within a time budget; one whose predicted cost would overrun
-it is left out and listed. Throughput is batch / p50. :func:`recommend_batch` works on the
+it is left out and listed, and so is every batch size from the one at which the memory watchdog
+stopped the probe (its figure in the reason). Throughput is batch / p50. :func:`recommend_batch` works on the
 measured points only, so its answer is always consistent with the figures it reports.
 """
 
@@ -18,7 +19,7 @@ from pydantic import computed_field
 from optimizer.files.records import JsonRecord
 from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.runtime_tuning.checks import RuntimeTuningError, positive
+from optimizer.runtime_tuning.checks import ProbeStopped, RuntimeTuningError, positive
 from optimizer.runtime_tuning.grid import ThreadSetting, has_per_model_threads, validate_grid
 from optimizer.runtime_tuning.probes import PROBE_MIN_RUNS, PROBE_WARMUP, Probe, Probes, Progress
 from optimizer.runtime_tuning.threads import prepare
@@ -50,8 +51,9 @@ class BatchPoint(JsonRecord):
 @dataclass(frozen=True)
 class BatchCurve:
     points: tuple[BatchPoint, ...]
-    not_measured: tuple[int, ...]  # batch sizes left out to stay within the time budget
+    not_measured: tuple[int, ...]  # batch sizes left out, for ``why_not``
     time_budget_seconds: float
+    why_not: str = "not measured within the time budget"
 
 
 def validate_batch_sizes(batch_sizes: Sequence[int]) -> tuple[int, ...]:
@@ -79,7 +81,14 @@ def measure_curve(probe: Probe, batch_sizes: Sequence[int], time_budget: float,
                 say(f"batch sizes {', '.join(map(str, skipped))} left out: they would overrun "
                     f"the {time_budget:g}s time budget")
                 return BatchCurve(tuple(points), skipped, time_budget)
-        measured = probe.measure(batch, per_batch)
+        try:
+            measured = probe.measure(batch, per_batch)
+        except ProbeStopped as stopped:
+            skipped = tuple(batch_sizes[index:])
+            say(f"batch sizes {', '.join(map(str, skipped))} left out: the probe was "
+                f"{stopped.reason}")
+            return BatchCurve(tuple(points), skipped, time_budget,
+                              f"not measured: the probe was {stopped.reason}")
         points.append(BatchPoint(batch, measured["p50"], measured["runs"]))
         say(f"batch {batch}: p50 {measured['p50'] * 1e3:.2f}ms, "
             f"{points[-1].throughput:.1f} items/s ({measured['runs']} runs)")
@@ -133,8 +142,7 @@ def recommend_batch(
         return BatchRecommendation(None, "no batch size was measured")
     measured = f"measured batch sizes {', '.join(str(p.batch_size) for p in points)}"
     if not_measured:
-        measured += (f"; {', '.join(map(str, not_measured))} not measured within the time "
-                     "budget")
+        measured += f"; {', '.join(map(str, not_measured))} {curve.why_not}"
     if throughput_target is None and latency_slo_seconds is None:
         return BatchRecommendation(None, "no throughput target or latency SLO given")
     within = points if latency_slo_seconds is None else \

@@ -24,3 +24,12 @@ def check_min_gain(min_gain: float) -> None:
     if isinstance(min_gain, bool) or not isinstance(min_gain, (int, float)) or \
             not 0 <= min_gain < 1:
         raise RuntimeTuningError(f"min_gain must be in [0, 1), got {min_gain!r}")
+
+
+class ProbeStopped(RuntimeTuningError):
+    """A probe the memory watchdog killed: the tree crossed the budget while it ran.
+    ``reason``: "stopped at X GiB, over the memory budget of Y GiB (source)"."""
+
+    def __init__(self, probe: str, reason: str):
+        super().__init__(f"{probe} {reason}")
+        self.reason = reason

@@ -22,7 +22,7 @@ from optimizer.errors import SourceNotFoundError
 from optimizer.files.records import JsonRecord
 from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.runtime_tuning.checks import check_min_gain, positive
+from optimizer.runtime_tuning.checks import ProbeStopped, check_min_gain, positive
 from optimizer.runtime_tuning.grid import (
     ThreadSetting,
     cpu_facts,
@@ -106,7 +106,9 @@ def choose_setting(probes: Sequence[ThreadProbe], reference: ThreadSetting,
 
 def run_search(running: dict[ThreadSetting, Probe], reference: ThreadSetting, rounds: int,
                seconds_per_probe: float, min_gain: float, say: Progress) -> ThreadSearch:
-    """The rounds, on probes already started: ``running`` maps each setting to its probe."""
+    """The rounds, on probes already started: ``running`` maps each setting to its probe. One
+    the memory watchdog stops is left out of the result, named in one line; the reference's
+    stop ends the search."""
     settings = list(running)
     p50s: dict[ThreadSetting, list[float]] = {s: [] for s in settings}
     ratios: dict[ThreadSetting, list[float]] = {s: [] for s in settings}
@@ -114,7 +116,13 @@ def run_search(running: dict[ThreadSetting, Probe], reference: ThreadSetting, ro
         shift = round_index % len(settings)
         this_round = {}
         for setting in settings[shift:] + settings[:shift]:
-            this_round[setting] = running[setting].measure(1, seconds_per_probe)["p50"]
+            try:
+                this_round[setting] = running[setting].measure(1, seconds_per_probe)["p50"]
+            except ProbeStopped as stopped:
+                if setting == reference:
+                    raise
+                say(f"thread setting [{setting.label}] left out: {stopped.reason}")
+                settings.remove(setting)
         for setting, p50 in this_round.items():
             p50s[setting].append(p50)
             ratios[setting].append(p50 / this_round[reference])
@@ -163,5 +171,5 @@ def search_threads(
     positive("seconds_per_probe", seconds_per_probe, float)
     check_min_gain(min_gain)
     model, grid, reference, _ = prepare(model, signature, grid, reference, policy)
-    with Probes(model, signature, grid, say, policy) as running:
+    with Probes(model, signature, grid, say, policy, reference=reference) as running:
         return run_search(running, reference, rounds, seconds_per_probe, min_gain, say)

@@ -18,7 +18,8 @@ from optimizer.runtime_tuning.batch import (
     recommend_batch,
     validate_batch_sizes,
 )
-from optimizer.runtime_tuning.checks import RuntimeTuningError, check_min_gain, positive
+from optimizer.runtime_tuning.budget import require_one_probe
+from optimizer.runtime_tuning.checks import check_min_gain, positive
 from optimizer.runtime_tuning.grid import ThreadSetting, cpu_facts
 from optimizer.runtime_tuning.probes import Probes, Progress, close_all
 from optimizer.runtime_tuning.record import TunedRuntimeSettings
@@ -33,44 +34,6 @@ from optimizer.runtime_tuning.threads import (
 from optimizer.system.memory_budget import MemoryBudget, memory_budget
 
 log = logging.getLogger(__name__)
-
-
-def probe_bytes(model: str | os.PathLike) -> int:
-    """The estimated peak of one probe process holding ``model``: a process's runtime plus
-    the model's load (what it keeps, and its load's transient), as a benchmark group of one
-    model is estimated (:mod:`optimizer.benchmark.memory_groups`)."""
-    from optimizer.model.footprint import PROCESS_BYTES, LoadCost, group_bytes
-    from optimizer.runtime.registry import detect_format
-
-    return PROCESS_BYTES + group_bytes([LoadCost.of(model, detect_format(model))])
-
-
-def probes_that_fit(model: str, grid: Sequence[ThreadSetting], reference: ThreadSetting,
-                    budget: MemoryBudget, say: Progress) -> list[ThreadSetting]:
-    """``grid``, or the reference and as many of the others (in the grid's order) as fit
-    ``budget`` beside this process tree, each probe estimated as a process holding the model
-    (:class:`~optimizer.model.footprint.LoadCost`, kept and transient). A ResNet50 run with
-    every probe at once peaked at 12.6 GiB under an 8 GiB budget. Refuses, in one line, when
-    not even the reference fits."""
-    from optimizer.system.memory_budget import GIB
-    from optimizer.system.process_tree import tree_rss_bytes
-
-    one = probe_bytes(model)
-    room = budget.bytes - (tree_rss_bytes() or 0)
-    fit = int(room // one)
-    if fit < 1:
-        raise RuntimeTuningError(
-            f"a probe process holding the model needs an estimated {one / GIB:.1f} GiB, more "
-            f"than the {max(room, 0) / GIB:.1f} GiB left of the memory budget of "
-            f"{budget.describe()}")
-    if fit >= len(grid):
-        return list(grid)
-    kept = [reference, *(s for s in grid if s != reference)][:fit]
-    left_out = [s.label for s in grid if s not in kept]
-    say(f"thread settings {', '.join(left_out)} left out: {len(grid)} probe processes would "
-        f"need an estimated {len(grid) * one / GIB:.1f} GiB, {fit} fit in the "
-        f"{room / GIB:.1f} GiB left of the memory budget of {budget.describe()}")
-    return kept
 
 
 def tune_runtime(
@@ -93,10 +56,11 @@ def tune_runtime(
     """Search the thread grid, then measure the batch curve with the best setting's worker
     (``time_budget_seconds`` bounds the batch curve; the thread search takes
     ``rounds x settings x seconds_per_probe`` plus start-up). Every probe reads ``model``
-    under ``policy``, the model scan's. The probes hold the model at once, one process each:
-    only as many start as fit the memory ``budget`` (default
-    :func:`~optimizer.system.memory_budget.memory_budget`) beside what this process tree
-    holds (:func:`probes_that_fit`)."""
+    under ``policy``, the model scan's. The probes hold the model at once, one process each,
+    within the memory ``budget`` (default
+    :func:`~optimizer.system.memory_budget.memory_budget`): refused up front when not even one
+    fits by its load estimate; then the reference starts alone and only as many others as
+    fit by its measured peak, all under the memory watchdog (:mod:`.budget`, :mod:`.probes`)."""
     say = progress or (lambda message: log.info("%s", message))
     positive("throughput_target", throughput_target, float)
     positive("latency_slo_ms", latency_slo_ms, float)
@@ -106,9 +70,10 @@ def tune_runtime(
     check_min_gain(min_gain)
     batch_sizes = validate_batch_sizes(batch_sizes)
     model, grid, reference, _ = prepare(model, signature, grid, reference, policy)
-    grid = probes_that_fit(model, grid, reference, budget or memory_budget(), say)
+    budget = budget or memory_budget()
+    require_one_probe(model, budget)
     cpus, quota, cpu_name = cpu_facts()
-    with Probes(model, signature, grid, say, policy) as running:
+    with Probes(model, signature, grid, say, policy, budget, reference=reference) as running:
         search = run_search(running, reference, rounds, seconds_per_probe, min_gain, say)
         # Idle probes hold memory; wait for them to exit so their shutdown is not timed.
         close_all([p for s, p in running.items() if s != search.best])
@@ -124,7 +89,7 @@ def tune_runtime(
         reference=reference, thread_probes=search.probes, batch_curve=curve.points,
         batches_not_measured=curve.not_measured, available_cpus=cpus, cpu_quota=quota,
         cpu_model=cpu_name, method=(
-            f"{len(grid)} thread settings, each in its own process; {rounds} interleaved "
+            f"{len(search.probes)} thread settings, each in its own process; {rounds} interleaved "
             f"rounds of {seconds_per_probe:g}s batch-1 timing per setting; score = median over "
             f"rounds of p50 / p50 of [{reference.label}] in the same round; a setting replaces "
             f"the reference only if its score is below {1 - min_gain:g} and it was faster in "

@@ -4,19 +4,25 @@ An estimate made before a worker starts (:mod:`optimizer.model.footprint`) sees 
 on disk, not what a converter, a calibrator or a compiler will make of it: ONNX Runtime's static
 quantization of ResNet50 took 5.9 GiB in a worker where 2.5 were estimated. In a pod the kernel
 kills the whole container the moment its cgroup crosses its limit, with no word of why; without
-a cgroup, the machine swaps or its OOM killer picks a victim. So while a worker runs,
+a cgroup, the machine swaps or its OOM killer picks a victim. So while workers run,
 :class:`MemoryWatchdog` samples the resident memory of this process's tree (this process, the
-worker and their descendants: what a pod's limit counts) every 0.2 s, and when it crosses the
-limit kills the worker's process group with SIGKILL, the one way to stop a process mid-allocation
-that cannot be caught. The caller then knows the worker was stopped, at what figure, and goes on
-without its result.
+workers and their descendants: what a pod's limit counts) every 0.2 s, and when it crosses the
+limit kills a worker's process group with SIGKILL, the one way to stop a process mid-allocation
+that cannot be caught. The caller then knows which worker was stopped, at what figure, and goes
+on without its result.
 
-The limit is crossed by at most what the worker allocates in one interval, so it is set at the
+With several workers watched at once (runtime tuning's probes), the one started last is killed
+first: it is the one the budget had least room for, and the first (the reference the others are
+measured against) is kept longest. Once one is killed, the next decision waits until its memory
+is gone, so that one crossing does not cost two workers.
+
+The limit is crossed by at most what the workers allocate in one interval, so it is set at the
 budget itself: a pod's limit leaves no room above it, and a spike shorter than the interval is
 missed (as :class:`~optimizer.system.process_tree.TreeMeter` misses it).
 
 Generic: the candidate builds use it (:mod:`optimizer.candidates.worker` through
-:func:`optimizer.system.worker_process.run_job`); any worker started in its own process group
+:func:`optimizer.system.worker_process.run_job`), and so do runtime tuning's probes
+(:mod:`optimizer.runtime_tuning.probes`); any worker started in its own process group
 (``start_new_session`` or ``process_group=0``) can be watched.
 """
 
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 from optimizer.system.process_tree import SAMPLE_SECONDS, TreeMeter, tree_rss_bytes
 
@@ -34,30 +41,71 @@ class MemoryWatchdog(TreeMeter):
     :attr:`worker_peak` (the worker's own tree's peak, None where ``/proc`` is missing) and,
     as a :class:`~optimizer.system.process_tree.TreeMeter` of ``root``, ``peak`` and ``cost``.
 
-    ``worker_pid`` must lead its own process group: the whole group is killed, so that a
-    converter's helper processes go with it. ``root`` is the tree measured against the limit
-    (default: this process)."""
+    ``worker_pid`` None watches no worker yet: :meth:`watch` adds each one as it starts, and
+    :meth:`stopped_at_of` / :meth:`peak_of` say what became of it. Every worker must lead its own
+    process group: the whole group is killed, so that a converter's helper processes go with
+    it. ``root`` is the tree measured against the limit (default: this process)."""
 
-    def __init__(self, worker_pid: int, limit_bytes: int, *, root: int | None = None,
+    def __init__(self, worker_pid: int | None, limit_bytes: int, *, root: int | None = None,
                  interval: float = SAMPLE_SECONDS):
         super().__init__(interval, pid=os.getpid() if root is None else root)
-        self.worker_pid, self.limit_bytes = worker_pid, limit_bytes
-        self.stopped_at: int | None = None
-        self.worker_peak: int | None = None
+        self.limit_bytes = limit_bytes
+        self._lock = threading.Lock()
+        self._workers: list[int] = []  # in the order they were watched
+        self._peaks: dict[int, int] = {}
+        self._stopped: dict[int, int] = {}  # pid -> the tree's bytes when it was killed
+        if worker_pid is not None:
+            self.watch(worker_pid)
+
+    def watch(self, pid: int) -> None:
+        with self._lock:
+            self._workers.append(pid)
+
+    def forget(self, pid: int) -> None:
+        """Stop watching ``pid``, once it has been waited for (its number may be reused)."""
+        with self._lock:
+            if pid in self._workers:
+                self._workers.remove(pid)
+
+    def stopped_at_of(self, pid: int) -> int | None:
+        return self._stopped.get(pid)
+
+    def peak_of(self, pid: int) -> int | None:
+        return self._peaks.get(pid)
+
+    @property
+    def stopped_at(self) -> int | None:
+        """The tree's bytes when a worker was first killed (None: none was)."""
+        return next(iter(self._stopped.values()), None)
+
+    @property
+    def worker_peak(self) -> int | None:
+        """The largest peak of a worker's own tree (None: none measured)."""
+        return max(self._peaks.values(), default=None)
 
     def _sample(self) -> int | None:
         tree = super()._sample()
-        if tree is None or self.stopped_at is not None:
+        if tree is None:
             return tree
-        worker = tree_rss_bytes(self.worker_pid)
-        if worker is None:  # exited: nothing more to watch
-            return tree
-        self.worker_peak = max(self.worker_peak or 0, worker)
-        if tree > self.limit_bytes:
+        with self._lock:
+            live = []
+            for pid in self._workers:
+                if pid in self._stopped:
+                    continue
+                worker = tree_rss_bytes(pid)
+                if worker:  # None: exited; 0: a zombie
+                    self._peaks[pid] = max(self._peaks.get(pid, 0), worker)
+                    live.append(pid)
+            if tree <= self.limit_bytes or not live or self._dying():
+                return tree
+            victim = live[-1]
             try:
-                os.killpg(self.worker_pid, signal.SIGKILL)
+                os.killpg(victim, signal.SIGKILL)
             except ProcessLookupError:  # exited between the reading and the kill
                 return tree
-            self.stopped_at = tree
-            self._stop.set()
+            self._stopped[victim] = tree
         return tree
+
+    def _dying(self) -> bool:
+        """A killed worker still holds memory: the kernel is taking it back."""
+        return any(tree_rss_bytes(pid) for pid in self._stopped if pid in self._workers)

@@ -111,10 +111,14 @@ def read_job(argv: Sequence[str]) -> tuple[object, Callable[[str], None]]:
 
 class WorkerProcess:
     """``python -m module *args`` with this package importable and ``env`` added to its
-    environment. ``name`` says which worker in errors, raised as ``error``."""
+    environment. ``name`` says which worker in errors, raised as ``error``. ``own_group``: it
+    leads a process group of its own, so that a
+    :class:`~optimizer.system.memory_watchdog.MemoryWatchdog` can kill it (a terminal's Ctrl-C
+    then does not reach it; it exits on EOF when this process is gone)."""
 
     def __init__(self, module: str, args: Sequence[str], name: str,
-                 env: Mapping[str, str] | None = None, error: type[Exception] = TfoptError):
+                 env: Mapping[str, str] | None = None, error: type[Exception] = TfoptError,
+                 own_group: bool = False):
         self.name, self.error = name, error
         self._buffer = b""
         # Lives as long as the worker; close() closes it.
@@ -122,7 +126,8 @@ class WorkerProcess:
         child_env = child_environment(env)
         self.process = subprocess.Popen(
             [sys.executable, "-m", module, *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=child_env)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=child_env,
+            process_group=0 if own_group else None)
 
     def _stderr_tail(self) -> str:
         self._stderr.seek(0)
