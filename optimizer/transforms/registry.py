@@ -55,6 +55,7 @@ TRANSFORM_MODULES: dict[str, str] = {
     "rewrite_gelu_erf": "rewrite_gelu_erf",
     "flatten_dense_matmuls": "flatten_dense_matmuls",
     "fold_embedding_projections": "fold_embedding_projections",
+    "constant_reshape_shapes": "constant_reshape_shapes",
 }
 
 
