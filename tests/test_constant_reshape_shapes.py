@@ -7,7 +7,14 @@ several batch sizes: the constant's ``-1`` must stand for whatever batch comes.
 
 import numpy as np
 import pytest
-from graph_testing import assert_idempotent, assert_same_outputs, build_graph, context, op_counts, tf
+from graph_testing import (
+    assert_idempotent,
+    assert_same_outputs,
+    build_graph,
+    context,
+    op_counts,
+    tf,
+)
 from test_rewrite_gelu_erf import _encoder
 
 from optimizer.model.freeze import freeze

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer.graph.control_flow import nodes_under_control_flow
 from optimizer.graph.consts import values_from_const
+from optimizer.graph.control_flow import nodes_under_control_flow
 from optimizer.graph.names import is_control_input, node_name_from_input, output_index
 from optimizer.graph.rewrite import add_node, remove_unread
 from optimizer.graph.shapes import infer_shapes, static_shape
