@@ -21,14 +21,14 @@ from graph_testing import (
 
 from optimizer.optimize.flow import optimize
 from optimizer.optimize.recipe import INFERENCE_RECIPE
-from optimizer.transforms.einsum_as_batch_matmul import batch_matmul_form
+from optimizer.transforms.einsum_as_batch_matmul import MAX_UNPACKED, batch_matmul_form
 from optimizer.transforms.registry import make_transform
 from optimizer.verify.tolerance import Tolerance
 
 RNG = np.random.default_rng(0)
 # label sizes, all different so that a wrong axis fails loudly: batch, heads, query length,
-# key length, head size
-SIZES = {"B": 2, "N": 3, "T": 5, "S": 7, "H": 4}
+# key length, head size; L and M: more than MAX_UNPACKED entries
+SIZES = {"B": 2, "N": 3, "T": 5, "S": 7, "H": 4, "L": MAX_UNPACKED + 1, "M": MAX_UNPACKED + 2}
 SCORES, WEIGHTED_VALUES = "BTNH,BSNH->BNTS", "BNTS,BSNH->BTNH"
 TOLERANCE = {"atol": 1e-5, "rtol": 1e-5}
 
@@ -51,6 +51,13 @@ def _feeds(equation: str) -> dict[str, np.ndarray]:
     terms = equation.split("->")[0].split(",")
     return {"ab"[i]: RNG.standard_normal([SIZES.get(c, 6) for c in term]).astype(np.float32)
             for i, term in enumerate(terms)}
+
+
+def _transposes(graph_def) -> int:
+    """Transposes, as Transpose or as Unpack + Pack."""
+    counts = op_counts(graph_def)
+    assert counts["Unpack"] == counts["Pack"]
+    return counts["Transpose"] + counts["Pack"]
 
 
 def _rewrite(graph, outputs=("y",)):
@@ -76,7 +83,8 @@ def test_attention_scores_become_two_transposes_and_a_batch_matmul_with_adj_y():
     rewritten = _rewrite(graph)
 
     after = op_counts(rewritten)
-    assert after["Einsum"] == 0 and after["BatchMatMulV2"] == 1 and after["Transpose"] == 2
+    assert after["Einsum"] == 0 and after["BatchMatMulV2"] == 1
+    assert after["Unpack"] == after["Pack"] == 2 and after["Transpose"] == 0  # 3 heads
     (product,) = (n for n in rewritten.node if n.op == "BatchMatMulV2")
     assert product.name == "einsum"  # no output Transpose: the product keeps the name
     assert (product.attr["adj_x"].b, product.attr["adj_y"].b) == (False, True)
@@ -88,10 +96,13 @@ def test_attention_weighted_values_become_a_batch_matmul_between_two_transposes(
     rewritten = _rewrite(graph)
 
     after = op_counts(rewritten)
-    assert after["Einsum"] == 0 and after["BatchMatMulV2"] == 1 and after["Transpose"] == 2
+    assert after["Einsum"] == 0 and after["BatchMatMulV2"] == 1
+    assert after["Unpack"] == after["Pack"] == 2 and after["Transpose"] == 0
     nodes = {n.name: n for n in rewritten.node}
-    assert nodes["einsum"].op == "Transpose"  # the output Transpose keeps the Einsum's name
-    assert nodes[nodes["einsum"].input[0]].op == "BatchMatMulV2"
+    assert nodes["einsum"].op == "Pack"  # the output's transpose keeps the Einsum's name
+    unpack = nodes[nodes["einsum"].input[0]]
+    assert unpack.op == "Unpack" and unpack.attr["axis"].i == 1  # the heads, not the length
+    assert nodes[unpack.input[0]].op == "BatchMatMulV2"
     assert_same_outputs(graph, rewritten, _feeds(WEIGHTED_VALUES), ["y"], **TOLERANCE)
 
 
@@ -104,6 +115,8 @@ def test_attention_weighted_values_become_a_batch_matmul_between_two_transposes(
     ("abij,bajk->abik", 1),    # batch labels in another order in one operand
     ("BTNH,BSNH->BNST", 2),    # scores transposed: the operands swapped
     ("NBTH,BNSH->TNBS", 2),    # batch labels as the output orders them; adj_y
+    ("BTLH,BSLH->BLTS", 2),    # many heads: q's and k's lengths unpacked instead
+    ("BLMH,BSMH->BMLS", 2),    # a long q (L) with many heads (M): q through a Transpose
 ])
 def test_batched_products_up_to_transposes_give_the_same_values(equation, transposes):
     graph = _einsum_graph(equation)
@@ -111,7 +124,8 @@ def test_batched_products_up_to_transposes_give_the_same_values(equation, transp
 
     after = op_counts(rewritten)
     assert after["Einsum"] == 0 and after["BatchMatMulV2"] == 1
-    assert after["Transpose"] == transposes
+    assert _transposes(rewritten) == transposes
+    assert after["Transpose"] == ("M" in equation)
     feeds = _feeds(equation)
     assert_same_outputs(graph, rewritten, feeds, ["y"], **TOLERANCE)
     (got,) = run_graph(rewritten, feeds, ["y"])
@@ -157,7 +171,7 @@ def test_tensorflow_runs_the_rewritten_product_as_a_batch_matmul_kernel(equation
     after = _executed_ops(_rewrite(_einsum_graph(equation)), feeds)
 
     assert before & {"Einsum", "_MklEinsum"}
-    assert not after & {"Einsum", "_MklEinsum"}
+    assert not after & {"Einsum", "_MklEinsum", "Transpose", "_MklTranspose"}
     # oneDNN's kernel when TensorFlow was built with it and it is on (x86 Linux by default)
     assert after & {"_MklBatchMatMulV2", "BatchMatMulV2"}
 

@@ -1,13 +1,17 @@
 """einsum_as_batch_matmul: a two-operand ``Einsum`` that is a batched matrix product up to
-transposes, written as ``Transpose``s + ``BatchMatMulV2`` (its adjoints in place of a Transpose
-where they do) + an output ``Transpose`` if needed.
+transposes, written as transposes + ``BatchMatMulV2`` (its adjoints in place of a transpose where
+they do) + a transpose of its output if needed.
 
 Why: Keras 3's ``MultiHeadAttention`` computes each layer's attention with two ``Einsum``s,
 scores ``BTNH,BSNH->BNTS`` and weighted values ``BNTS,BSNH->BTNH``. TensorFlow runs them as
-``_MklEinsum``, which oneDNN runs slower than the same product as ``BatchMatMulV2``: at the BERT
-encoder's sizes (``[1, 64, 4, 64]``, 2 threads) the attention pair as two Einsums took 204 us
-and as Transposes + ``BatchMatMulV2`` 151 us in float32, 167 and 121 us in bfloat16
-(docs/transformers.md, with what it measured in the whole encoder).
+oneDNN's ``_MklEinsum``, slower than the same product as ``_MklBatchMatMulV2``. But TensorFlow
+also runs every ``Transpose`` as ``_MklTranspose``, which took about 60 us for ``[1, 64, 4, 64]``
+with perm ``[0, 2, 1, 3]`` where ``Unpack`` + ``Pack`` took 7 us: with Transposes the BERT
+encoder got slower (0.87x), so a transpose that moves one axis of at most ``MAX_UNPACKED``
+entries (the heads) is written as ``Unpack`` along that axis + ``Pack`` at its new position,
+which TensorFlow runs with its own kernels. Measured on the BERT encoder at batch 1 (one
+process, paired rounds, docs/transformers.md): the default recipe 1.05x faster with this
+transform, its bf16 candidate 1.18x.
 
 Which equations: ``a,b->out`` without an ellipsis, no label twice in one term, every output
 label in an operand, and its labels in four groups: batch labels (in both operands and the
@@ -15,10 +19,10 @@ output), exactly one contracted label (in both operands, not in the output) and 
 label per operand (in that operand and the output only). That is a batched matrix product
 ``[batch..., m, k] x [batch..., k, n] -> [batch..., m, n]`` whose terms are permuted. The rewrite
 orders the batch labels as the output does, then picks, of the two operand orders and the
-adjoints, the one needing the fewest Transposes, then the fewest that move the last axis (ties:
-the operands as given, no adjoint). The attention scores become ``Transpose(q, [0, 2, 1, 3])``
-and ``Transpose(k, [0, 2, 1, 3])`` read with ``adj_y``; the weighted values ``Transpose(v, [0,
-2, 1, 3])`` and the product's output transposed back the same way.
+adjoints, the one needing the fewest transposes, then the fewest that move the last axis (ties:
+the operands as given, no adjoint). The attention scores become ``q`` and ``k`` with their heads
+moved before their lengths, read with ``adj_y``; the weighted values ``v`` the same way, and the
+product's heads moved back after its length.
 
 Values: the same products summed over the same label; oneDNN may sum in another order, so
 float32 results can differ in the last bits. Named labels must have equal sizes in an ``Einsum``
@@ -26,8 +30,9 @@ float32 results can differ in the last bits. Named labels must have equal sizes 
 
 The last node keeps the Einsum's name (nothing downstream is rewired). Left alone: any other
 equation (an ellipsis, a repeated label, a label summed over in one operand only, none or
-several contracted or free labels, one operand), a type other than float32, bfloat16
-and float16, and an Einsum that is an input, output or protected node.
+several contracted or free labels, one operand), a type other than float32, bfloat16 and
+float16, and an Einsum that is an input, output or protected node. A transpose whose moved
+axis has no static size, or more than ``MAX_UNPACKED`` entries, stays a ``Transpose``.
 """
 
 from __future__ import annotations
@@ -40,12 +45,19 @@ import numpy as np
 
 from optimizer.graph.names import canonical_input, is_control_input
 from optimizer.graph.rewrite import add_node
+from optimizer.graph.shapes import infer_shapes, static_shape
 from optimizer.graph.traversal import nodes_by_name
 from optimizer.transforms.base import Transform, TransformContext
 
 log = logging.getLogger(__name__)
 
 FLOAT_TYPES = frozenset({1, 14, 19})  # DT_FLOAT, DT_BFLOAT16, DT_HALF (types.proto)
+DT_INT32 = 3
+# A transpose that moves one axis of at most this many entries is written as Unpack + Pack:
+# TensorFlow runs Transpose as oneDNN's _MklTranspose, 60-80 us for [1, 64, N, 64] with perm
+# [0, 2, 1, 3] at N = 4 to 32, where Unpack + Pack took 7 us at N = 4 and 15 us at N = 12, but
+# 70-95 us at N = 16 and 32 (2 threads, chains of 16, docs/transformers.md).
+MAX_UNPACKED = 12
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,17 @@ def batch_matmul_form(equation: str) -> Product | None:
     return min(options, key=lambda p: p.cost)  # min keeps the first of equals
 
 
+def moved_axes(perm: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Each ``(axis, position)`` such that ``perm`` moves that one axis to that position and
+    keeps the others in order (``[0, 2, 1, 3]``: axis 2 to position 1, or axis 1 to 2)."""
+    return [(axis, position) for position, axis in enumerate(perm)
+            if position != axis and _ascending([a for a in perm if a != axis])]
+
+
+def _ascending(axes: list[int]) -> bool:
+    return axes == sorted(axes)
+
+
 def _perm(term: str, order: list[str]) -> tuple[int, ...] | None:
     """The Transpose perm taking ``term``'s axes to ``order``, None when it is the identity."""
     perm = tuple(term.index(label) for label in order)
@@ -110,17 +133,15 @@ class EinsumAsBatchMatmul(Transform):
     params = ()
 
     def transform(self, graph_def, context: TransformContext):
+        found = [(n, p) for n in graph_def.node if n.op == "Einsum"
+                 for p in [self._product(n, context.boundary)] if p is not None]
+        if not found:
+            return graph_def
         by_name = nodes_by_name(graph_def)
-        rewritten = 0
-        for node in list(graph_def.node):
-            if node.op != "Einsum":
-                continue
-            product = self._product(node, context.boundary)
-            if product is None:
-                continue
-            self._rewrite(graph_def, by_name, node, product)
-            rewritten += 1
-        log.debug("%s: %d Einsums made BatchMatMulV2", self.name, rewritten)
+        shapes = infer_shapes(graph_def)
+        for einsum, product in found:
+            self._rewrite(graph_def, by_name, shapes, einsum, product)
+        log.debug("%s: %d Einsums made BatchMatMulV2", self.name, len(found))
         return graph_def
 
     def _product(self, einsum, boundary) -> Product | None:
@@ -134,41 +155,70 @@ class EinsumAsBatchMatmul(Transform):
         return product
 
     @staticmethod
-    def _rewrite(graph_def, by_name, einsum, product: Product) -> None:
+    def _rewrite(graph_def, by_name, shapes, einsum, product: Product) -> None:
         from tensorflow.core.framework import attr_value_pb2
 
         device, prefix = einsum.device, einsum.name
         dtype = attr_value_pb2.AttrValue()
         dtype.CopyFrom(einsum.attr["T"])  # a copy: the Einsum is cleared below
-        int32 = attr_value_pb2.AttrValue(type=3)  # DT_INT32
         data = [canonical_input(i) for i in einsum.input if not is_control_input(i)]
         controls = [i for i in einsum.input if is_control_input(i)]
         x, y = reversed(data) if product.swapped else data
 
-        def transposed(tensor: str, perm, base: str) -> str:
+        def transpose(tensor: str, shape, perm, base: str, name: str | None = None) -> str:
+            """``tensor`` transposed by ``perm`` (None: as it is); the last node is called
+            ``name`` (the Einsum, cleared for it) or a new one from ``base``."""
             if perm is None:
                 return tensor
-            const = add_node(graph_def, by_name, "Const", f"{prefix}/{base}_perm", device=device,
-                             value=np.array(perm, np.int32))
-            return add_node(graph_def, by_name, "Transpose", f"{prefix}/{base}",
-                            [tensor, const.name], device, {"T": dtype, "Tperm": int32}).name
+            sizes = [(shape[axis], axis, position) for axis, position in moved_axes(perm)
+                     if shape is not None and shape[axis] is not None]
+            count, axis, position = min(sizes, default=(None, None, None))
+            if count is not None and count <= MAX_UNPACKED:
+                unpack = add_node(graph_def, by_name, "Unpack", f"{prefix}/{base}_unpack",
+                                  [tensor], device, {"T": dtype, "num": _attr(i=count),
+                                                     "axis": _attr(i=axis)})
+                op, inputs = "Pack", [f"{unpack.name}:{i}" if i else unpack.name
+                                      for i in range(count)]
+                attrs = {"T": dtype, "N": _attr(i=count), "axis": _attr(i=position)}
+            else:
+                const = add_node(graph_def, by_name, "Const", f"{prefix}/{base}_perm",
+                                 device=device, value=np.array(perm, np.int32))
+                op, inputs = "Transpose", [tensor, const.name]
+                attrs = {"T": dtype, "Tperm": _attr(type=DT_INT32)}
+            if name is None:
+                return add_node(graph_def, by_name, op, f"{prefix}/{base}", inputs, device,
+                                attrs).name
+            _replace(einsum, op, inputs + controls, attrs)
+            return name
 
-        inputs = [transposed(x, product.x_perm, "x_transpose"),
-                  transposed(y, product.y_perm, "y_transpose")]
-        attrs = {"T": dtype, "adj_x": attr_value_pb2.AttrValue(b=product.adj_x),
-                 "adj_y": attr_value_pb2.AttrValue(b=product.adj_y)}
-        if product.out_perm is not None:
-            matmul = add_node(graph_def, by_name, "BatchMatMulV2", f"{prefix}/batch_matmul",
-                              inputs, device, attrs)
-            perm = add_node(graph_def, by_name, "Const", f"{prefix}/output_perm", device=device,
-                            value=np.array(product.out_perm, np.int32))
-            op, inputs, attrs = "Transpose", [matmul.name, perm.name], \
-                {"T": dtype, "Tperm": int32}
-        else:
-            op = "BatchMatMulV2"
-        # The Einsum keeps its name as the last node; its control inputs move there.
-        einsum.Clear()
-        einsum.name, einsum.op, einsum.device = prefix, op, device
-        einsum.input.extend([*inputs, *controls])
-        for key, attr in attrs.items():
-            einsum.attr[key].CopyFrom(attr)
+        inputs = [transpose(x, static_shape(shapes, x), product.x_perm, "x_transpose"),
+                  transpose(y, static_shape(shapes, y), product.y_perm, "y_transpose")]
+        attrs = {"T": dtype, "adj_x": _attr(b=product.adj_x), "adj_y": _attr(b=product.adj_y)}
+        if product.out_perm is None:
+            # The Einsum keeps its name as the product; its control inputs move there.
+            _replace(einsum, "BatchMatMulV2", inputs + controls, attrs)
+            return
+        matmul = add_node(graph_def, by_name, "BatchMatMulV2", f"{prefix}/batch_matmul",
+                          inputs, device, attrs)
+        output_shape = static_shape(shapes, prefix)
+        product_shape = None if output_shape is None else tuple(
+            output_shape[product.out_perm.index(i)] for i in range(len(output_shape)))
+        # ... or as the output's transpose
+        transpose(matmul.name, product_shape, product.out_perm, "output", name=prefix)
+
+
+def _replace(node, op: str, inputs: list[str], attrs: dict) -> None:
+    """``node`` cleared and made ``op`` of ``inputs`` and ``attrs``, keeping its name and
+    device."""
+    name, device = node.name, node.device
+    node.Clear()
+    node.name, node.op, node.device = name, op, device
+    node.input.extend(inputs)
+    for key, attr in attrs.items():
+        node.attr[key].CopyFrom(attr)
+
+
+def _attr(**value):
+    from tensorflow.core.framework import attr_value_pb2
+
+    return attr_value_pb2.AttrValue(**value)
