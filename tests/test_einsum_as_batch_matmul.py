@@ -19,8 +19,10 @@ from graph_testing import (
     tf,
 )
 
+from optimizer.candidates.bf16 import bf16_mixed_precision, bfloat16_nodes
 from optimizer.optimize.flow import optimize
 from optimizer.optimize.recipe import INFERENCE_RECIPE
+from optimizer.system.cpu_features import cpu_supports_bf16
 from optimizer.transforms.einsum_as_batch_matmul import MAX_UNPACKED, batch_matmul_form
 from optimizer.transforms.registry import make_transform
 from optimizer.verify.tolerance import Tolerance
@@ -191,3 +193,7 @@ def test_keras_multi_head_attention_through_the_default_recipe_keeps_its_outputs
     assert optimized["Einsum"] == 0 and optimized["BatchMatMulV2"] == 2
     assert result.tolerance == Tolerance()
     assert result.accepted, result.divergence()
+    if cpu_supports_bf16():  # the bf16 candidate is built from this graph
+        candidate = bf16_mixed_precision(result.candidate.model).graph_def
+        bf16_ops = {n.op for n in candidate.node if n.name in set(bfloat16_nodes(candidate))}
+        assert {"BatchMatMulV2", "Unpack", "Pack"} <= bf16_ops

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from optimizer.graph.names import canonical_input, is_control_input
-from optimizer.graph.rewrite import add_node
+from optimizer.graph.rewrite import add_node, attr_value
 from optimizer.graph.shapes import infer_shapes, static_shape
 from optimizer.graph.traversal import nodes_by_name
 from optimizer.transforms.base import Transform, TransformContext
@@ -156,10 +156,8 @@ class EinsumAsBatchMatmul(Transform):
 
     @staticmethod
     def _rewrite(graph_def, by_name, shapes, einsum, product: Product) -> None:
-        from tensorflow.core.framework import attr_value_pb2
-
         device, prefix = einsum.device, einsum.name
-        dtype = attr_value_pb2.AttrValue()
+        dtype = attr_value()
         dtype.CopyFrom(einsum.attr["T"])  # a copy: the Einsum is cleared below
         data = [canonical_input(i) for i in einsum.input if not is_control_input(i)]
         controls = [i for i in einsum.input if is_control_input(i)]
@@ -175,16 +173,16 @@ class EinsumAsBatchMatmul(Transform):
             count, axis, position = min(sizes, default=(None, None, None))
             if count is not None and count <= MAX_UNPACKED:
                 unpack = add_node(graph_def, by_name, "Unpack", f"{prefix}/{base}_unpack",
-                                  [tensor], device, {"T": dtype, "num": _attr(i=count),
-                                                     "axis": _attr(i=axis)})
+                                  [tensor], device, {"T": dtype, "num": attr_value(i=count),
+                                                     "axis": attr_value(i=axis)})
                 op, inputs = "Pack", [f"{unpack.name}:{i}" if i else unpack.name
                                       for i in range(count)]
-                attrs = {"T": dtype, "N": _attr(i=count), "axis": _attr(i=position)}
+                attrs = {"T": dtype, "N": attr_value(i=count), "axis": attr_value(i=position)}
             else:
                 const = add_node(graph_def, by_name, "Const", f"{prefix}/{base}_perm",
                                  device=device, value=np.array(perm, np.int32))
                 op, inputs = "Transpose", [tensor, const.name]
-                attrs = {"T": dtype, "Tperm": _attr(type=DT_INT32)}
+                attrs = {"T": dtype, "Tperm": attr_value(type=DT_INT32)}
             if name is None:
                 return add_node(graph_def, by_name, op, f"{prefix}/{base}", inputs, device,
                                 attrs).name
@@ -193,7 +191,8 @@ class EinsumAsBatchMatmul(Transform):
 
         inputs = [transpose(x, static_shape(shapes, x), product.x_perm, "x_transpose"),
                   transpose(y, static_shape(shapes, y), product.y_perm, "y_transpose")]
-        attrs = {"T": dtype, "adj_x": _attr(b=product.adj_x), "adj_y": _attr(b=product.adj_y)}
+        attrs = {"T": dtype, "adj_x": attr_value(b=product.adj_x),
+                 "adj_y": attr_value(b=product.adj_y)}
         if product.out_perm is None:
             # The Einsum keeps its name as the product; its control inputs move there.
             _replace(einsum, "BatchMatMulV2", inputs + controls, attrs)
@@ -203,7 +202,7 @@ class EinsumAsBatchMatmul(Transform):
         output_shape = static_shape(shapes, prefix)
         product_shape = None if output_shape is None else tuple(
             output_shape[product.out_perm.index(i)] for i in range(len(output_shape)))
-        # ... or as the output's transpose
+        # The Einsum keeps its name as the transpose of the product.
         transpose(matmul.name, product_shape, product.out_perm, "output", name=prefix)
 
 
@@ -217,8 +216,3 @@ def _replace(node, op: str, inputs: list[str], attrs: dict) -> None:
     for key, attr in attrs.items():
         node.attr[key].CopyFrom(attr)
 
-
-def _attr(**value):
-    from tensorflow.core.framework import attr_value_pb2
-
-    return attr_value_pb2.AttrValue(**value)
