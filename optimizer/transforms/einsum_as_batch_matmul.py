@@ -5,13 +5,13 @@ they do) + a transpose of its output if needed.
 Why: Keras 3's ``MultiHeadAttention`` computes each layer's attention with two ``Einsum``s,
 scores ``BTNH,BSNH->BNTS`` and weighted values ``BNTS,BSNH->BTNH``. TensorFlow runs them as
 oneDNN's ``_MklEinsum``, slower than the same product as ``_MklBatchMatMulV2``. But TensorFlow
-also runs every ``Transpose`` as ``_MklTranspose``, which took about 60 us for ``[1, 64, 4, 64]``
+also runs every ``Transpose`` as ``_MklTranspose``, which took 61-95 us for ``[1, 64, 4, 64]``
 with perm ``[0, 2, 1, 3]`` where ``Unpack`` + ``Pack`` took 7 us: with Transposes the BERT
 encoder got slower (0.87x), so a transpose that moves one axis of at most ``MAX_UNPACKED``
 entries (the heads) is written as ``Unpack`` along that axis + ``Pack`` at its new position,
 which TensorFlow runs with its own kernels. Measured on the BERT encoder at batch 1 (one
-process, paired rounds, docs/transformers.md): the default recipe 1.05x faster with this
-transform, its bf16 candidate 1.18x.
+process, paired rounds, docs/transformers.md): the default recipe 1.06x faster with this
+transform, its bf16 candidate 1.17x (2.31x the stock call).
 
 Which equations: ``a,b->out`` without an ellipsis, no label twice in one term, every output
 label in an operand, and its labels in four groups: batch labels (in both operands and the
@@ -54,9 +54,9 @@ log = logging.getLogger(__name__)
 FLOAT_TYPES = frozenset({1, 14, 19})  # DT_FLOAT, DT_BFLOAT16, DT_HALF (types.proto)
 DT_INT32 = 3
 # A transpose that moves one axis of at most this many entries is written as Unpack + Pack:
-# TensorFlow runs Transpose as oneDNN's _MklTranspose, 60-80 us for [1, 64, N, 64] with perm
+# TensorFlow runs Transpose as oneDNN's _MklTranspose, 61-95 us for [1, 64, N, 64] with perm
 # [0, 2, 1, 3] at N = 4 to 32, where Unpack + Pack took 7 us at N = 4 and 15 us at N = 12, but
-# 70-95 us at N = 16 and 32 (2 threads, chains of 16, docs/transformers.md).
+# 68-107 us at N = 16 and 32 (2 threads, chains of 16, docs/transformers.md).
 MAX_UNPACKED = 12
 
 
