@@ -36,14 +36,14 @@ TOLERANCE = {"atol": 1e-5, "rtol": 1e-5}
 
 
 def _einsum_graph(equation: str, dtype=tf.float32):
-    """Placeholders ``a`` (and ``b``...) shaped by ``SIZES`` for each operand of ``equation``,
-    their Einsum named ``einsum``, read by the output ``y``."""
+    """Placeholders ``a`` (and ``b``) shaped by ``SIZES`` (6 for other labels, none for an
+    ellipsis) for the operands of ``equation``, their Einsum named ``einsum``, read by the output
+    ``y``."""
     terms = equation.split("->")[0].split(",")
 
     def body():
         operands = [tf.compat.v1.placeholder(dtype, [SIZES.get(c, 6) for c in term.strip(".")],
-                                             name="ab"[i] if i < 2 else f"c{i}")
-                    for i, term in enumerate(terms)]
+                                             name="ab"[i]) for i, term in enumerate(terms)]
         tf.identity(tf.raw_ops.Einsum(inputs=operands, equation=equation, name="einsum"),
                     name="y")
     return build_graph(body)
