@@ -13,17 +13,21 @@ as a SavedModel and loaded as TF Serving loads them (:func:`optimizer.runtime.lo
 - ``gtt``: frozen, GTT's inference recipe (:data:`optimizer.optimize.recipe.GTT_INFERENCE_RECIPE`);
 - ``gelu``: GTT's recipe with ``rewrite_gelu_erf`` (the default recipe before this round);
 - ``optimized``: the default recipe (:data:`optimizer.optimize.recipe.INFERENCE_RECIPE`, with
-  ``flatten_dense_matmuls``);
+  ``flatten_dense_matmuls`` and ``einsum_as_batch_matmul``);
+- ``optimized_einsum``: the default recipe without ``einsum_as_batch_matmul`` (attention's
+  ``Einsum``s kept, as before round 25);
 - ``bf16_all``: ``optimized`` through Grappler's bfloat16 pass with its own lists (every op it
   can, LayerNorm and Softmax included), as the bf16 candidate was before this round;
 - ``bf16``: the bf16 candidate (:func:`optimizer.candidates.bf16.bf16_mixed_precision`: the
   normalizations in float32);
+- ``bf16_einsum``: the bf16 candidate of ``optimized_einsum``;
 - ``xla``: the XLA candidate of ``optimized``.
 
-Printed: per variant, the p50 of blocks of 10 calls (:func:`optimizer.benchmark.interleaved.
+``--labels`` builds and times only those variants (and ``stock``). Printed: per variant, the p50 of blocks of 10 calls (:func:`optimizer.benchmark.interleaved.
 time_interleaved`, order rotating every round) and its ratio to ``stock`` (p50 over p50, one
 process, one run), the largest output difference to ``stock`` and the top-1 agreement over 64
-inputs with ids drawn from the vocabulary; then, for ``optimized``, ``bf16_all`` and ``bf16``,
+inputs with ids drawn from the vocabulary, and each ratio to ``stock`` with its 95% interval
+over paired rounds (:func:`optimizer.benchmark.stats.p50_ratio_interval`); then, for ``optimized``, ``bf16_all`` and ``bf16``,
 the time per op type from TensorFlow's step stats (a v1 ``Session`` with full tracing on the
 same SavedModel, ``--profile-calls`` calls: traced times, so only the shares mean something).
 """
@@ -47,15 +51,19 @@ BLOCK_SIZE = 10
 QUALITY_INPUTS = 64
 
 
-LABELS = ("stock", "gtt", "gelu", "optimized", "bf16_all", "bf16", "xla")
+LABELS = ("stock", "gtt", "gelu", "optimized_einsum", "optimized", "bf16_all", "bf16_einsum",
+          "bf16", "xla")
+# the recipe each frozen variant is built with, and the bf16 candidates' float32 graphs
+WITHOUT_EINSUM = "einsum_as_batch_matmul "
+BF16_OF = {"bf16_all": "optimized", "bf16": "optimized", "bf16_einsum": "optimized_einsum"}
 
 
-def build_variants(workdir: Path) -> dict[str, Path]:
-    """SavedModel paths by label, built unless ``workdir`` holds them all (``--prepare`` builds
-    them outside the benchmark lock)."""
+def build_variants(workdir: Path, labels=LABELS) -> dict[str, Path]:
+    """SavedModel paths by label (``stock`` and ``labels``), built unless ``workdir`` holds
+    them (``--prepare`` builds them outside the benchmark lock)."""
     from families import export_encoder
 
-    built = {label: workdir / label for label in LABELS[1:]}
+    built = {label: workdir / label for label in labels if label != "stock"}
     if all((path / "saved_model.pb").is_file() for path in built.values()):
         return {"stock": export_encoder(workdir), **built}
 
@@ -74,18 +82,26 @@ def build_variants(workdir: Path) -> dict[str, Path]:
     recipes = {"gtt": GTT_INFERENCE_RECIPE,
                "gelu": GTT_INFERENCE_RECIPE.replace("merge_duplicate_nodes",
                                                     "rewrite_gelu_erf merge_duplicate_nodes"),
+               "optimized_einsum": INFERENCE_RECIPE.replace(WITHOUT_EINSUM, ""),
                "optimized": INFERENCE_RECIPE}
+    needed = {BF16_OF.get(label, "optimized" if label == "xla" else label) for label in built}
     models = {}
     for label, recipe in recipes.items():
-        models[label], _ = run_transforms(
-            frozen, build_transforms(Recipe.from_string(recipe).transforms))
-    optimized = models["optimized"]
-    models["bf16_all"], _ = run_transforms(
-        optimized, [make_transform("grappler", optimizers=list(BF16_PASSES))])
-    models["bf16"] = bf16_mixed_precision(optimized)
+        if label in needed:
+            models[label], _ = run_transforms(
+                frozen, build_transforms(Recipe.from_string(recipe).transforms))
+    if "bf16_all" in built:
+        models["bf16_all"], _ = run_transforms(
+            models["optimized"], [make_transform("grappler", optimizers=list(BF16_PASSES))])
+    for label in ("bf16", "bf16_einsum"):
+        if label in built:
+            models[label] = bf16_mixed_precision(models[BF16_OF[label]])
     for label, model in models.items():
-        paths[label] = write_saved_model(model, workdir / label, overwrite=True)
-    paths["xla"] = write_xla_saved_model(optimized, workdir / "xla", overwrite=True)
+        if label in built:
+            paths[label] = write_saved_model(model, workdir / label, overwrite=True)
+    if "xla" in built:
+        paths["xla"] = write_xla_saved_model(models["optimized"], workdir / "xla",
+                                             overwrite=True)
     return paths
 
 
@@ -122,6 +138,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--profile-calls", type=int, default=20)
+    parser.add_argument("--labels", nargs="+", choices=LABELS[1:], default=list(LABELS[1:]),
+                        help="the variants to build and time beside stock (default: all)")
     parser.add_argument("--prepare", action="store_true",
                         help="only build the variants (no timing: run it outside the lock)")
     args = parser.parse_args()
@@ -136,7 +154,7 @@ def main() -> int:
     from optimizer.runtime import load_runner
 
     args.workdir.mkdir(parents=True, exist_ok=True)
-    paths = build_variants(args.workdir)
+    paths = build_variants(args.workdir, args.labels)
     if args.prepare:
         return 0
     runners = {label: load_runner(path) for label, path in paths.items()}
@@ -158,21 +176,34 @@ def main() -> int:
     calls = {label: runner.bind(runner.to_tensors(feeds)) for label, runner in runners.items()}
     samples = time_interleaved(calls, warmup=5, min_runs=args.rounds, min_seconds=args.seconds,
                                block_size=BLOCK_SIZE, rotate_order=True)
-    base = samples["stock"].p50
     print(f"batch 1, blocks of {BLOCK_SIZE}, load average "
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for label in runners:
         diff, agreement = quality[label]
-        print(f"{label:10s} p50 {samples[label].p50 * 1e3:8.3f} ms  x{base / samples[label].p50:.3f}"
-              f"  rounds {samples[label].rounds}  max abs diff {diff:.1e}"
-              f"  top-1 agreement {agreement:.3f}")
-    for label in ("optimized", "bf16_all", "bf16"):
+        print(f"{label:16s} p50 {samples[label].p50 * 1e3:8.3f} ms  "
+              f"{speedup(samples, 'stock', label)}  rounds {samples[label].rounds}  "
+              f"max abs diff {diff:.1e}  top-1 agreement {agreement:.3f}")
+    for with_, without in (("optimized", "optimized_einsum"), ("bf16", "bf16_einsum")):
+        if with_ in samples and without in samples:
+            print(f"{with_} against {without}: {speedup(samples, without, with_)}")
+    for label in (x for x in ("optimized_einsum", "optimized", "bf16_all", "bf16_einsum", "bf16")
+                  if x in paths):
         profile = op_profile(paths[label], feeds, args.profile_calls)
         total = sum(profile.values())
         print(f"\n{label}: traced op time {total / 1e3:.2f} ms per call")
         for op, micros in profile.most_common(12):
             print(f"  {op:28s} {micros / 1e3:7.3f} ms {100 * micros / total:5.1f}%")
     return 0
+
+
+def speedup(samples: dict, base: str, label: str) -> str:
+    """``label``'s speed over ``base``'s: p50 over p50, and the median of the paired per-round
+    ratios with its 95% interval."""
+    from optimizer.benchmark.stats import p50_ratio_interval
+
+    paired = p50_ratio_interval(samples[base].round_figures, samples[label].round_figures)
+    return (f"x{samples[base].p50 / samples[label].p50:.3f} (paired x{1 / paired.ratio:.3f} "
+            f"[{1 / paired.high:.3f}, {1 / paired.low:.3f}])")
 
 
 if __name__ == "__main__":

@@ -175,7 +175,8 @@ def test_an_lstm_optimized_with_the_inference_recipe_keeps_identical_outputs(
     assert INFERENCE_RECIPE == ("strip_unused_nodes remove_nodes(op=Identity, op=CheckNumerics) "
                                 "fold_constants(ignore_errors=true) fold_batch_norms "
                                 "fold_old_batch_norms rewrite_gelu_erf flatten_dense_matmuls "
-                                "fold_embedding_projections constant_reshape_shapes "
+                                "einsum_as_batch_matmul fold_embedding_projections "
+                                "constant_reshape_shapes "
                                 "merge_duplicate_nodes")
 
     code = main(["optimize", str(src), str(dst), "--transforms", INFERENCE_RECIPE,

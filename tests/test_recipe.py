@@ -188,10 +188,11 @@ def test_the_inference_recipe_adds_merge_duplicate_nodes():
         parse_transforms(DEPLOYMENT_RECIPE) + [TransformSpec("merge_duplicate_nodes")]
 
 
-def test_the_default_recipe_writes_gelu_and_dense_layers_for_the_remapper_before_merging():
+def test_the_default_recipe_writes_gelu_dense_layers_and_einsums_for_onednn_before_merging():
     assert parse_transforms(INFERENCE_RECIPE) == parse_transforms(DEPLOYMENT_RECIPE) + [
         TransformSpec("rewrite_gelu_erf"), TransformSpec("flatten_dense_matmuls"),
-        TransformSpec("fold_embedding_projections"), TransformSpec("constant_reshape_shapes"),
+        TransformSpec("einsum_as_batch_matmul"), TransformSpec("fold_embedding_projections"),
+        TransformSpec("constant_reshape_shapes"),
         TransformSpec("merge_duplicate_nodes")]
 
 

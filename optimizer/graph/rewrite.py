@@ -62,6 +62,14 @@ def make_const(name: str, value: np.ndarray, device: str = ""):
     return node
 
 
+def attr_value(**value):
+    """An ``AttrValue`` of ``value`` (``type=``, ``i=``, ``b=``, ``s=``...), for a new node's
+    ``attrs``."""
+    from tensorflow.core.framework import attr_value_pb2
+
+    return attr_value_pb2.AttrValue(**value)
+
+
 def add_node(graph_def, nodes_by_name: dict, op: str, base: str, inputs: Sequence[str] = (),
              device: str = "", attrs: dict | None = None, value: np.ndarray | None = None):
     """Append a node named ``base`` (made unique) to ``graph_def`` and ``nodes_by_name``: a

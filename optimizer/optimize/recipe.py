@@ -23,12 +23,14 @@ DEPLOYMENT_RECIPE = ("strip_unused_nodes remove_nodes(op=Identity, op=CheckNumer
 # every step one that TF's native Graph Transform Tool also has (``--backend native``).
 GTT_INFERENCE_RECIPE = f"{DEPLOYMENT_RECIPE} merge_duplicate_nodes"
 # The default recipe: GTT's, with exact GELU written the way TensorFlow's remapper fuses it into
-# the matrix product before it (Keras writes it with Erfc, which nothing fuses), a dense layer
-# after a mean-pooled embedding folded into the embedding's rows, and the reshapes' targets made
-# constants where only the batch is unknown (after the transforms that write such reshapes, before
-# merging the constants that leaves alike).
+# the matrix product before it (Keras writes it with Erfc, which nothing fuses), and a dense layer
+# after a mean-pooled embedding folded into the embedding's rows. Attention's Einsums become
+# BatchMatMulV2 after the dense layers' rewrite (the two touch different nodes). The reshapes'
+# targets are made constants where only the batch is unknown after the transforms that write such
+# reshapes; merge_duplicate_nodes comes last, merging the constants they leave alike.
 INFERENCE_RECIPE = (f"{DEPLOYMENT_RECIPE} rewrite_gelu_erf flatten_dense_matmuls "
-                    "fold_embedding_projections constant_reshape_shapes merge_duplicate_nodes")
+                    "einsum_as_batch_matmul fold_embedding_projections constant_reshape_shapes "
+                    "merge_duplicate_nodes")
 # For recurrent models over a fixed sequence length: their loops unrolled first, so that the
 # inference recipe's folding and merging reach every step (benchmarks/recurrent.py).
 RECURRENT_RECIPE = f"unroll_static_loops {INFERENCE_RECIPE}"

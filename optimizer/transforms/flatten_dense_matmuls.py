@@ -45,7 +45,7 @@ import numpy as np
 
 from optimizer.graph.consts import resolve_through_identity, values_from_const
 from optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
-from optimizer.graph.rewrite import add_node, drop_nodes, only_reader
+from optimizer.graph.rewrite import add_node, attr_value, drop_nodes, only_reader
 from optimizer.graph.shapes import infer_shapes, static_shape
 from optimizer.graph.traversal import consumers, nodes_by_name
 from optimizer.transforms.base import Transform, TransformContext
@@ -113,7 +113,7 @@ class FlattenDenseMatmuls(Transform):
                          reshape) -> None:
         """``product`` as MatMul on the flattened rows; ``reshape`` (its only reader) or a new
         Reshape in ``product``'s place restores the leading dimensions."""
-        device, dtype, prefix = product.device, _attr(), product.name
+        device, dtype, prefix = product.device, attr_value(), product.name
         dtype.CopyFrom(product.attr["T"])  # a copy: the product is cleared below
         k, n = (int(d) for d in weight_shape)
 
@@ -122,10 +122,10 @@ class FlattenDenseMatmuls(Transform):
             return add_node(graph_def, by_name, op, base, inputs, device, attrs, value).name
 
         rows_shape = add("Const", f"{prefix}/rows_shape", [], value=np.array([-1, k], np.int32))
-        int32 = _attr(type=DT_INT32)
+        int32 = attr_value(type=DT_INT32)
         rows = add("Reshape", f"{prefix}/rows", [x, rows_shape], {"T": dtype, "Tshape": int32})
         matmul = add("MatMul", f"{prefix}/matmul", [rows, product.input[1]],
-                     {"T": dtype, "transpose_a": _attr(b=False), "transpose_b": _attr(b=False)})
+                     {"T": dtype, "transpose_a": attr_value(b=False), "transpose_b": attr_value(b=False)})
         if reshape is not None:
             reshape.input[0] = matmul
             return
@@ -135,11 +135,11 @@ class FlattenDenseMatmuls(Transform):
         end = add("Const", f"{prefix}/end", [], value=np.array([-1], np.int32))
         stride = add("Const", f"{prefix}/stride", [], value=np.array([1], np.int32))
         leading = add("StridedSlice", f"{prefix}/leading_dims", [x_shape, begin, end, stride],
-                      {"T": int32, "Index": int32, "begin_mask": _attr(i=1)})
+                      {"T": int32, "Index": int32, "begin_mask": attr_value(i=1)})
         columns = add("Const", f"{prefix}/columns", [], value=np.array([n], np.int32))
         axis = add("Const", f"{prefix}/axis", [], value=np.array(0, np.int32))
         shape = add("ConcatV2", f"{prefix}/output_shape", [leading, columns, axis],
-                    {"T": int32, "Tidx": int32, "N": _attr(i=2)})
+                    {"T": int32, "Tidx": int32, "N": attr_value(i=2)})
         product.Clear()
         product.name, product.op, product.device = prefix, "Reshape", device
         product.input.extend([matmul, shape])
@@ -167,7 +167,7 @@ class FlattenDenseMatmuls(Transform):
                             value=flat)
             bias_add = add_node(graph_def, by_name, "BiasAdd", f"{prefix}/bias_add",
                                 [matmul.name, bias.name], device,
-                                {"T": add.attr["T"], "data_format": _attr(s=b"NHWC")})
+                                {"T": add.attr["T"], "data_format": attr_value(s=b"NHWC")})
             # The add keeps its name (its readers need no rewiring) as the Reshape.
             shape_input = reshape.input[1]
             controls = [i for i in (*add.input, *reshape.input) if is_control_input(i)]
@@ -237,8 +237,3 @@ class FlattenDenseMatmuls(Transform):
             return None
         return np.ascontiguousarray(per_column).reshape(columns)
 
-
-def _attr(**value):
-    from tensorflow.core.framework import attr_value_pb2
-
-    return attr_value_pb2.AttrValue(**value)

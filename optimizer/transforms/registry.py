@@ -54,6 +54,7 @@ TRANSFORM_MODULES: dict[str, str] = {
     "unroll_static_loops": "unroll_static_loops",
     "rewrite_gelu_erf": "rewrite_gelu_erf",
     "flatten_dense_matmuls": "flatten_dense_matmuls",
+    "einsum_as_batch_matmul": "einsum_as_batch_matmul",
     "fold_embedding_projections": "fold_embedding_projections",
     "constant_reshape_shapes": "constant_reshape_shapes",
 }
