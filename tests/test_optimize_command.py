@@ -188,5 +188,5 @@ def test_an_lstm_optimized_with_the_inference_recipe_keeps_identical_outputs(
     # up to float32 reassociation, hence the tighter 1e-5.
     assert compare(src, dst, batches=4, seed=7).max_abs_diff <= 1e-5
     trace = read_provenance(dst)["trace"]
-    assert len(trace) == 9
+    assert len(trace) == 11
     assert trace[-1]["nodes_after"] < trace[0]["nodes_before"]
