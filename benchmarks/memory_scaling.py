@@ -60,6 +60,27 @@ less loaded. XLA won on none in r23 (1.44x on mlp_100mb, 0.90x on ResNet50). mlp
 is its optimize stage (6.8 GiB, 1.93x), unchanged. Growth from mlp_100mb to mlp_400mb: 4x the
 size, 2.9x the peak.
 
+Measured again in r25 on main (after runtime tuning was sized by measurement, the ONNX graph
+simplification and the recipe's ``einsum_as_batch_matmul`` and ``constant_reshape_shapes``;
+this command runs no tuning and no ONNX target, so those change nothing here), the four rows in
+one sequential run: ``flock /work/wt/mem.lock nice -n 15 .venv/bin/python
+benchmarks/memory_scaling.py --sizes 25,100,400 --cap-gb 12 --workdir /work/wt/mem``, 06:57 to
+07:27 UTC, beside families.py preparing models (load average 3-5):
+
+==========  ========  ========  ========  ==========  =========  ===========  ============
+model       on disk   by hand   optimize  candidates  benchmark  peak, wall   ratio (r24)
+==========  ========  ========  ========  ==========  =========  ===========  ============
+mlp_25mb    48 MiB    0.92 GiB  1.2 GiB   1.2 GiB     1.5 GiB    1.50, 367s   1.63x (1.66)
+mlp_100mb   191 MiB   1.44 GiB  2.3 GiB   2.2 GiB     2.4 GiB    2.37, 477s   1.65x (1.68)
+mlp_400mb   764 MiB   3.57 GiB  6.9 GiB   5.8 GiB     5.6 GiB    6.86, 381s   1.92x (1.93)
+resnet50    198 MiB   1.70 GiB  2.3 GiB   2.3 GiB     2.5 GiB    2.48, 268s   1.46x (1.51)
+==========  ========  ========  ========  ==========  =========  ===========  ============
+
+The same candidates chosen as in r24 (mlp_25mb litert_fp32 2.14x; the others
+litert_dynamic_int8: 29.0x, 6.35x, 3.92x). Growth from mlp_100mb to mlp_400mb: 4x the size,
+2.9x the peak. Runtime tuning, which this command does not run, is measured by
+``benchmarks/tuning_memory.py``.
+
 ``--budget-ratio R`` runs ``tfopt optimize`` a second time with ``--memory-gb`` set to R times
 the by-hand conversion's peak: what it takes to fit a budget (the benchmark in groups, or a
 refusal, exit 7, when the model does not fit at all).
