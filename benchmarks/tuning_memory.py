@@ -34,6 +34,11 @@ budget  probes started  tree peak         tuning wall  left out (one line)
 An earlier run the same day: 3 GiB 2.42 GiB, 1 probe, 99 s (load 4.6-5.7); 8 GiB 6.02 GiB, 4
 probes, 246 s (load 5.9-6.7). No probe was stopped. Before (the load estimate, every probe at
 once): 3 GiB started 2 probes and peaked at 3.56 GiB; 8 GiB started 4 and peaked at 6.33 GiB.
+
+Again on main after the merge (03bfab0), on a quiet machine (load 0.5-2.1), the same bf16 model:
+``flock /work/wt/mem.lock .venv/bin/python benchmarks/tuning_memory.py --budgets-gb 3,8
+--workdir /work/wt/r25-tune/work/bench/tuning``: 3 GiB, 1 probe, tree peak 2.38 GiB, 68 s;
+8 GiB, 4 probes, 6.21 GiB, 104 s. Both within the budget, no probe stopped.
 """
 
 from __future__ import annotations
