@@ -323,7 +323,12 @@ Fidelity (max abs diff / top-1 agreement with stock, 8 inputs; digits top-1 on h
 - FAIL LSTM 4.92x [4.90, 4.93] the stock call (target 5x). The same models at load 4.6
   (07:00, before the recipe changes) gave 5.90x [5.31, 7.46], ORT by hand 1.16x [1.12, 1.18]
   slower than ours: on a quiet machine TensorFlow's stock loop gets the idle second core
-  (0.584 ms against 1.043), which the one-thread ONNX Runtime session does not use;
+  (0.584 ms against 1.043), which the one-thread ONNX Runtime session does not use. Two more
+  quiet runs of ``--families lstm`` right after (08:00, load 2.3): 4.92x and 4.90x, and ORT by
+  hand (its default two threads, spinning) at 0.108 and 0.107 ms against ours at 0.118: 0.91x
+  [0.89, 1.84] (a tie) and 0.90x [0.89, 0.90] (slower). So the LSTM's "at least as fast" line
+  holds in some quiet processes and not in others; splitting the bidirectional LSTM into two
+  LSTMs run in parallel (ORT_PARALLEL, exact) was 0.99x with spinning and 0.90x without;
 - FAIL savedmodel only 1.5x on every family: string 1.09x. Every other family passes (bert 1.88x,
   efficientnetb0 1.79x the narrowest). Why the string model cannot: the same process's cost of
   calling any TensorFlow function, ``benchmarks/string_lookup.py --bindings`` on these models
