@@ -62,6 +62,11 @@ def make_const(name: str, value: np.ndarray, device: str = ""):
     return node
 
 
+# DataType enums (tensorflow/core/framework/types.proto) the rewrites write and test for.
+DT_INT32 = 3
+FLOAT_TYPES = frozenset({1, 14, 19})  # DT_FLOAT, DT_BFLOAT16, DT_HALF
+
+
 def attr_value(**value):
     """An ``AttrValue`` of ``value`` (``type=``, ``i=``, ``b=``, ``s=``...), for a new node's
     ``attrs``."""
@@ -85,6 +90,17 @@ def add_node(graph_def, nodes_by_name: dict, op: str, base: str, inputs: Sequenc
             node.attr[key].CopyFrom(attr)
     nodes_by_name[node.name] = node
     return node
+
+
+def replace_node(node, op: str, inputs: Sequence[str], attrs: dict) -> None:
+    """``node`` cleared and made ``op`` of ``inputs`` and ``attrs`` (name -> AttrValue), keeping
+    its name and device, so that its readers read the replacement."""
+    name, device = node.name, node.device
+    node.Clear()
+    node.name, node.op, node.device = name, op, device
+    node.input.extend(inputs)
+    for key, attr in attrs.items():
+        node.attr[key].CopyFrom(attr)
 
 
 def exclusive_const(nodes_by_name: dict, readers: dict[str, list], tensor: str,

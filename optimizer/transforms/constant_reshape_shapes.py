@@ -2,13 +2,13 @@
 batch size gets that shape as a constant, with ``-1`` for the one dimension not known statically.
 
 Why: Keras writes a dense layer on a rank-3 input as Tensordot (``Shape``, ``GatherV2``,
-``Prod``, ``Pack``, ``ConcatV2`` to build ``[batch * length, features]`` and back), and
-:mod:`flatten_dense_matmuls <optimizer.transforms.flatten_dense_matmuls>` restores each product's
-leading dimensions with ``Shape -> StridedSlice -> ConcatV2``: the batch is unknown when the model
-is exported, so the shapes are computed on every call. At batch 1 the executor's cost per op is
-what such a model spends beside its matrix products. On the BERT-style encoder of
-``benchmarks/families.py`` these shape computations are 69 of the optimized graph's 342
-non-constant nodes.
+``Prod``, ``Pack``, ``ConcatV2`` to build ``[batch * length, features]`` and back): the batch is
+unknown when the model is exported, so the shapes are computed on every call. At batch 1 the
+executor's cost per op is what such a model spends beside its matrix products. On the
+BERT-style encoder of ``benchmarks/families.py`` these shape computations are 56 of the
+optimized graph's 390 non-constant nodes. (:mod:`flatten_dense_matmuls
+<optimizer.transforms.flatten_dense_matmuls>` writes the reshapes it adds with constant targets
+itself where it can.)
 
 Grappler's constant folding cannot remove them (a shape with an unknown dimension is not a
 constant), but ``Reshape`` infers one dimension itself: when static shape inference gives the
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from optimizer.graph.const_eval import is_pure
 from optimizer.graph.consts import values_from_const
 from optimizer.graph.control_flow import nodes_under_control_flow
 from optimizer.graph.names import is_control_input, node_name_from_input, output_index
@@ -41,13 +42,6 @@ from optimizer.graph.rewrite import add_node, remove_unread
 from optimizer.graph.shapes import infer_shapes, static_shape
 from optimizer.graph.traversal import nodes_by_name
 from optimizer.transforms.base import Transform, TransformContext
-
-# Ops that may be dropped once nothing reads them: the shape arithmetic, never a stateful op.
-SHAPE_ARITHMETIC_OPS = frozenset({
-    "Shape", "ShapeN", "Size", "Rank", "StridedSlice", "Slice", "GatherV2", "Gather", "Prod",
-    "Pack", "ConcatV2", "Concat", "Mul", "Cast", "Const", "Identity", "Squeeze", "ExpandDims",
-    "Reshape", "Fill", "Range", "Sum",
-})
 
 
 class ConstantReshapeShapes(Transform):
@@ -86,32 +80,25 @@ class ConstantReshapeShapes(Transform):
                              device=reshape.device,
                              value=target.astype(np.int64 if int64 else np.int32))
             reshape.input[1] = const.name
-        remove_unread(graph_def, old_targets, context.boundary,
-                      lambda node: node.op in SHAPE_ARITHMETIC_OPS)
+        remove_unread(graph_def, old_targets, context.boundary, is_pure)
         return bool(old_targets)
 
 
 def _constant_target(computed, output_shape) -> np.ndarray | None:
-    """The Reshape's target as a constant, or None. ``computed``: the target's entries as far
-    as :class:`ShapeValues` knows them (:data:`DYNAMIC`, or :data:`UNFOLLOWED` for none of
-    them); ``output_shape``: the Reshape's
-    output as static inference gives it. An entry either knows is that constant; the one
-    entry neither knows (or a computed ``-1``) is ``-1``; two such entries: None."""
-    if computed is UNFOLLOWED or not isinstance(computed, list):
-        computed = None
-    rank = len(output_shape) if output_shape is not None else None
-    if computed is not None and rank is not None and len(computed) != rank:
-        return None
-    rank = rank if rank is not None else (len(computed) if computed is not None else None)
-    if rank is None:
+    """The Reshape's target as a constant, or None. Each entry is what the computation gives
+    (``computed``, from :class:`ShapeValues`), else the Reshape's statically inferred output
+    (``output_shape``), else ``-1``; more than one ``-1``: None."""
+    computed = computed if isinstance(computed, list) else None  # UNFOLLOWED, or a scalar
+    rank = len(output_shape) if output_shape is not None else \
+        len(computed) if computed is not None else None
+    if rank is None or (computed is not None and len(computed) != rank):
         return None
     entries = []
     for i in range(rank):
-        value = computed[i] if computed is not None else None
-        if value is None or value == -1:
-            static = output_shape[i] if output_shape is not None else None
-            value = -1 if static is None else static
-        entries.append(value)
+        value = computed[i] if computed is not None else DYNAMIC
+        if value is DYNAMIC or value == -1:
+            value = output_shape[i] if output_shape is not None else DYNAMIC
+        entries.append(-1 if value is DYNAMIC else value)
     return None if entries.count(-1) > 1 else np.array(entries)
 
 

@@ -44,15 +44,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from optimizer.graph.names import canonical_input, is_control_input
-from optimizer.graph.rewrite import add_node, attr_value
+from optimizer.graph.rewrite import DT_INT32, FLOAT_TYPES, add_node, attr_value, replace_node
 from optimizer.graph.shapes import infer_shapes, static_shape
 from optimizer.graph.traversal import nodes_by_name
 from optimizer.transforms.base import Transform, TransformContext
 
 log = logging.getLogger(__name__)
 
-FLOAT_TYPES = frozenset({1, 14, 19})  # DT_FLOAT, DT_BFLOAT16, DT_HALF (types.proto)
-DT_INT32 = 3
 # A transpose that moves one axis of at most this many entries is written as Unpack + Pack:
 # TensorFlow runs Transpose as oneDNN's _MklTranspose, 61-95 us for [1, 64, N, 64] with perm
 # [0, 2, 1, 3] at N = 4 to 32, where Unpack + Pack took 7 us at N = 4 and 15 us at N = 12, but
@@ -186,7 +184,7 @@ class EinsumAsBatchMatmul(Transform):
             if name is None:
                 return add_node(graph_def, by_name, op, f"{prefix}/{base}", inputs, device,
                                 attrs).name
-            _replace(einsum, op, inputs + controls, attrs)
+            replace_node(einsum, op, inputs + controls, attrs)
             return name
 
         inputs = [transpose(x, static_shape(shapes, x), product.x_perm, "x_transpose"),
@@ -195,7 +193,7 @@ class EinsumAsBatchMatmul(Transform):
                  "adj_y": attr_value(b=product.adj_y)}
         if product.out_perm is None:
             # The Einsum keeps its name as the product; its control inputs move there.
-            _replace(einsum, "BatchMatMulV2", inputs + controls, attrs)
+            replace_node(einsum, "BatchMatMulV2", inputs + controls, attrs)
             return
         matmul = add_node(graph_def, by_name, "BatchMatMulV2", f"{prefix}/batch_matmul",
                           inputs, device, attrs)
@@ -204,15 +202,4 @@ class EinsumAsBatchMatmul(Transform):
             output_shape[product.out_perm.index(i)] for i in range(len(output_shape)))
         # The Einsum keeps its name as the transpose of the product.
         transpose(matmul.name, product_shape, product.out_perm, "output", name=prefix)
-
-
-def _replace(node, op: str, inputs: list[str], attrs: dict) -> None:
-    """``node`` cleared and made ``op`` of ``inputs`` and ``attrs``, keeping its name and
-    device."""
-    name, device = node.name, node.device
-    node.Clear()
-    node.name, node.op, node.device = name, op, device
-    node.input.extend(inputs)
-    for key, attr in attrs.items():
-        node.attr[key].CopyFrom(attr)
 

@@ -45,15 +45,21 @@ import numpy as np
 
 from optimizer.graph.consts import resolve_through_identity, values_from_const
 from optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
-from optimizer.graph.rewrite import add_node, attr_value, drop_nodes, only_reader
+from optimizer.graph.rewrite import (
+    DT_INT32,
+    FLOAT_TYPES,
+    add_node,
+    attr_value,
+    drop_nodes,
+    only_reader,
+    replace_node,
+)
 from optimizer.graph.shapes import infer_shapes, static_shape
 from optimizer.graph.traversal import consumers, nodes_by_name
 from optimizer.transforms.base import Transform, TransformContext
 
 log = logging.getLogger(__name__)
 
-FLOAT_TYPES = frozenset({1, 14, 19})  # DT_FLOAT, DT_BFLOAT16, DT_HALF (types.proto)
-DT_INT32 = 3
 BATCH_MATMULS = frozenset({"BatchMatMul", "BatchMatMulV2"})  # V3 types its operands apart
 BIAS_ADDS = frozenset({"BiasAdd", "AddV2", "Add"})
 
@@ -91,7 +97,7 @@ class FlattenDenseMatmuls(Transform):
             keeps_reshape = (reshape is not None and reshape.op == "Reshape"
                              and canonical_input(reshape.input[0]) == product.name
                              and product.name not in boundary)
-            self._rewrite_product(graph_def, by_name, product, x, weight.shape,
+            self._rewrite_product(graph_def, by_name, product, x, x_shape, weight.shape,
                                   reshape if keeps_reshape else None)
             flattened += 1
             if keeps_reshape:
@@ -109,10 +115,12 @@ class FlattenDenseMatmuls(Transform):
         return weight is not None and weight.op == "Const" and len(
             values_from_const(weight).shape) == 2
 
-    def _rewrite_product(self, graph_def, by_name, product, x: str, weight_shape,
+    def _rewrite_product(self, graph_def, by_name, product, x: str, x_shape, weight_shape,
                          reshape) -> None:
         """``product`` as MatMul on the flattened rows; ``reshape`` (its only reader) or a new
-        Reshape in ``product``'s place restores the leading dimensions."""
+        Reshape in ``product``'s place restores the leading dimensions: a constant target
+        when ``x_shape`` knows all of them but one (``-1``), else computed from ``x``'s
+        shape on every call."""
         device, dtype, prefix = product.device, attr_value(), product.name
         dtype.CopyFrom(product.attr["T"])  # a copy: the product is cleared below
         k, n = (int(d) for d in weight_shape)
@@ -130,21 +138,22 @@ class FlattenDenseMatmuls(Transform):
             reshape.input[0] = matmul
             return
         # The product keeps its name as the Reshape back to x's leading dimensions and n.
-        x_shape = add("Shape", f"{prefix}/input_shape", [x], {"T": dtype, "out_type": int32})
-        begin = add("Const", f"{prefix}/begin", [], value=np.array([0], np.int32))
-        end = add("Const", f"{prefix}/end", [], value=np.array([-1], np.int32))
-        stride = add("Const", f"{prefix}/stride", [], value=np.array([1], np.int32))
-        leading = add("StridedSlice", f"{prefix}/leading_dims", [x_shape, begin, end, stride],
-                      {"T": int32, "Index": int32, "begin_mask": attr_value(i=1)})
-        columns = add("Const", f"{prefix}/columns", [], value=np.array([n], np.int32))
-        axis = add("Const", f"{prefix}/axis", [], value=np.array(0, np.int32))
-        shape = add("ConcatV2", f"{prefix}/output_shape", [leading, columns, axis],
-                    {"T": int32, "Tidx": int32, "N": attr_value(i=2)})
-        product.Clear()
-        product.name, product.op, product.device = prefix, "Reshape", device
-        product.input.extend([matmul, shape])
-        product.attr["T"].CopyFrom(dtype)
-        product.attr["Tshape"].CopyFrom(int32)
+        leading_dims = list(x_shape[:-1])
+        if leading_dims.count(None) <= 1:
+            target = [-1 if d is None else d for d in leading_dims] + [n]
+            shape = add("Const", f"{prefix}/output_shape", [], value=np.array(target, np.int32))
+        else:
+            x_dims = add("Shape", f"{prefix}/input_shape", [x], {"T": dtype, "out_type": int32})
+            begin = add("Const", f"{prefix}/begin", [], value=np.array([0], np.int32))
+            end = add("Const", f"{prefix}/end", [], value=np.array([-1], np.int32))
+            stride = add("Const", f"{prefix}/stride", [], value=np.array([1], np.int32))
+            leading = add("StridedSlice", f"{prefix}/leading_dims", [x_dims, begin, end, stride],
+                          {"T": int32, "Index": int32, "begin_mask": attr_value(i=1)})
+            columns = add("Const", f"{prefix}/columns", [], value=np.array([n], np.int32))
+            axis = add("Const", f"{prefix}/axis", [], value=np.array(0, np.int32))
+            shape = add("ConcatV2", f"{prefix}/output_shape", [leading, columns, axis],
+                        {"T": int32, "Tidx": int32, "N": attr_value(i=2)})
+        replace_node(product, "Reshape", [matmul, shape], {"T": dtype, "Tshape": int32})
 
     # --- step 2 --------------------------------------------------------------------------------
 

@@ -88,12 +88,17 @@ class GraphView:
         value = self.constant(name)
         return None if value is None else value.shape
 
+    @cached_property
+    def _taken(self) -> set[str]:
+        return set(self.producer) | set(self.initializers) | {i.name for i in self.graph.input}
+
     def unique_name(self, base: str) -> str:
-        taken = set(self.producer) | set(self.initializers) | {i.name for i in self.graph.input}
-        name, n = base, 0
-        while name in taken:
-            n += 1
-            name = f"{base}__{n}"
+        """``base``, or ``base_1``..., a name no tensor of the graph, nor an earlier answer,
+        has."""
+        from optimizer.graph.rewrite import unique_name
+
+        name = unique_name(self._taken, base)
+        self._taken.add(name)
         return name
 
     @cached_property
