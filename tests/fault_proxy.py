@@ -17,7 +17,10 @@ URL, so the faults happen on a real TCP connection, below boto3 and MLflow's HTT
 - ``hold``: the request is held until :meth:`FaultProxy.release`, then forwarded as it was: it
   reaches the server late, after whatever the test did meanwhile.
 - ``barrier``: the first ``times`` matching requests are held until all of them have arrived,
-  then forwarded together: clients racing for the same thing reach the server at one instant.
+  then forwarded together, and their answers held until the server has answered all of them:
+  clients racing for the same thing all read the server's state before any of them can change
+  it. (Released at once, a client whose forward lagged on a loaded machine read what a faster
+  one had already created, and the race did not happen.)
 
 A rule matches a method and a regular expression searched in the request path, for its first
 ``times`` matching requests (every one when ``times`` is None); rules are tried in the order
@@ -54,7 +57,8 @@ class Rule:
     times: int | None = None
     seconds: float = 0.0
     hits: int = 0
-    barrier: threading.Barrier | None = None
+    barrier: threading.Barrier | None = None  # all requests arrived
+    answered: threading.Barrier | None = None  # all answers in from the server
 
     def takes(self, method: str, path: str) -> bool:
         if self.method is not None and method != self.method:
@@ -113,8 +117,9 @@ class FaultProxy:
             raise ValueError(f"unknown fault {fault!r}; one of {', '.join(FAULTS)}")
         if fault == "barrier" and not times:
             raise ValueError("a barrier needs times: how many requests it gathers")
-        rule = Rule(fault, re.compile(path), method, times, seconds,
-                    barrier=threading.Barrier(times) if fault == "barrier" else None)
+        barriers = {"barrier": threading.Barrier(times), "answered": threading.Barrier(times)} \
+            if fault == "barrier" else {}
+        rule = Rule(fault, re.compile(path), method, times, seconds, **barriers)
         with self._lock:
             self._rules.append(rule)
         return rule
@@ -147,8 +152,9 @@ class FaultProxy:
         self._released.set()
         with self._lock:
             for rule in self._rules:
-                if rule.barrier is not None:
-                    rule.barrier.abort()
+                for barrier in (rule.barrier, rule.answered):
+                    if barrier is not None:
+                        barrier.abort()
         self._listener.close()
         self._acceptor.join(5)
         with self._lock:
@@ -224,11 +230,10 @@ class FaultProxy:
         if fault == "hold":
             self._hold()
         if fault == "barrier":
-            try:
-                rule.barrier.wait(BARRIER_TIMEOUT_SECONDS)
-            except threading.BrokenBarrierError:
-                pass  # not all came: let the ones that did go on, and the test tell
+            _gather(rule.barrier)
         status, reason, headers, body = self._forward(request)
+        if fault == "barrier":
+            _gather(rule.answered)
         if fault == "stall_after_forward":
             self._hold()
             _reset(client)
@@ -353,3 +358,10 @@ def _response_head(method: str, status: int, reason: str, headers, body_length: 
     if method != "HEAD":
         lines.append(f"Content-Length: {body_length}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _gather(barrier: threading.Barrier) -> None:
+    try:
+        barrier.wait(BARRIER_TIMEOUT_SECONDS)
+    except threading.BrokenBarrierError:
+        pass  # not all came: let the ones that did go on, and the test tell
