@@ -122,3 +122,55 @@ def test_blocks_shrink_to_the_calls_that_last_block_seconds_at_the_slowest_model
     # the slowest call sets the block: 20 ms -> 3 calls make 50 ms; 60 ms -> one call
     assert scaled_block_size([*fast, sleeping(0.02)], 10, 0.05) in (2, 3)
     assert scaled_block_size([sleeping(0.06), *fast], 10, 0.05) == 1
+
+
+def test_a_models_block_starts_only_after_the_previous_models_spinning_thread_stopped():
+    """The next block waits for the process to go idle (optimizer.benchmark.idle): a runtime
+    whose workers spin ~30 ms after a call (ONNX Runtime's) must not share the cores with the
+    next model's timed calls."""
+    import threading
+
+    spinners: list[threading.Thread] = []
+    overlapped = []
+
+    def spinning_call():
+        def spin():
+            until = time.perf_counter() + 0.02
+            while time.perf_counter() < until:
+                pass
+
+        spinners.append(threading.Thread(target=spin, daemon=True))
+        spinners[-1].start()
+
+    def other_call():
+        overlapped.append(any(s.is_alive() for s in spinners))
+
+    time_interleaved({"spinning": spinning_call, "other": other_call}, warmup=0, min_runs=3,
+                     min_seconds=0, block_size=2, rotate_order=True)
+    assert len(overlapped) == 9  # 3 rounds of one untimed and two timed calls
+    assert not any(overlapped)
+
+
+def test_without_waiting_for_idle_the_next_block_runs_beside_the_spinning_thread():
+    import threading
+
+    spinners: list[threading.Thread] = []
+    overlapped = []
+
+    def spinning_call():
+        def spin():
+            until = time.perf_counter() + 0.05
+            while time.perf_counter() < until:
+                pass
+
+        spinners.append(threading.Thread(target=spin, daemon=True))
+        spinners[-1].start()
+
+    def other_call():
+        overlapped.append(any(s.is_alive() for s in spinners))
+
+    time_interleaved({"spinning": spinning_call, "other": other_call}, warmup=0, min_runs=2,
+                     min_seconds=0, wait_idle=False)
+    assert any(overlapped)
+    for spinner in spinners:
+        spinner.join()

@@ -38,6 +38,18 @@ def test_the_thread_count_asked_for_is_the_one_onnx_runtime_runs_with(onnx_file,
     assert (runner.format, runner.runtime) == ("onnx", "onnxruntime")
 
 
+def test_a_pool_of_more_than_one_thread_spins_between_calls_and_one_thread_does_not(
+        onnx_file):
+    """ONNX Runtime's default, kept where there is a pool (optimizer.runtime.onnx): put to
+    sleep after each call, the workers cost more to wake than the second thread saves."""
+    pooled, alone = load_runner(onnx_file, num_threads=2), load_runner(onnx_file, num_threads=1)
+    config = "session.intra_op.allow_spinning"
+    assert pooled._session.get_session_options().get_session_config_entry(config) == "1"
+    assert alone._session.get_session_options().get_session_config_entry(config) == "0"
+    assert pooled.description.endswith("intra_op_num_threads=2, spinning)")
+    assert "spinning" not in alone.description
+
+
 def test_calls_in_any_batch_size_give_the_savedmodels_outputs(onnx_file, model_dir):
     assert_outputs_match_at_any_batch(onnx_file, model_dir("keras_cnn"))
 

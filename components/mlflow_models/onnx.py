@@ -5,7 +5,8 @@ name; tfopt's conversion names a graph's inputs and outputs by the SavedModel si
 (:mod:`optimizer.candidates.onnx.convert`), so ``predict({input key: array})`` returns
 ``{output key: array}`` as the SavedModel's signature does. The flavor's
 ``onnx_session_options`` carry how the benchmark ran it (:mod:`optimizer.runtime.onnx`): the
-tuned thread count, one inter-op thread, sequential execution, spinning off.
+tuned thread count, one inter-op thread, sequential execution, the pool's workers spinning
+when there is more than one thread.
 
 MLflow's loader reads the MLmodel from the directory holding the ``.onnx`` file, so the file and
 its sidecar sit at the model's root, not in a subdirectory as LiteRT's do.
@@ -17,6 +18,7 @@ import shutil
 from pathlib import Path
 
 from components.artifacts import CandidateModel
+from optimizer.runtime.onnx import spinning
 
 # onnx for mlflow.onnx's import, onnxruntime to run it; each under its one name.
 RUNTIME_DISTRIBUTIONS = (("onnx",), ("onnxruntime",))
@@ -25,11 +27,11 @@ PROVIDERS = ["CPUExecutionProvider"]
 
 def session_options(runtime_settings: dict) -> dict:
     """``onnx_session_options`` as MLflow's onnx flavor reads them."""
-    options = {"inter_op_num_threads": 1, "execution_mode": "SEQUENTIAL",
-               "extra_session_config": {"session.intra_op.allow_spinning": "0",
-                                        "session.inter_op.allow_spinning": "0"}}
+    options = {"inter_op_num_threads": 1, "execution_mode": "SEQUENTIAL"}
     if runtime_settings.get("num_threads"):
-        options["intra_op_num_threads"] = int(runtime_settings["num_threads"])
+        threads = int(runtime_settings["num_threads"])
+        options["intra_op_num_threads"] = threads
+        options["extra_session_config"] = {"session.intra_op.allow_spinning": spinning(threads)}
     return options
 
 

@@ -12,12 +12,15 @@ with ONNX Runtime's defaults (every graph optimization at load).
 
 Threads: ``intra_op_num_threads`` per session, default the CPUs this process really has
 (affinity and cgroup quota, :mod:`optimizer.system.cpu_threads`); one inter-op thread and
-sequential execution, as a latency-bound server runs it. Spinning is off: after a call ONNX
-Runtime's pool otherwise spins on the cores for a while, waiting for more work, and in the
-benchmark's interleaved rounds the next model's call then shares its cores with idle ORT
-threads, which makes every other model look slower than it is (seen on MobileNetV2 at batch 1
-on two loaded cores: a TF call took 91 ms after a spinning session's call, 36 ms after a
-non-spinning one's). A server that owns its cores may turn spinning back on.
+sequential execution, as a latency-bound server runs it. With more than one thread the pool's
+workers spin between calls, as ONNX Runtime's default has them do: a worker put to sleep after
+every call is woken for each of the next call's ops, which costs more than the second thread
+saves on a small model. Measured on the BiLSTM tagger at batch 1, each setting alone in a quiet
+process: 2 threads spinning 93 us a call, 1 thread 118 us, 2 threads not spinning 162 us. After
+a call a spinning worker runs on for ~30 ms, so the benchmark waits for the process to go idle
+between two models' blocks (:mod:`optimizer.benchmark.idle`), and runtime tuning measures each
+thread count in a process of its own, where a count that only spins on a busy machine loses. A
+server that must not spend CPU between requests sets ``session.intra_op.allow_spinning`` to 0.
 """
 
 from __future__ import annotations
@@ -67,17 +70,22 @@ def session_signature(session, name: str) -> SignatureInfo:
         outputs=tuple(sorted((_spec(a) for a in session.get_outputs()), key=lambda s: s.key)))
 
 
+def spinning(num_threads: int) -> str:
+    """``session.intra_op.allow_spinning`` for ``num_threads``: "1" where there is a pool."""
+    return "1" if num_threads > 1 else "0"
+
+
 def session_options(num_threads: int, options: Mapping | None = None):
-    """ORT session options: ``num_threads`` intra-op threads, no spinning, and what the
-    sidecar's ``options`` ask for (``graph_optimization_level``)."""
+    """ORT session options: ``num_threads`` intra-op threads, spinning when there is more
+    than one (see the module docstring), and what the sidecar's ``options`` ask for
+    (``graph_optimization_level``)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = num_threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    so.add_session_config_entry("session.intra_op.allow_spinning", spinning(num_threads))
     level = (options or {}).get("graph_optimization_level")
     if level is not None:
         if level not in _LEVELS:
@@ -129,7 +137,8 @@ class OnnxRunner(ModelRunner):
         level = options.get("graph_optimization_level", "ORT_ENABLE_ALL (default)")
         super().__init__(signature, fn=self._session.run, by_keyword=False,
                          description=f"ONNX Runtime {path} ({PROVIDER}, {level}, "
-                                     f"intra_op_num_threads={self.num_threads})")
+                                     f"intra_op_num_threads={self.num_threads}"
+                                     f"{', spinning' if self.num_threads > 1 else ''})")
 
     def to_tensors(self, feeds: Mapping[str, np.ndarray]) -> list:
         # ONNX Runtime reads each element of a string tensor as str: bytes would be looked up
