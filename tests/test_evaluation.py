@@ -45,6 +45,21 @@ def test_top1_and_mse_are_registered_with_their_direction():
     assert METRICS["mae"].fn(np.array([1.0, 3.0]), np.array([2.0, 5.0])) == 1.5
 
 
+def test_top1_of_a_taggers_per_position_scores_counts_positions_against_per_position_labels():
+    # 2 sequences of 3 positions, 2 tags: the argmax per position is [[1, 0, 1], [0, 0, 1]]
+    scores = np.array([[[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]],
+                       [[0.6, 0.4], [0.9, 0.1], [0.2, 0.8]]])
+    labels = np.array([[1, 0, 0], [0, 1, 1]])
+    assert METRICS["top1"].fn(scores, labels) == pytest.approx(4 / 6)
+
+
+def test_top1_with_one_label_per_row_for_per_position_scores_is_one_line_naming_the_shapes():
+    scores = np.zeros((4, 20, 10))
+    with pytest.raises(InvalidInputsError, match=r"y of shape \(4,\)\) do not match the model's "
+                                                 r"top-1 predictions \(shape \(4, 20\)\)"):
+        METRICS["top1"].fn(scores, np.zeros(4, dtype=np.int64))
+
+
 def test_a_metric_can_be_registered_by_name():
     @register_metric("test_top2", True, "label among the two highest scores")
     def top2(scores, labels):

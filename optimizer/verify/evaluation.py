@@ -51,9 +51,16 @@ def get_metric(name: str) -> Metric:
     return METRICS[name]
 
 
-@register_metric("top1", True, "top-1 accuracy: share of rows whose argmax is the label")
+@register_metric("top1", True, "top-1 accuracy: share of rows (of positions, for a tagger's "
+                                "per-position scores) whose argmax is the label")
 def top1(scores: np.ndarray, labels: np.ndarray) -> float:
-    return float(np.mean(np.argmax(scores, axis=-1) == labels.reshape(-1)))
+    predicted = np.argmax(scores, axis=-1)
+    if labels.size != predicted.size:
+        raise InvalidInputsError(
+            f"the labels (y of shape {tuple(labels.shape)}) do not match the model's top-1 "
+            f"predictions (shape {tuple(predicted.shape)}): give one label per row, or one per "
+            f"position for a model that scores each position")
+    return float(np.mean(predicted == labels.reshape(predicted.shape)))
 
 
 @register_metric("mse", False, "mean squared error against the labels")
