@@ -142,3 +142,23 @@ def test_evaluate_scores_the_models_outputs_against_the_labels(classifier, tmp_p
     assert top1_accuracy(runner, x, (own_labels + 1) % 4) == 0.0
     shifted = type(data)(x=x, y=scores + 0.5, source="shifted")
     assert evaluate(runner, shifted, "mse") == pytest.approx(0.25)
+
+
+def test_a_tagger_is_evaluated_position_by_position_against_its_per_position_labels(tmp_path):
+    """A sequence tagger's output is [rows, positions, tags] and its labels [rows, positions]:
+    the gate's evaluation scores every position (a BiLSTM tagger stopped it before)."""
+    import_tensorflow()
+    import keras
+
+    keras.utils.set_random_seed(0)
+    ids = keras.Input((5,), dtype="int32", name="token_ids")
+    tags = keras.layers.Dense(3)(keras.layers.Embedding(20, 4)(ids))
+    keras.Model(ids, tags).export(str(tmp_path / "tagger"), verbose=False)
+    runner = load_runner(tmp_path / "tagger")
+    x = np.random.default_rng(2).integers(0, 20, size=(70, 5)).astype(np.int32)
+    predicted = np.argmax(predict(runner, x), axis=-1)
+    labels = predicted.copy()
+    labels[:7, 0] = (labels[:7, 0] + 1) % 3  # 7 of 350 positions wrong
+    path = tmp_path / "tags.npz"
+    np.savez(path, x=x, y=labels)
+    assert evaluate(runner, load_labelled_data(path), "top1") == pytest.approx(343 / 350)
