@@ -563,11 +563,14 @@ def run_optimize(src: Path, dst: Path, targets: str, eval_data: Path | None, arg
 
 class Subject:
     """One model to time: ``call()`` is the hot path on the fixed timing input, ``predict(feeds)``
-    its (first) output as a numpy array."""
+    its (first) output as a numpy array; ``spins``: its runtime's workers spin on after a call
+    (ONNX Runtime with a pool), so the next model's block waits for them
+    (:mod:`optimizer.benchmark.idle`)."""
 
     def __init__(self, label: str, call: Callable[[], object],
-                 predict: Callable[[dict], np.ndarray], note: str = ""):
+                 predict: Callable[[dict], np.ndarray], note: str = "", spins: bool = False):
         self.label, self.call, self.predict, self.note = label, call, predict, note
+        self.spins = spins
 
 
 def _single_input(feeds: dict) -> np.ndarray:
@@ -582,7 +585,8 @@ def runner_subject(label: str, runner, timing_feeds: dict, note: str = "") -> Su
     # bound, so that the chosen model is called as bare as the runtimes run by hand are
     call = runner.bind(runner.to_tensors(timing_feeds))
     key = runner.signature.output_keys[0]
-    return Subject(label, call, lambda feeds: runner(feeds)[key], note)
+    return Subject(label, call, lambda feeds: runner(feeds)[key], note,
+                   spins=runner.spins_after_call)
 
 
 def _cached(path: Path, make: Callable[[Path], None]) -> Path:
@@ -646,9 +650,11 @@ def ort_subject(src: Path, directory: Path, timing_feeds: dict) -> Subject:
     session = ort.InferenceSession(str(path))
     name = session.get_inputs()[0].name
     fixed = {name: _single_input(timing_feeds)}
+    # a default session spins where it has a pool (intra-op threads: all cores)
     return Subject("ort", lambda: session.run(None, fixed),
                    lambda feeds: session.run(None, {name: _single_input(feeds)})[0],
-                   note=f"ORT {ort.__version__}, default session")
+                   note=f"ORT {ort.__version__}, default session",
+                   spins=session.get_session_options().intra_op_num_threads != 1)
 
 
 def openvino_subject(src: Path, directory: Path, timing_feeds: dict) -> Subject:
@@ -844,7 +850,8 @@ def measure_family(family: Family, args, cpus: int, say) -> dict:
                                min_runs=args.rounds, min_seconds=args.seconds,
                                rotate_order=True, block_size=block_size,
                                progress=lambda r, t: say(f"  {r} rounds, {t:.0f}s"),
-                               progress_every=30)
+                               progress_every=30,
+                               wait_idle_after=[s.label for s in subjects if s.spins])
     timed_seconds = time.perf_counter() - started
     base = samples["stock"].round_figures
     rows = []

@@ -47,6 +47,7 @@ def test_a_pool_of_more_than_one_thread_spins_between_calls_and_one_thread_does_
     assert pooled._session.get_session_options().get_session_config_entry(config) == "1"
     assert alone._session.get_session_options().get_session_config_entry(config) == "0"
     assert pooled.description.endswith("intra_op_num_threads=2, spinning)")
+    assert pooled.spins_after_call and not alone.spins_after_call
     assert "spinning" not in alone.description
 
 

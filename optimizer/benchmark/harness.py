@@ -441,6 +441,8 @@ def run_benchmark(
                              if batch_size == min(config.batch_sizes) else None,
                              lambda message, b=batch_size: say(f"batch {b}: {message}")),
             max_seconds=_max_seconds(config),
+            wait_idle_after=[item.label for item in timed_models
+                             if item.runner.spins_after_call],
             progress=lambda done, elapsed, b=batch_size: say(
                 f"batch {b}: {done} rounds, {elapsed:.0f}s"))
         base_timed = timed[loaded[0].label]

@@ -16,9 +16,12 @@ interleaving (no untimed call), for callers that time one model or that want it.
 Each model is warmed up first (the first calls build kernels and caches), then timed round after
 round until both a minimum count of rounds and a minimum duration are reached.
 
-**Idle between blocks.** After each block the harness waits until the process's threads stop
-running (:func:`optimizer.benchmark.idle.wait_for_idle`): ONNX Runtime's spinning workers run on
-for ~30 ms after a call, and the next model's block would otherwise share the cores with them.
+**Idle after a spinning runtime's block.** After a block of a model named in
+``wait_idle_after`` (a runner whose workers spin on after a call: ONNX Runtime with a pool, for
+~30 ms) the harness waits until no other thread of the process runs
+(:func:`optimizer.benchmark.idle.wait_for_idle`), or the next model's block would share the cores
+with them. Only after those: looking costs ~0.1 ms of system calls, after which the next block of
+a TensorFlow model ran 10-15% slower (the digits CNN's stock call, 219 us against 195).
 
 Round ``i`` of every model was taken back to back, so rounds stay paired across models: a paired
 statistic (the bootstrap of the latency ratio, :mod:`optimizer.benchmark.stats`) resamples whole
@@ -100,7 +103,7 @@ def time_interleaved(
     block_size: int = 1,
     settled: Callable[[Mapping[str, list[float]]], bool] | None = None,
     max_seconds: float = 0.0,
-    wait_idle: bool = True,
+    wait_idle_after: Iterable[str] = (),
 ) -> dict[str, LatencySamples]:
     """Per round, a block of ``block_size`` timed calls of each function in turn (after one
     untimed call when ``block_size`` > 1); per-call wall times in seconds.
@@ -111,9 +114,9 @@ def time_interleaved(
     on, asking again at geometrically growing round counts, until it says yes or
     ``max_seconds`` have passed.
 
-    ``wait_idle``: with more than one model, wait after each block until the process's threads
-    are idle (:mod:`optimizer.benchmark.idle`), so that no model is timed beside another's
-    spinning workers. If the process does not go idle within
+    ``wait_idle_after``: models after whose block, when other models are timed too, the harness
+    waits until no other thread of the process runs (:mod:`optimizer.benchmark.idle`), so that
+    no model is timed beside their spinning workers. If the threads do not stop within
     :data:`~optimizer.benchmark.idle.MAX_WAIT_SECONDS` (a thread of the caller's keeps running),
     waiting is given up for the rest of the timing, with a warning.
     """
@@ -124,7 +127,7 @@ def time_interleaved(
         for _ in range(warmup):
             calls[name]()
     samples: dict[str, list[float]] = {name: [] for name in names}
-    wait_idle = wait_idle and len(names) > 1
+    wait_after = set(wait_idle_after) if len(names) > 1 else set()
     started = time.perf_counter()
     rounds, next_report, next_look = 0, started + progress_every, min_runs
     while rounds < max_runs:
@@ -137,13 +140,13 @@ def time_interleaved(
                 t0 = time.perf_counter()
                 call()
                 timed.append(time.perf_counter() - t0)
-            if wait_idle:
+            if name in wait_after:
                 waited, idle = wait_for_idle()
                 if not idle:
                     log.warning("the process did not go idle %.0f ms after a block of %s: "
                                 "another thread keeps running; timing goes on without waiting",
                                 waited * 1e3, name)
-                    wait_idle = False
+                    wait_after = set()
         rounds += 1
         now = time.perf_counter()
         if rounds >= min_runs and now - started >= min_seconds:

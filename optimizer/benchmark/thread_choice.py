@@ -66,7 +66,9 @@ def choose_threads(path: str | os.PathLike, signature: str, fmt: str,
                                        DEFAULT_BLOCK_SECONDS)
         timed = time_interleaved(calls, warmup=WARMUP, min_runs=MIN_ROUNDS,
                                  min_seconds=MIN_SECONDS, rotate_order=True,
-                                 block_size=block_size)
+                                 block_size=block_size,
+                                 wait_idle_after=[n for n, r in runners.items()
+                                                  if r.spins_after_call])
     finally:
         for runner in runners.values():
             runner.close()

@@ -55,6 +55,9 @@ class ModelRunner:
     format = ""
     runtime = ""
     num_threads: int | None = None
+    # its runtime's workers spin on after a call (ONNX Runtime with a pool): whoever times it
+    # interleaved with other models waits for them (optimizer.benchmark.idle)
+    spins_after_call = False
 
     def __init__(self, signature: SignatureInfo, fn, by_keyword: bool, description: str):
         self.signature = signature

@@ -17,10 +17,10 @@ workers spin between calls, as ONNX Runtime's default has them do: a worker put 
 every call is woken for each of the next call's ops, which costs more than the second thread
 saves on a small model. Measured on the BiLSTM tagger at batch 1, each setting alone in a quiet
 process: 2 threads spinning 93 us a call, 1 thread 118 us, 2 threads not spinning 162 us. After
-a call a spinning worker runs on for ~30 ms, so the benchmark waits for the process to go idle
-between two models' blocks (:mod:`optimizer.benchmark.idle`), and runtime tuning measures each
-thread count in a process of its own, where a count that only spins on a busy machine loses. A
-server that must not spend CPU between requests sets ``session.intra_op.allow_spinning`` to 0.
+a call a spinning worker runs on for ~30 ms, so the benchmark waits for it to stop before the
+next model's block (``spins_after_call``, :mod:`optimizer.benchmark.idle`), and runtime tuning
+measures each thread count in a process of its own, where a count that only spins on a busy
+machine loses. A server that must not spend CPU between requests sets ``session.intra_op.allow_spinning`` to 0.
 """
 
 from __future__ import annotations
@@ -133,6 +133,7 @@ class OnnxRunner(ModelRunner):
         self.options = options
         # What the session really runs with, as ORT reads it back.
         self.num_threads = self._session.get_session_options().intra_op_num_threads
+        self.spins_after_call = spinning(self.num_threads) == "1"
         self._output_keys = signature.output_keys
         level = options.get("graph_optimization_level", "ORT_ENABLE_ALL (default)")
         super().__init__(signature, fn=self._session.run, by_keyword=False,
