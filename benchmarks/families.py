@@ -377,7 +377,7 @@ two more runs of ``--families lstm,lstm_trained`` right after (10:50, 10:51) gav
 6.75] and 6.57x [6.46, 6.60], ORT by hand 1.14x slower than ours in both, and 10.91x / 10.80x
 trained. Before the wait read thread states (an earlier version looked at CPU time, which the
 kernel updates at its tick, and never saw ORT's worker), the same code path gave 4.38-4.51x:
-the workers of one session spun on through the next sessions' blocks.
+most likely because one session's workers spun on through the next sessions' blocks.
 """
 
 from __future__ import annotations
