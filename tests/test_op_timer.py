@@ -56,12 +56,15 @@ def test_the_worker_runs_the_thread_count_asked_for_and_times_an_op(threads):
 
 
 def test_an_op_tf_refuses_is_an_error_and_the_worker_goes_on(timer):
-    good = timer.seconds(_conv_chain(), runs=3, warmup=1)
+    assert 0 < timer.seconds(_conv_chain(), runs=3, warmup=1) < 0.1
     pid = timer._worker.process.pid
     with pytest.raises(OpTimingError, match="InvalidArgumentError"):
         timer.seconds(_failing_chain(), runs=3, warmup=1)
     assert timer._worker.process.pid == pid and timer._worker.process.poll() is None
-    assert timer.seconds(_conv_chain(), runs=3, warmup=1) == pytest.approx(good, rel=10)
+    # the same worker still times ops. Not compared with the first figure: under load the
+    # fastest empty run can exceed the fastest chain, and a figure is then the floor, 1e-8 s
+    # (CI, 2026-11-28: 1e-8, then 2.3e-5)
+    assert 0 < timer.seconds(_conv_chain(), runs=3, warmup=1) < 0.1
 
 
 def test_a_dead_worker_is_reported_then_replaced(timer):
