@@ -376,7 +376,7 @@ rest 1.72x (efficientnetb0) and up. The random-weight LSTM's interval reaches do
 two more runs of ``--families lstm,lstm_trained`` right after (10:50, 10:51) gave 6.68x [6.48,
 6.75] and 6.57x [6.46, 6.60], ORT by hand 1.14x slower than ours in both, and 10.91x / 10.80x
 trained. Before the wait read thread states (an earlier version looked at CPU time, which the
-kernel updates at its tick, and never saw ORT's worker), the same code path gave 4.38-4.51x:
+kernel updates at its tick, and never saw ORT's worker), the same code path gave 4.37-4.51x:
 most likely because one session's workers spun on through the next sessions' blocks.
 """
 
