@@ -129,9 +129,8 @@ def export_trained_tagger(workdir: Path, epochs: int = 3) -> Path:
     model.fit(train_ids, train_tags, batch_size=128, epochs=epochs, verbose=0)
     with atomic_directory(path, overwrite=True) as tmp:
         model.export(str(tmp), verbose=False)
-    with atomic_file(eval_file, overwrite=True) as tmp:
-        with open(tmp, "wb") as f:
-            np.savez(f, x=eval_ids, y=eval_tags)
+    with atomic_file(eval_file, overwrite=True) as tmp, open(tmp, "wb") as f:
+        np.savez(f, x=eval_ids, y=eval_tags)
     return path
 
 
