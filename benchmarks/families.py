@@ -402,7 +402,7 @@ REPO = ROOT.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(REPO))
 from common import export_keras_application
-from recurrent import TRAINED_TAGGER_EVAL
+from recurrent import TRAINED_TAGGER_EVAL, VOCABULARY, export_tagger, export_trained_tagger
 
 VENV_BIN = REPO / ".venv" / "bin"
 ALL_TARGETS = "savedmodel,litert,onnx,openvino"
@@ -424,18 +424,6 @@ STRING_VOCABULARY, STRING_LENGTH = 10000, 16
 def _export_application(name: str) -> Callable[[Path], Path]:
     return lambda workdir: export_keras_application(name, workdir, random_batch_norm=True,
                                                     logits=True)
-
-
-def _export_lstm(workdir: Path) -> Path:
-    from recurrent import export_tagger
-
-    return export_tagger(workdir)
-
-
-def _export_trained_lstm(workdir: Path) -> Path:
-    from recurrent import export_trained_tagger
-
-    return export_trained_tagger(workdir)
 
 
 def export_encoder(workdir: Path) -> Path:
@@ -531,8 +519,8 @@ class Family:
 # cheap ones first, so that a long run has results early
 FAMILIES = {f.name: f for f in (
     Family("digits", _export_digits, eval_data="digits_eval.npz"),
-    Family("lstm", _export_lstm, int_ranges={"token_ids": (0, 5000)}),
-    Family("lstm_trained", _export_trained_lstm, int_ranges={"token_ids": (0, 5000)},
+    Family("lstm", export_tagger, int_ranges={"token_ids": (0, VOCABULARY)}),
+    Family("lstm_trained", export_trained_tagger, int_ranges={"token_ids": (0, VOCABULARY)},
            eval_data=TRAINED_TAGGER_EVAL),
     Family("string", _export_string, vocabularies=lambda: {"tokens": _string_tokens()}),
     Family("bert", export_encoder, int_ranges={"token_ids": (0, BERT_VOCABULARY)}),
@@ -750,6 +738,8 @@ def _quality(family: Family, workdir: Path, stock_signature, subjects: list[Subj
     """Per label: held-out top-1 (digits, lstm_trained); else max abs diff and top-1 agreement
     vs stock."""
     if family.eval_data:
+        from optimizer.verify.evaluation import top1
+
         data = np.load(workdir / family.eval_data)
         x, y = data["x"], data["y"]
         if quick:
@@ -757,10 +747,8 @@ def _quality(family: Family, workdir: Path, stock_signature, subjects: list[Subj
         key = stock_signature.inputs[0].key
         out = {}
         for s in subjects:
-            # one label per row, or per position (a tagger's): argmax over the last axis
-            predictions = np.concatenate([np.argmax(s.predict({key: x[i:i + 1]}), axis=-1)
-                                          for i in range(len(x))])
-            out[s.label] = {"top1": float(np.mean(predictions == y.reshape(predictions.shape)))}
+            scores = np.concatenate([s.predict({key: x[i:i + 1]}) for i in range(len(x))])
+            out[s.label] = {"top1": top1(scores, y)}  # per row, or per position (a tagger's)
         return out
     inputs = [family.feeds(stock_signature, 100 + i)
               for i in range(2 if quick else FIDELITY_INPUTS)]

@@ -70,14 +70,19 @@ def export_tagger(workdir: Path) -> Path:
     from optimizer.tf_runtime import import_tensorflow
 
     import_tensorflow()
+    build_tagger().export(str(path), verbose=False)
+    return path
+
+
+def build_tagger():
+    """The tagger's Keras model, its weights drawn from seed 0 (TensorFlow imported)."""
     import keras
 
     keras.utils.set_random_seed(0)
     ids = keras.Input((SEQUENCE_LENGTH,), dtype="int32", name="token_ids")
     x = keras.layers.Embedding(VOCABULARY, 64)(ids)
     x = keras.layers.Bidirectional(keras.layers.LSTM(128, return_sequences=True))(x)
-    keras.Model(ids, keras.layers.Dense(10)(x)).export(str(path), verbose=False)
-    return path
+    return keras.Model(ids, keras.layers.Dense(10)(x))
 
 
 TRAINED_TAGGER_EVAL = "tagger_eval.npz"
@@ -119,11 +124,7 @@ def export_trained_tagger(workdir: Path, epochs: int = 3) -> Path:
     rng = np.random.default_rng(0)
     train_ids, train_tags = tagging_task(40000, rng)
     eval_ids, eval_tags = tagging_task(2000, rng)
-    keras.utils.set_random_seed(0)
-    ids = keras.Input((SEQUENCE_LENGTH,), dtype="int32", name="token_ids")
-    x = keras.layers.Embedding(VOCABULARY, 64)(ids)
-    x = keras.layers.Bidirectional(keras.layers.LSTM(128, return_sequences=True))(x)
-    model = keras.Model(ids, keras.layers.Dense(10)(x))
+    model = build_tagger()
     model.compile(optimizer=keras.optimizers.Adam(3e-3), metrics=["accuracy"],
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.fit(train_ids, train_tags, batch_size=128, epochs=epochs, verbose=0)

@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 
 from components.artifacts import CandidateModel
-from optimizer.runtime.onnx import spinning
+from optimizer.runtime.onnx import spinning_config
 
 # onnx for mlflow.onnx's import, onnxruntime to run it; each under its one name.
 RUNTIME_DISTRIBUTIONS = (("onnx",), ("onnxruntime",))
@@ -31,7 +31,7 @@ def session_options(runtime_settings: dict) -> dict:
     if runtime_settings.get("num_threads"):
         threads = int(runtime_settings["num_threads"])
         options["intra_op_num_threads"] = threads
-        options["extra_session_config"] = {"session.intra_op.allow_spinning": spinning(threads)}
+        options["extra_session_config"] = spinning_config(threads)
     return options
 
 

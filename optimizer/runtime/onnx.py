@@ -20,7 +20,8 @@ process: 2 threads spinning 93 us a call, 1 thread 118 us, 2 threads not spinnin
 a call a spinning worker runs on for ~30 ms, so the benchmark waits for it to stop before the
 next model's block (``spins_after_call``, :mod:`optimizer.benchmark.idle`), and runtime tuning
 measures each thread count in a process of its own, where a count that only spins on a busy
-machine loses. A server that must not spend CPU between requests sets ``session.intra_op.allow_spinning`` to 0.
+machine loses. A server that must not spend CPU between requests sets
+``session.intra_op.allow_spinning`` to 0.
 """
 
 from __future__ import annotations
@@ -70,9 +71,14 @@ def session_signature(session, name: str) -> SignatureInfo:
         outputs=tuple(sorted((_spec(a) for a in session.get_outputs()), key=lambda s: s.key)))
 
 
-def spinning(num_threads: int) -> str:
-    """``session.intra_op.allow_spinning`` for ``num_threads``: "1" where there is a pool."""
-    return "1" if num_threads > 1 else "0"
+def spins(num_threads: int) -> bool:
+    """Whether a session of ``num_threads`` keeps its workers spinning: where there is a pool."""
+    return num_threads > 1
+
+
+def spinning_config(num_threads: int) -> dict[str, str]:
+    """The session config entry that says so, as ORT and MLflow's onnx flavor take it."""
+    return {"session.intra_op.allow_spinning": "1" if spins(num_threads) else "0"}
 
 
 def session_options(num_threads: int, options: Mapping | None = None):
@@ -85,7 +91,8 @@ def session_options(num_threads: int, options: Mapping | None = None):
     so.intra_op_num_threads = num_threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.add_session_config_entry("session.intra_op.allow_spinning", spinning(num_threads))
+    for key, value in spinning_config(num_threads).items():
+        so.add_session_config_entry(key, value)
     level = (options or {}).get("graph_optimization_level")
     if level is not None:
         if level not in _LEVELS:
@@ -133,13 +140,13 @@ class OnnxRunner(ModelRunner):
         self.options = options
         # What the session really runs with, as ORT reads it back.
         self.num_threads = self._session.get_session_options().intra_op_num_threads
-        self.spins_after_call = spinning(self.num_threads) == "1"
+        self.spins_after_call = spins(self.num_threads)
         self._output_keys = signature.output_keys
         level = options.get("graph_optimization_level", "ORT_ENABLE_ALL (default)")
         super().__init__(signature, fn=self._session.run, by_keyword=False,
                          description=f"ONNX Runtime {path} ({PROVIDER}, {level}, "
                                      f"intra_op_num_threads={self.num_threads}"
-                                     f"{', spinning' if self.num_threads > 1 else ''})")
+                                     f"{', spinning' if self.spins_after_call else ''})")
 
     def to_tensors(self, feeds: Mapping[str, np.ndarray]) -> list:
         # ONNX Runtime reads each element of a string tensor as str: bytes would be looked up
