@@ -68,6 +68,28 @@ converter's source model, the table kept as a ``HashTableV2`` filled from consta
 index map folded into it (:mod:`optimizer.candidates.litert.constant_tables`: find, gather,
 Mean, MatMul, BiasAdd), called through the same binding, was 1.70x the stock call where the
 optimized graph was 1.53x (one process, load 11).
+
+``--bindings`` also prints the ceiling: ``p50(stock) / p50(floor)``, what a candidate whose graph
+cost nothing would gain through ``bound``. ``--intra-op-threads`` and ``--inter-op-threads`` set
+TensorFlow's pools for the run (default: the CPUs and one, as ``families.py`` times). On
+``families.py``'s string artifacts of round 26 (``--stock`` and ``--optimized``), 2026-11-28 11:57-11:59, quiet (load 0.5-1.1), 20 s each:
+
+| intra / inter | floor us | stock us | optimized us | ceiling | stock / optimized |
+|---|---:|---:|---:|---:|---:|
+| 2 / 1 | 57.8 | 68.4 | 63.0 | 1.19x [1.19, 1.19] | 1.09x |
+| 2 / 2 | 45.0 | 60.3 | 53.7 | 1.26x [1.22, 1.33] | 1.11x |
+| 1 / 2 | 38.5 | 54.7 | 50.6 | 1.37x [1.28, 1.46] | 1.15x |
+| 1 / 1 | 70.8 | 91.8 | 81.5 | 1.26x [1.23, 1.29] | 1.11x |
+
+So on a quiet machine no SavedModel of this model reaches 1.5x its stock call through this
+call, at any of these settings: the stock graph's ops cost 11-21 us above a call that does
+nothing, and the call itself is 38-71 us. That call is mostly thread hand-offs. The eager runtime
+runs the function on the inter-op pool and the caller waits for it, so every call pays two
+wake-ups when the pool's one thread sleeps (inter 1). With two threads, one of them is often
+still spinning. Then an identity call takes ~22 us, but the stock call also drops, to ~26
+(p10 of the same runs, not shown in the table). TensorFlow's ``SINGLE_THREADED_EXECUTOR`` (as
+``executor_type`` in the call's options) and control edges that leave the graph a single root
+changed neither, in a scratch measurement. Under load, ratios move: round 24 measured 1.50x at load 11.
 """
 
 from __future__ import annotations
@@ -166,7 +188,9 @@ def binding_calls(paths: dict[str, Path], feeds) -> dict[str, object]:
 def time_bindings(workdir: Path, args) -> int:
     from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
-    apply_runtime_settings(default_runtime_settings())  # as families.py times: before TF starts
+    # before TensorFlow starts: families.py's settings unless asked otherwise
+    apply_runtime_settings(default_runtime_settings(threads=args.intra_op_threads,
+                                                    inter_op_threads=args.inter_op_threads))
     from optimizer.benchmark.interleaved import time_interleaved
     from optimizer.benchmark.stats import p50_ratio_interval
     from optimizer.inputs.generated import make_inputs
@@ -191,7 +215,13 @@ def time_bindings(workdir: Path, args) -> int:
     samples = time_interleaved(calls, warmup=args.warmup, min_runs=args.min_rounds,
                                min_seconds=args.seconds, rotate_order=True, block_size=10)
     figures = {name: s.round_figures for name, s in samples.items()}
-    print(f"floor (identity function, bound): {np.median(figures['floor bound']) * 1e6:.1f} us")
+    floor = np.median(figures["floor bound"])
+    print(f"floor (identity function, bound): {floor * 1e6:.1f} us")
+    # an identity function is the fastest graph any candidate could be: its ratio to the stock
+    # call is the most a SavedModel called this way can gain, whatever its ops
+    ceiling = p50_ratio_interval(figures["stock bound"], figures["floor bound"])
+    print(f"ceiling (stock bound / floor): {ceiling.speedup:.2f}x "
+          f"[{1 / ceiling.high:.2f}, {1 / ceiling.low:.2f}]")
     print("| binding | stock p50 us | optimized p50 us | stock / optimized [95%] |")
     print("|---|---:|---:|---|")
     for binding in BINDINGS:
@@ -217,6 +247,10 @@ def main() -> int:
     parser.add_argument("--stock", type=Path, default=None,
                         help="with --bindings and --optimized: time these SavedModels")
     parser.add_argument("--optimized", type=Path, default=None)
+    parser.add_argument("--intra-op-threads", type=int, default=None,
+                        help="with --bindings: TensorFlow's intra-op threads (default: the CPUs)")
+    parser.add_argument("--inter-op-threads", type=int, default=1,
+                        help="with --bindings: TensorFlow's inter-op threads")
     args = parser.parse_args()
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     workdir = work_directory(args.workdir, "tfopt-bench-strings-")
