@@ -73,6 +73,22 @@ def test_unusable_eval_data_is_one_line(models, tmp_path):
     assert_clean_failure(proc, 2, "needs arrays 'x' and 'y'; found images")
 
 
+def test_labels_the_metric_cannot_score_are_one_line_before_any_timing(models, tmp_path):
+    regression_labels = tmp_path / "eval.npz"
+    np.savez(regression_labels, x=np.zeros((6, 16), np.float32), y=np.zeros((6, 4)))
+    proc = run_tfopt("benchmark", models / "stock", models / "frozen",
+                     "--eval-data", regression_labels, "--metric", "top1")
+    assert_clean_failure(proc, 2, "do not fit the model's output",
+                         "for metric top1: it scores 1 label(s) per row, y has 4")
+    # the same labels fit the same output when scored as a regression
+    out = tmp_path / "RESULT.json"
+    proc = run_tfopt("benchmark", models / "stock", models / "frozen", "--eval-data",
+                     regression_labels, "--metric", "mse", "--batch-sizes", "1",
+                     "--min-runs", "5", "--min-seconds", "0.1", "--no-profile", "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    assert load_result(out).baseline.quality.metric == "mse"
+
+
 def test_bad_batch_sizes_are_refused_by_the_parser(models):
     proc = run_tfopt("benchmark", models / "stock", models / "frozen", "--batch-sizes", "1,x")
     assert proc.returncode == 2

@@ -6,10 +6,13 @@ from benchmark_testing import dense_stack
 
 from optimizer.errors import InvalidInputsError
 from optimizer.model.savedmodel import get_signature
+from optimizer.model.signature import SignatureInfo, TensorSpecInfo
 from optimizer.runtime import load_runner
 from optimizer.tf_runtime import import_tensorflow
 from optimizer.verify.evaluation import (
     METRICS,
+    LabelledData,
+    check_labels_fit,
     evaluate,
     get_metric,
     load_labelled_data,
@@ -58,6 +61,67 @@ def test_top1_with_one_label_per_row_for_per_position_scores_is_one_line_naming_
     with pytest.raises(InvalidInputsError, match=r"y of shape \(4,\)\) do not match the model's "
                                                  r"top-1 predictions \(shape \(4, 20\)\)"):
         METRICS["top1"].fn(scores, np.zeros(4, dtype=np.int64))
+
+
+def _signature_with_output(shape):
+    return SignatureInfo("serving_default",
+                         (TensorSpecInfo("x", "x:0", "float32", (None, 4)),),
+                         (TensorSpecInfo("scores", "Identity:0", "float32", shape),))
+
+
+def _labels(y):
+    return LabelledData(x=np.zeros((len(y), 4), np.float32), y=np.asarray(y), source="eval.npz")
+
+
+@pytest.mark.parametrize("output, y, metric", [
+    ((None, 10), np.zeros(6, np.int64), "top1"),  # a classifier: one label per row
+    ((None, 10), np.zeros((6, 1), np.int64), "top1"),
+    ((None, 20, 10), np.zeros((6, 20), np.int64), "top1"),  # a tagger: one per position
+    ((None, 1), np.zeros(6), "mse"),
+    ((None, 3), np.zeros((6, 3)), "mae"),
+])
+def test_labels_that_the_metric_scores_against_the_output_pass_the_check(output, y, metric):
+    check_labels_fit(_labels(y), _signature_with_output(output), metric)
+
+
+@pytest.mark.parametrize("output, y, metric, counts", [
+    ((None, 20, 10), np.zeros(6, np.int64), "top1", "it scores 20 label(s) per row, y has 1"),
+    ((None, 10), np.zeros((6, 20), np.int64), "top1", "it scores 1 label(s) per row, y has 20"),
+    ((None, 3), np.zeros(6), "mse", "it scores 3 label(s) per row, y has 1"),
+])
+def test_labels_the_metric_cannot_score_are_one_line_naming_both_shapes(output, y, metric, counts):
+    with pytest.raises(InvalidInputsError) as refused:
+        check_labels_fit(_labels(y), _signature_with_output(output), metric)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"eval.npz: the labels (y of shape {y.shape}) do not fit the "
+                              f"model's output scores: float32(")
+    assert f"for metric {metric}: {counts}" in message
+
+
+def test_outputs_without_static_row_shape_and_metrics_that_do_not_say_are_not_checked():
+    y = np.zeros((6, 7), np.int64)
+    check_labels_fit(_labels(y), _signature_with_output((None, None, 10)), "top1")
+    check_labels_fit(_labels(y), _signature_with_output(None), "top1")
+
+    @register_metric("test_unchecked", True, "a metric that does not say what it scores")
+    def unchecked(scores, labels):
+        return 0.0
+
+    try:
+        check_labels_fit(_labels(y), _signature_with_output((None, 10)), "test_unchecked")
+    finally:
+        del METRICS["test_unchecked"]
+
+
+def test_loading_with_the_signature_and_metric_checks_the_labels(classifier, tmp_path):
+    signature = get_signature(classifier)
+    rows = signature.inputs[0].shape[1]
+    path = tmp_path / "per_position.npz"
+    np.savez(path, x=np.zeros((5, rows), np.float32), y=np.zeros((5, 3), np.int64))
+    assert load_labelled_data(path, signature).y.shape == (5, 3)  # no metric: not checked
+    with pytest.raises(InvalidInputsError, match="do not fit the model's output"):
+        load_labelled_data(path, signature, "top1")
 
 
 def test_a_metric_can_be_registered_by_name():

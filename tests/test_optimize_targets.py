@@ -99,6 +99,19 @@ def test_a_calibration_file_that_does_not_fit_is_one_line_before_any_work(digits
     assert not (tmp_path / "x").exists()
 
 
+def test_labels_that_do_not_fit_the_models_output_are_a_one_line_error_before_any_work(
+        digits, tmp_path):
+    eval_data = load_labelled_data(digits.eval_data)
+    per_position = tmp_path / "per_position.npz"
+    np.savez(per_position, x=eval_data.x, y=np.stack([eval_data.y] * 3, axis=1))
+    done = run_tfopt("optimize", digits.saved_model, tmp_path / "x", "--targets", "savedmodel",
+                     "--eval-data", per_position)
+    assert_clean_failure(done, 2, f"{per_position}: the labels (y of shape "
+                                  f"({len(eval_data)}, 3)) do not fit the model's output",
+                         "for metric top1: it scores 1 label(s) per row, y has 3")
+    assert not (tmp_path / "x").exists()
+
+
 def test_when_no_candidate_passes_nothing_is_written_and_the_exit_code_is_3(digits, tmp_path):
     dst = tmp_path / "never"
     done = run_tfopt("optimize", digits.saved_model, dst, "--targets", "savedmodel",

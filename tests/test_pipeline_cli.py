@@ -159,6 +159,27 @@ def test_steps_chain_through_their_json_outputs(local_config, tmp_path, capsys):
     assert frozen["equivalence"]["max_abs_diff"] <= 1e-4
 
 
+def test_labels_that_do_not_fit_the_model_stop_the_run_at_freeze(local_config, tmp_path, capsys):
+    import numpy as np
+
+    from optimizer.model.savedmodel import get_signature
+
+    assert main(["step", "pull", "--config", str(local_config)]) == 0
+    pulled = json.loads(capsys.readouterr().out)
+    image = get_signature(pulled["path"]).inputs[0].shape[1:]
+    per_pixel = tmp_path / "per_pixel.npz"
+    np.savez(per_pixel, x=np.zeros((4, *image), np.float32), y=np.zeros((4, 7), np.int64))
+    conf = json.dumps({"overrides": {"evaluation.data": str(per_pixel)}})
+    out_file = tmp_path / "freeze.json"
+    code = main(["step", "freeze", "--config", str(local_config), "--conf", conf,
+                 "--inputs", json.dumps({"pull": pulled}), "--output", str(out_file)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"{per_pixel}: the labels (y of shape (4, 7)) do not fit the model's output" in err
+    assert "for metric top1: it scores 1 label(s) per row, y has 7" in err
+    assert not out_file.exists()
+
+
 def test_a_step_without_the_outputs_it_needs_is_a_clear_error(local_config, capsys):
     assert main(["step", "benchmark", "--config", str(local_config)]) == 2
     assert "needs the outputs of: pull, freeze, optimize" in capsys.readouterr().err

@@ -154,7 +154,7 @@ def run(args) -> int:
     eval_data = None
     if args.eval_data:
         eval_data = load_labelled_data(args.eval_data, get_signature(
-            args.baseline, args.signature, policy=policy))
+            args.baseline, args.signature, policy=policy), config.metric)
     runtime = apply_runtime_settings(settings)
 
     from optimizer.benchmark.harness import Subject, run_benchmark

@@ -249,7 +249,7 @@ def _run(args, costs: dict) -> int:
     if args.targets is not None:
         from components.cli.optimize_targets import check_arguments
 
-        check_arguments(args)  # a bad target or calibration file is an error before any work
+        check_arguments(args)  # bad targets, calibration or eval data: errors before any work
     search = _search_settings(args)
     recipe = _recipe(args) if search is None else None
     tolerance = _tolerance(args, recipe or Recipe(()))

@@ -67,15 +67,22 @@ def add_arguments(p) -> None:
 
 
 def check_arguments(args) -> None:
-    """A bad target or an unreadable calibration file is an error before any work."""
+    """A bad target, an unreadable calibration file, or labels the gate's metric cannot score
+    against the model's output, is an error before any work."""
+    from optimizer.benchmark.harness import BenchmarkConfig
     from optimizer.candidates.build import parse_targets
     from optimizer.inputs.calibration import read_inputs
     from optimizer.model.savedmodel import get_signature
+    from optimizer.verify.evaluation import load_labelled_data
 
     parse_targets(args.targets)
+    if args.calibration_data is None and args.eval_data is None:
+        return
+    signature = get_signature(args.src, args.signature, policy=scan_policy(args))
     if args.calibration_data is not None:
-        read_inputs(args.calibration_data,
-                    get_signature(args.src, args.signature, policy=scan_policy(args)))
+        read_inputs(args.calibration_data, signature)
+    if args.eval_data is not None:
+        load_labelled_data(args.eval_data, signature, BenchmarkConfig().metric)
 
 
 def _calibration(signature, args, settings):
@@ -128,7 +135,8 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> i
     gate = GateConfig(max_accuracy_drop_abs=args.accuracy_budget, min_speedup=args.min_speedup)
     dst = check_writable(args.dst, args.overwrite)
     signature = get_signature(args.src, args.signature, policy=policy)
-    eval_data = (load_labelled_data(args.eval_data, signature)
+    benchmark = BenchmarkConfig(min_seconds=args.seconds, signature=args.signature)
+    eval_data = (load_labelled_data(args.eval_data, signature, benchmark.metric)
                  if args.eval_data is not None else None)
     dst.parent.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f".{dst.name}.candidates-", dir=dst.parent))
@@ -149,7 +157,7 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> i
         with TreeMeter() as meter:
             selection = select_candidate(
                 args.src, candidates, gate,
-                BenchmarkConfig(min_seconds=args.seconds, signature=args.signature),
+                benchmark,
                 skipped=skipped, eval_data=eval_data, runtime=runtime,
                 progress=lambda message: log.info("benchmark: %s", message),
                 budget=getattr(args, "budget", None), policy=policy)

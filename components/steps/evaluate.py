@@ -30,6 +30,21 @@ def local_data_file(location: str, config: PipelineConfig, step_dir: Path) -> Pa
     return Path(location)
 
 
+def check_evaluation_data(config: PipelineConfig, signature) -> None:
+    """Refuse now labels ``evaluation.metric`` cannot score against the model's output
+    (``signature``), in the first step that reads it, not once every candidate has been built
+    and timed. An ``s3://`` file is fetched into a directory of its own and let go."""
+    if not config.evaluation.data:
+        return
+    import tempfile
+
+    from optimizer.verify.evaluation import load_labelled_data
+
+    with tempfile.TemporaryDirectory(prefix="tfopt-eval-check-") as scratch:
+        load_labelled_data(local_data_file(config.evaluation.data, config, Path(scratch)),
+                           signature, config.evaluation.metric)
+
+
 def from_inputs(call) -> EvaluationOutput:
     """The table's entry (components.step_table)."""
     measured = call.output("benchmark")
@@ -64,7 +79,7 @@ def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
                    for m in result.measured}
         reference = result.accuracy_reference
         data = load_labelled_data(local_data_file(config.evaluation.data, config, step_dir),
-                                  runners[reference.label].signature)
+                                  runners[reference.label].signature, metric.name)
         key = runners[reference.label].signature.inputs[0].key
         feeds = [{key: data.x[i:i + EVAL_BATCH_SIZE]}
                  for i in range(0, len(data), EVAL_BATCH_SIZE)]

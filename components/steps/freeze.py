@@ -24,6 +24,7 @@ def freeze(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> Candid
     require_model_fits(config, pulled, "freeze")  # exit 7 now, not an OOM kill midway
 
     def run(step_dir: Path) -> CandidateModel:
+        from components.steps.evaluate import check_evaluation_data
         from optimizer.benchmark.environment import model_digest
         from optimizer.candidates.build import savedmodel_load_instructions
         from optimizer.errors import EquivalenceError
@@ -34,6 +35,7 @@ def freeze(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> Candid
         log.info("freeze: %s [%s]", pulled.path, config.signature)
         policy = config.security.scan_policy()
         frozen = freeze_model(pulled.path, config.signature, policy=policy)
+        check_evaluation_data(config, frozen.signature)
         report = compare(pulled.path, frozen, signature_name=config.signature, policy=policy)
         if not report.within(atol=config.optimize.atol):
             raise EquivalenceError(f"frozen outputs differ from the source: {report.summary()}")

@@ -30,16 +30,21 @@ class Metric:
     fn: Callable[[np.ndarray, np.ndarray], float]  # (model outputs, labels) -> score
     higher_is_better: bool
     description: str
+    # labels per row the metric scores against one row of output of this shape; None: unchecked
+    labels_per_row: Callable[[tuple[int, ...]], int] | None = None
 
 
 METRICS: dict[str, Metric] = {}
 
 
-def register_metric(name: str, higher_is_better: bool, description: str):
-    """Decorator: ``@register_metric("f1", True, "...")`` makes a metric usable by name."""
+def register_metric(name: str, higher_is_better: bool, description: str,
+                    labels_per_row: Callable[[tuple[int, ...]], int] | None = None):
+    """Decorator: ``@register_metric("f1", True, "...")`` makes a metric usable by name.
+    ``labels_per_row`` lets labels be checked against the model's output before anything runs
+    (:func:`check_labels_fit`)."""
 
     def register(fn: Callable[[np.ndarray, np.ndarray], float]):
-        METRICS[name] = Metric(name, fn, higher_is_better, description)
+        METRICS[name] = Metric(name, fn, higher_is_better, description, labels_per_row)
         return fn
 
     return register
@@ -52,7 +57,8 @@ def get_metric(name: str) -> Metric:
 
 
 @register_metric("top1", True, "top-1 accuracy: share of rows (of positions, for a tagger's "
-                                "per-position scores) whose argmax is the label")
+                                "per-position scores) whose argmax is the label",
+                 labels_per_row=lambda row: int(np.prod(row[:-1])))
 def top1(scores: np.ndarray, labels: np.ndarray) -> float:
     predicted = np.argmax(scores, axis=-1)
     if labels.size != predicted.size:
@@ -63,13 +69,15 @@ def top1(scores: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean(predicted == labels.reshape(predicted.shape)))
 
 
-@register_metric("mse", False, "mean squared error against the labels")
+@register_metric("mse", False, "mean squared error against the labels",
+                 labels_per_row=lambda row: int(np.prod(row)))
 def mse(predictions: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean((predictions.astype(np.float64)
                           - labels.reshape(predictions.shape).astype(np.float64)) ** 2))
 
 
-@register_metric("mae", False, "mean absolute error against the labels")
+@register_metric("mae", False, "mean absolute error against the labels",
+                 labels_per_row=lambda row: int(np.prod(row)))
 def mae(predictions: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean(np.abs(predictions.astype(np.float64)
                                 - labels.reshape(predictions.shape).astype(np.float64))))
@@ -100,10 +108,41 @@ def _read_tfrecord(path: Path, signature: SignatureInfo | None) -> LabelledData:
     return LabelledData(x=x, y=y.reshape(len(y)) if y.shape[1:] == (1,) else y, source=str(path))
 
 
-def load_labelled_data(path: str | os.PathLike,
-                       signature: SignatureInfo | None = None) -> LabelledData:
-    """``x``/``y`` from an ``.npz`` or a TFRecord file of ``tf.train.Example``."""
-    path = Path(path)
+def load_labelled_data(path: str | os.PathLike, signature: SignatureInfo | None = None,
+                       metric: str | None = None) -> LabelledData:
+    """``x``/``y`` from an ``.npz`` or a TFRecord file of ``tf.train.Example``; with the model's
+    ``signature`` and a ``metric``, labels that metric could not score are refused now
+    (:func:`check_labels_fit`)."""
+    data = _read_labelled_data(Path(path), signature)
+    if signature is not None and metric is not None:
+        check_labels_fit(data, signature, metric)
+    return data
+
+
+def check_labels_fit(data: LabelledData, signature: SignatureInfo, metric: str,
+                     output_key: str | None = None) -> None:
+    """Refuse, in one line, labels ``metric`` cannot score against the model's output, read
+    from the signature before any model runs: a wrong label file otherwise fails only once
+    every candidate has been built and timed. An output whose shape past the batch is not
+    static, or a metric that does not say how many labels it scores, is not checked."""
+    scorer = get_metric(metric)
+    outputs = {o.key: o for o in signature.outputs}
+    output = outputs.get(output_key or signature.outputs[0].key)
+    if scorer.labels_per_row is None or output is None or output.shape is None:
+        return
+    row = output.shape[1:]
+    if any(d is None for d in row):
+        return
+    expected = scorer.labels_per_row(tuple(row))
+    given = int(np.prod(data.y.shape[1:]))
+    if given != expected:
+        raise InvalidInputsError(
+            f"{data.source}: the labels (y of shape {tuple(data.y.shape)}) do not fit the "
+            f"model's output {output.describe()} for metric {metric}: it scores "
+            f"{expected} label(s) per row, y has {given}")
+
+
+def _read_labelled_data(path: Path, signature: SignatureInfo | None) -> LabelledData:
     if not path.is_file():
         raise InvalidInputsError(f"no such evaluation data file: {path}")
     if is_tfrecord(path):
