@@ -72,7 +72,8 @@ optimized graph was 1.53x (one process, load 11).
 ``--bindings`` also prints the ceiling: ``p50(stock) / p50(floor)``, what a candidate whose graph
 cost nothing would gain through ``bound``. ``--intra-op-threads`` and ``--inter-op-threads`` set
 TensorFlow's pools for the run (default: the CPUs and one, as ``families.py`` times). On
-``families.py``'s string artifacts of round 26 (``--stock`` and ``--optimized``), 2026-11-28 11:57-11:59, quiet (load 0.5-1.1), 20 s each:
+``families.py``'s string artifacts of round 26 (``--stock`` and ``--optimized``), 2026-11-28
+11:57-11:59, quiet (load 0.5-1.1), 20 s each:
 
 | intra / inter | floor us | stock us | optimized us | ceiling | stock / optimized |
 |---|---:|---:|---:|---:|---:|
@@ -89,7 +90,8 @@ wake-ups when the pool's one thread sleeps (inter 1). With two threads, one of t
 still spinning. Then an identity call takes ~22 us, but the stock call also drops, to ~26
 (p10 of the same runs, not shown in the table). TensorFlow's ``SINGLE_THREADED_EXECUTOR`` (as
 ``executor_type`` in the call's options) and control edges that leave the graph a single root
-changed neither, in a scratch measurement. Under load, ratios move: round 24 measured 1.50x at load 11.
+changed neither, in a scratch measurement. Under load, ratios move: round 24 measured 1.50x at
+load 11.
 """
 
 from __future__ import annotations
