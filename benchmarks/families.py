@@ -46,7 +46,10 @@ Per family, in this one process:
   threads, and ``litert Nt`` with ``num_threads`` = the CPUs available; both called as the
   chosen LiteRT model is, bound through :class:`optimizer.runtime.litert.SignatureCall` (the
   interpreter's ``SignatureRunner`` adds 3.6 us of Python to a 3.3 us call:
-  ``benchmarks/litert_calls.py``), so that a LiteRT row compares models, not calling code.
+  ``benchmarks/litert_calls.py``), so that a LiteRT row compares models, not calling code;
+- ``floor``: an identity function of the stock model's inputs, called as the SavedModels are.
+  No SavedModel can be faster through that call, so its speedup is the ceiling of the
+  savedmodel-only line, printed beside it (timed, not scored).
 
 All of them are timed in one group (:func:`optimizer.benchmark.interleaved.time_interleaved`,
 blocks of 10 timed calls after one untimed call, scaled down as the gate's benchmark scales them
@@ -616,6 +619,29 @@ def runner_subject(label: str, runner, timing_feeds: dict, note: str = "") -> Su
                    spins=runner.spins_after_call)
 
 
+FLOOR = "floor"
+
+
+def floor_subject(stock, timing_feeds: dict) -> Subject:
+    """An identity function of the stock model's inputs, called as every SavedModel here is
+    (bound, :class:`optimizer.runtime.tensorflow.SignatureFunction`): no SavedModel can be
+    faster through this call, so ``p50(stock) / p50(floor)`` is the most the savedmodel-only
+    line can reach on a family (``benchmarks/string_lookup.py --bindings`` measures it alone)."""
+    from optimizer.runtime.tensorflow import SignatureFunction
+    from optimizer.tf_runtime import import_tensorflow
+
+    tf = import_tensorflow()
+    tensors = stock.to_tensors(timing_feeds)
+
+    def identities(*inputs):
+        return {f"input_{i}": tf.identity(x) for i, x in enumerate(inputs)}
+
+    function = SignatureFunction(tf.function(identities).get_concrete_function(*tensors))
+    call = function.bound(tensors)
+    return Subject(FLOOR, call, lambda feeds: None,
+                   note="an identity function of the inputs, called as the SavedModels are")
+
+
 def _cached(path: Path, make: Callable[[Path], None]) -> Path:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -867,6 +893,7 @@ def measure_family(family: Family, args, cpus: int, say) -> dict:
     except Exception as exc:  # noqa: BLE001
         failed["quality"] = _one_line(exc)
         say(f"quality failed: {failed['quality']}")
+    subjects.append(floor_subject(stock, timing_feeds))  # timed, not scored
     # as the gate's benchmark does: a slow model (ResNet50) is timed one call per round
     block_size = scaled_block_size([s.call for s in subjects], BLOCK_SIZE, DEFAULT_BLOCK_SECONDS)
     load_before = os.getloadavg()
@@ -1015,6 +1042,14 @@ def versus_best_by_hand(result: dict) -> dict | None:
             "verdict": verdict}
 
 
+def _ceiling_text(result: dict) -> str:
+    floor = _row(result, FLOOR)
+    if floor is None:
+        return ""
+    return (f" (ceiling: an identity function through the same call is "
+            f"{_interval_text(floor)} the stock call)")
+
+
 def _interval_text(row: dict) -> str:
     low, high = row["speedup_ci95"]
     return f"{row['speedup']:.2f}x [{low:.2f}, {high:.2f}]"
@@ -1067,7 +1102,8 @@ def check_targets(results: dict) -> list[str]:
                    f"{SAVEDMODEL_TARGET:g}x the stock call on every family (point estimate; "
                    f"below: {', '.join(misses) or 'none'})")
         out += [f"  {k}: {_interval_text(row) if row else '1.00x (nothing chosen: stock)'}"
-                f"{' FAIL' if k in misses else ''}" for k, row in speedups.items()]
+                f"{' FAIL' if k in misses else ''}{_ceiling_text(results[k])}"
+                for k, row in speedups.items()]
     runs = {r.get("run") for r in results.values()}
     if len(runs) > 1:
         out.append(f"NOTE: these rows come from {len(runs)} runs, not one: "
