@@ -12,6 +12,23 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
+def identity_call(tensors: list):
+    """A call of no arguments: an identity function of ``tensors``, called as the runner calls
+    every SavedModel (:meth:`optimizer.runtime.tensorflow.SignatureFunction.bound`). No
+    SavedModel can be faster through that call, so a model's stock call over this one is the
+    most any SavedModel of it can gain (its ceiling)."""
+    from optimizer.runtime.tensorflow import SignatureFunction
+    from optimizer.tf_runtime import import_tensorflow
+
+    tf = import_tensorflow()
+
+    def identities(*inputs):
+        return {f"input_{i}": tf.identity(x) for i, x in enumerate(inputs)}
+
+    return SignatureFunction(tf.function(identities).get_concrete_function(*tensors)).bound(
+        tensors)
+
+
 KERAS_APPLICATIONS = {
     "ResNet50": ("ResNet50", (224, 224, 3)),
     "MobileNetV2": ("MobileNetV2", (224, 224, 3)),

@@ -425,7 +425,7 @@ ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(REPO))
-from common import export_keras_application
+from common import export_keras_application, identity_call
 from recurrent import TRAINED_TAGGER_EVAL, VOCABULARY, export_tagger, export_trained_tagger
 
 VENV_BIN = REPO / ".venv" / "bin"
@@ -644,22 +644,10 @@ FLOOR = "floor"
 
 
 def floor_subject(stock, timing_feeds: dict) -> Subject:
-    """An identity function of the stock model's inputs, called as every SavedModel here is
-    (bound, :class:`optimizer.runtime.tensorflow.SignatureFunction`): no SavedModel can be
-    faster through this call, so ``p50(stock) / p50(floor)`` is the most the savedmodel-only
-    line can reach on a family (``benchmarks/string_lookup.py --bindings`` measures it alone)."""
-    from optimizer.runtime.tensorflow import SignatureFunction
-    from optimizer.tf_runtime import import_tensorflow
-
-    tf = import_tensorflow()
-    tensors = stock.to_tensors(timing_feeds)
-
-    def identities(*inputs):
-        return {f"input_{i}": tf.identity(x) for i, x in enumerate(inputs)}
-
-    function = SignatureFunction(tf.function(identities).get_concrete_function(*tensors))
-    call = function.bound(tensors)
-    return Subject(FLOOR, call, lambda feeds: None,
+    """The stock model's inputs through :func:`common.identity_call`: ``p50(stock) /
+    p50(floor)`` is the most the savedmodel-only line can reach on a family
+    (``benchmarks/string_lookup.py --bindings`` measures it alone)."""
+    return Subject(FLOOR, identity_call(stock.to_tensors(timing_feeds)), lambda feeds: None,
                    note="an identity function of the inputs, called as the SavedModels are")
 
 

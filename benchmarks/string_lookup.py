@@ -106,7 +106,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent))
-from common import work_directory
+from common import identity_call, work_directory
 from transforms import print_results, time_model, write_rows
 
 VARIANTS = ("stock", "frozen", "optimized", "table_kept", "litert_fp32", "litert_fp32_1t")
@@ -155,19 +155,11 @@ def build_variants(workdir: Path, vocabulary: int, length: int):
 BINDINGS = ("_call_flat", "call_preflattened", "bound")
 
 
-def _identity(tokens):
-    from optimizer.tf_runtime import import_tensorflow
-
-    return {"tokens": import_tensorflow().identity(tokens)}
-
-
 def binding_calls(paths: dict[str, Path], feeds) -> dict[str, object]:
     """``{"<variant> <binding>": callable}`` for stock and optimized, and the floor."""
     from optimizer.model.freeze import load_signature_function
     from optimizer.runtime import load_runner
-    from optimizer.tf_runtime import import_tensorflow
 
-    tf = import_tensorflow()
     calls = {}
     for variant in ("stock", "optimized"):
         runner = load_runner(paths[variant])
@@ -180,11 +172,12 @@ def binding_calls(paths: dict[str, Path], feeds) -> dict[str, object]:
             lambda a=function._atomic, f=[*flat, *function.captured_inputs]:
             a.call_preflattened(f))
         calls[f"{variant} bound"] = runner.bind(flat)
-    identity = tf.function(_identity).get_concrete_function(flat[0])
-    from optimizer.runtime.tensorflow import SignatureFunction
-
-    calls["floor bound"] = SignatureFunction(identity).bound(flat)
+    calls["floor bound"] = identity_call(flat)
     return calls
+
+
+def _speedup_text(interval) -> str:
+    return f"{interval.speedup:.2f}x [{1 / interval.high:.2f}, {1 / interval.low:.2f}]"
 
 
 def time_bindings(workdir: Path, args) -> int:
@@ -217,20 +210,16 @@ def time_bindings(workdir: Path, args) -> int:
     samples = time_interleaved(calls, warmup=args.warmup, min_runs=args.min_rounds,
                                min_seconds=args.seconds, rotate_order=True, block_size=10)
     figures = {name: s.round_figures for name, s in samples.items()}
-    floor = np.median(figures["floor bound"])
-    print(f"floor (identity function, bound): {floor * 1e6:.1f} us")
-    # an identity function is the fastest graph any candidate could be: its ratio to the stock
-    # call is the most a SavedModel called this way can gain, whatever its ops
+    print(f"floor (identity function, bound): {np.median(figures['floor bound']) * 1e6:.1f} us")
     ceiling = p50_ratio_interval(figures["stock bound"], figures["floor bound"])
-    print(f"ceiling (stock bound / floor): {ceiling.speedup:.2f}x "
-          f"[{1 / ceiling.high:.2f}, {1 / ceiling.low:.2f}]")
+    print(f"ceiling (stock bound / floor): {_speedup_text(ceiling)}")
     print("| binding | stock p50 us | optimized p50 us | stock / optimized [95%] |")
     print("|---|---:|---:|---|")
     for binding in BINDINGS:
         stock, optimized = figures[f"stock {binding}"], figures[f"optimized {binding}"]
         interval = p50_ratio_interval(stock, optimized)
         print(f"| {binding} | {np.median(stock) * 1e6:.1f} | {np.median(optimized) * 1e6:.1f} | "
-              f"{interval.speedup:.2f}x [{1 / interval.high:.2f}, {1 / interval.low:.2f}] |")
+              f"{_speedup_text(interval)} |")
     return 0
 
 

@@ -246,10 +246,12 @@ def _run(args, costs: dict) -> int:
     from optimizer.optimize.flow import optimize, write_optimized
     from optimizer.optimize.recipe import Recipe
 
+    eval_data = None
     if args.targets is not None:
         from components.cli.optimize_targets import check_arguments
 
-        check_arguments(args)  # bad targets, calibration or eval data: errors before any work
+        # bad targets, calibration or eval data: errors before any work
+        eval_data = check_arguments(args)
     search = _search_settings(args)
     recipe = _recipe(args) if search is None else None
     tolerance = _tolerance(args, recipe or Recipe(()))
@@ -292,7 +294,7 @@ def _run(args, costs: dict) -> int:
     if args.targets is not None:
         from components.cli.optimize_targets import run_with_targets
 
-        return run_with_targets(args, result, runtime, costs)
+        return run_with_targets(args, result, runtime, costs, eval_data)
     written = write_optimized(result, args.dst, overwrite=args.overwrite)
     dst_bytes = directory_size(written)
     if args.json:

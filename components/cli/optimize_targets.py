@@ -66,9 +66,11 @@ def add_arguments(p) -> None:
                             "DST/runtime_settings.json")
 
 
-def check_arguments(args) -> None:
+def check_arguments(args):
     """A bad target, an unreadable calibration file, or labels the gate's metric cannot score
-    against the model's output, is an error before any work."""
+    against the model's output, is an error before any work. Returns the eval data, read once
+    (:class:`~optimizer.verify.evaluation.LabelledData`, or None), for
+    :func:`run_with_targets`."""
     from optimizer.benchmark.harness import BenchmarkConfig
     from optimizer.candidates.build import parse_targets
     from optimizer.inputs.calibration import read_inputs
@@ -77,12 +79,13 @@ def check_arguments(args) -> None:
 
     parse_targets(args.targets)
     if args.calibration_data is None and args.eval_data is None:
-        return
+        return None
     signature = get_signature(args.src, args.signature, policy=scan_policy(args))
     if args.calibration_data is not None:
         read_inputs(args.calibration_data, signature)
-    if args.eval_data is not None:
-        load_labelled_data(args.eval_data, signature, BenchmarkConfig().metric)
+    if args.eval_data is None:
+        return None
+    return load_labelled_data(args.eval_data, signature, BenchmarkConfig().metric)
 
 
 def _calibration(signature, args, settings):
@@ -110,10 +113,12 @@ def _print_rows(rows: list[dict]) -> None:
                  "why not"], lines))
 
 
-def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> int:
+def run_with_targets(args, result, runtime=None, costs: dict | None = None,
+                     eval_data=None) -> int:
     """``result`` is the accepted :class:`~optimizer.optimize.flow.OptimizeResult`; ``runtime`` the
     thread settings applied before TensorFlow started; ``costs`` gets each stage's
-    :class:`~optimizer.system.process_tree.Cost`."""
+    :class:`~optimizer.system.process_tree.Cost`; ``eval_data`` what :func:`check_arguments`
+    read from ``--eval-data``."""
     from optimizer.benchmark.harness import BenchmarkConfig
     from optimizer.candidates.build import (
         CandidateSettings,
@@ -128,16 +133,12 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> i
     from optimizer.model.savedmodel import get_signature
     from optimizer.optimize.flow import write_optimized
     from optimizer.system.process_tree import TreeMeter
-    from optimizer.verify.evaluation import load_labelled_data
 
     settings = CandidateSettings(targets=parse_targets(args.targets))
     policy = scan_policy(args)
     gate = GateConfig(max_accuracy_drop_abs=args.accuracy_budget, min_speedup=args.min_speedup)
     dst = check_writable(args.dst, args.overwrite)
     signature = get_signature(args.src, args.signature, policy=policy)
-    benchmark = BenchmarkConfig(min_seconds=args.seconds, signature=args.signature)
-    eval_data = (load_labelled_data(args.eval_data, signature, benchmark.metric)
-                 if args.eval_data is not None else None)
     dst.parent.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f".{dst.name}.candidates-", dir=dst.parent))
     try:
@@ -157,7 +158,7 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None) -> i
         with TreeMeter() as meter:
             selection = select_candidate(
                 args.src, candidates, gate,
-                benchmark,
+                BenchmarkConfig(min_seconds=args.seconds, signature=args.signature),
                 skipped=skipped, eval_data=eval_data, runtime=runtime,
                 progress=lambda message: log.info("benchmark: %s", message),
                 budget=getattr(args, "budget", None), policy=policy)
