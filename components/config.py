@@ -103,8 +103,13 @@ class BenchmarkSection(_Section):
 
 
 class EvaluationConfig(_Section):
-    data: str | None = Field(None, description=".npz with x/y or a TFRecord; local or s3://")
-    metric: str = Field("top1", description="top1, or mse/mae for regression")
+    data: str | None = Field(
+        None, description=".npz with x/y or a TFRecord; local or s3://. Labels the metric cannot "
+                          "score against the model's output (read from its signature) stop the "
+                          "run at freeze, in one line naming both shapes")
+    metric: str = Field("top1", description="top1 (one label per row, or per position for a "
+                                            "tagger's [rows, positions, tags] output), or "
+                                            "mse/mae for regression")
 
 
 class CalibrationConfig(_Section):
@@ -144,11 +149,13 @@ class S3Config(_Section):
 
 class KubernetesConfig(_Section):
     image: str = Field("tfopt:0.1.0", description="the project image the pods run")
-    namespace: str = "default"
+    namespace: str = Field("default", description="where the step pods run")
     cpu_request: str = Field("2", description="per step pod")
     cpu_limit: str = Field("2", description="request = limit: a whole, quiet node share")
-    memory_request: str = "4Gi"
-    memory_limit: str = "8Gi"
+    memory_request: str = Field("4Gi", description="the pull pod's; the later pods' are sized "
+                                                   "from the model it pulled")
+    memory_limit: str = Field("8Gi", description="the pull pod's; the later pods' are sized "
+                                                 "from the model it pulled")
     node_selector: dict[str, str] = Field(
         default_factory=lambda: {"workload": "cpu-benchmark"},
         description="where the benchmark pod runs")

@@ -80,11 +80,16 @@ def _option_help(parser: argparse.ArgumentParser, action: argparse.Action) -> st
     if not action.help or action.help == argparse.SUPPRESS:
         return ""
     # argparse's own expansion of %(default)s, %(choices)s, ... as --help prints them
-    return parser._get_formatter()._expand_help(action)
+    text = parser._get_formatter()._expand_help(action)
+    if not action.option_strings and action.choices is not None:
+        text += " (one of: " + ", ".join(map(str, action.choices)) + ")"
+    return text
 
 
 def _option_name(action: argparse.Action) -> str:
-    names = ", ".join(action.option_strings) or action.dest
+    if not action.option_strings:  # a positional: its name; its choices go in its help
+        return action.metavar if isinstance(action.metavar, str) else action.dest
+    names = ", ".join(action.option_strings)
     metavar = action.metavar
     if metavar is None and action.choices is not None:
         metavar = "{" + ",".join(map(str, action.choices)) + "}"
@@ -94,8 +99,6 @@ def _option_name(action: argparse.Action) -> str:
         return names
     if isinstance(metavar, tuple):
         metavar = " ".join(metavar)
-    if not action.option_strings:
-        return metavar
     return f"{names} {metavar}"
 
 
@@ -299,11 +302,11 @@ def _settings_classes() -> Iterator[type[BaseModel]]:
 
 def settings_reference() -> str:
     """Markdown for the library's settings: what the Python API and the CLI's defaults read."""
-    out = [f"# Library settings\n\n{_GENERATED_NOTE.format(source='optimizer/')}"
+    out = [(f"# Library settings\n\n{_GENERATED_NOTE.format(source='optimizer/')}"
            "The library's own settings, each declared once with its default, bounds and "
            "meaning (`optimizer.files.records.Settings`): the pipeline config's keys of the "
            "same name and the command line's defaults are read from these. Built by keyword; "
-           "a bad value is one line naming the setting and its bound (exit 2).\n"]
+           "a bad value is one line naming the setting and its bound (exit 2).\n")]
     for cls in sorted(_settings_classes(), key=lambda c: (c.__module__, c.__name__)):
         out.append(f"## `{cls.__name__}`\n\n`{cls.__module__}`\n")
         about = _prose(cls.__doc__)
