@@ -16,6 +16,7 @@ import argparse
 import ast
 import importlib
 import inspect
+import json
 import re
 import sys
 import types
@@ -173,13 +174,17 @@ def _type_text(annotation: object) -> str:
 _BOUND_SIGNS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<", "min_length": "at least"}
 
 
+def _number(value: object) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
+
+
 def _bounds_text(field: FieldInfo) -> str:
     bounds = []
     for meta in field.metadata:
         for attribute, sign in _BOUND_SIGNS.items():
             value = getattr(meta, attribute, None)
             if value is not None:
-                bounds.append(f"{sign} {value:g}" if attribute != "min_length"
+                bounds.append(f"{sign} {_number(value)}" if attribute != "min_length"
                               else f"{sign} {value} item(s)")
     # PositiveInt and friends carry theirs in the annotation
     for arg in typing.get_args(field.annotation):
@@ -187,7 +192,7 @@ def _bounds_text(field: FieldInfo) -> str:
             for attribute, sign in _BOUND_SIGNS.items():
                 value = getattr(meta, attribute, None)
                 if value is not None:
-                    bounds.append(f"each {sign} {value:g}")
+                    bounds.append(f"each {sign} {_number(value)}")
     return ", ".join(bounds)
 
 
@@ -207,9 +212,8 @@ def _default_cell(field: FieldInfo) -> str:
     if isinstance(value, str) and len(value) > 60:
         # a long default (the inference recipe) reads better as a block below the table
         return "see below"
-    import json
-
-    return _code(json.dumps(value) if not isinstance(value, str) else value)
+    # default=str: a value JSON cannot hold (an enum, a path) is shown as it prints
+    return _code(json.dumps(value, default=str) if not isinstance(value, str) else value)
 
 
 def _field_rows(model: type[BaseModel], prefix: str = ""
