@@ -1,6 +1,6 @@
 """The pipeline's one YAML config, validated by typed models. Defaults live here and only here,
 but for the keys that are the library's own settings (search, benchmark, tolerance): those are
-declared with the settings' fields (:func:`~optimizer.files.records.field_of`), so their defaults
+declared with the settings' fields (:func:`~optimizer.records.field_of`), so their defaults
 and bounds live in the library, once.
 
 Unknown keys and bad values are rejected with a message naming the key. Credentials never come
@@ -36,9 +36,9 @@ from pydantic import (
 
 from optimizer.benchmark.settings import BenchmarkConfig
 from optimizer.errors import TfoptError, validation_error_line
-from optimizer.files.records import field_of
 from optimizer.gate.verdict import GateConfig
 from optimizer.optimize.recipe import INFERENCE_RECIPE, default_recipe
+from optimizer.records import field_of
 from optimizer.search.settings import SearchSettings
 from optimizer.verify.tolerance import Tolerance
 

@@ -3,7 +3,7 @@ they cannot drift from it: the ``tfopt`` command line from its argparse parsers
 (:func:`components.cli.build_parser`), the pipeline config from its pydantic models
 (:class:`components.config.PipelineConfig`: every key with its type, default, bounds and
 description), and the library's settings (every subclass of
-:class:`optimizer.files.records.Settings`, found by reading ``optimizer/``'s source).
+:class:`optimizer.records.Settings`, found by reading ``optimizer/``'s source).
 
 A mkdocs hook (``hooks:`` in mkdocs.yml): :func:`on_files` adds the pages to the build; they are
 never written into ``docs/``. ``python docs/gen_reference.py OUT_DIR`` writes them to a folder,
@@ -287,7 +287,7 @@ def config_reference() -> str:
 def _settings_classes() -> Iterator[type[BaseModel]]:
     """Every subclass of the library's ``Settings``, found by reading the source (importing the
     whole library would load TensorFlow); each one's module is imported, which is light."""
-    from optimizer.files.records import Settings
+    from optimizer.records import Settings
 
     for path in sorted((ROOT / "optimizer").rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
@@ -308,7 +308,7 @@ def settings_reference() -> str:
     """Markdown for the library's settings: what the Python API and the CLI's defaults read."""
     out = [(f"# Library settings\n\n{_GENERATED_NOTE.format(source='optimizer/')}"
            "The library's own settings, each declared once with its default, bounds and "
-           "meaning (`optimizer.files.records.Settings`): the pipeline config's keys of the "
+           "meaning (`optimizer.records.Settings`): the pipeline config's keys of the "
            "same name and the command line's defaults are read from these. Built by keyword; "
            "a bad value is one line naming the setting and its bound (exit 2).\n")]
     for cls in sorted(_settings_classes(), key=lambda c: (c.__module__, c.__name__)):

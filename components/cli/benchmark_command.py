@@ -14,7 +14,7 @@ from pathlib import Path
 from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
 from components.cli.output import human_bytes, table
 from optimizer.benchmark.settings import BenchmarkConfig
-from optimizer.files.records import default_of
+from optimizer.records import default_of
 
 
 def _default(name: str):

@@ -10,7 +10,7 @@ from typing import get_args
 from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
 from components.cli.optimize_targets import add_arguments as add_target_arguments
 from components.cli.output import human_bytes, op_histogram_table, table
-from optimizer.files.records import default_of
+from optimizer.records import default_of
 from optimizer.search.settings import SearchSettings
 from optimizer.verify.tolerance import Tolerance
 

@@ -82,8 +82,8 @@ from optimizer.benchmark.stats import (
     unpaired_ratio_interval,
 )
 from optimizer.errors import GateConfigError, validation_error_line
-from optimizer.files.records import JsonRecord, in_order, record_to_dict
 from optimizer.gate.near_ties import choose_among_promoted
+from optimizer.records import JsonRecord, in_order, record_to_dict
 
 EXIT_PROMOTE = 0
 EXIT_REJECT = 3

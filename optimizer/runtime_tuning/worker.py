@@ -22,8 +22,8 @@ _MAX_RUNS = 100_000
 
 
 def _load_for_setting(model: str, signature: str, setting: ThreadSetting, policy: dict):
-    from optimizer.files.records import record_from_dict
     from optimizer.model.op_scan import ScanPolicy
+    from optimizer.records import record_from_dict
     from optimizer.runtime import load_runner
 
     return load_runner(model, signature, num_threads=setting.num_threads,
