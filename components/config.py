@@ -39,6 +39,7 @@ from optimizer.errors import TfoptError, validation_error_line
 from optimizer.gate.verdict import GateConfig
 from optimizer.optimize.recipe import INFERENCE_RECIPE, default_recipe
 from optimizer.records import field_of
+from optimizer.runtime.call_deadline import CallDeadline
 from optimizer.search.settings import SearchSettings
 from optimizer.verify.tolerance import Tolerance
 
@@ -174,11 +175,30 @@ class ResourcesConfig(_Section):
         None, gt=0, description="memory budget in GiB where no cgroup limit applies (a pod's "
                                 "limit wins when it is tighter); default: the machine's "
                                 "available memory")
+    model_call_seconds: float = field_of(
+        CallDeadline, "min_seconds",
+        description="seconds a model call may take at least: each call's deadline is this or "
+                    "model_call_multiple x the model's first call, whichever is longer; a call "
+                    "past it stops the run (exit 9, nothing published)")
+    model_call_multiple: float = field_of(
+        CallDeadline, "first_call_multiple",
+        description="a model call may take this many times the model's first call (when that "
+                    "is longer than model_call_seconds)")
+    task_timeout_minutes: float = Field(
+        360, gt=0, description="the Airflow DAG's execution_timeout for every task, in process "
+                               "or in its pod: a task still running after this long is "
+                               "failed (and retried), so one stuck run cannot hold the DAG, "
+                               "which runs one at a time; keep it above model_call_seconds")
     pod_memory_gb: dict[str, float] = Field(
         default_factory=dict,
         description="GiB of memory (request = limit) for a step's pod in Kubernetes and "
                     "Kubeflow modes, e.g. {benchmark: 12}, instead of the estimate from the "
                     "model's size (components/step_table.py)")
+
+    def call_deadline(self) -> CallDeadline:
+        """The deadline of every model call of a run (optimizer/runtime/call_deadline.py)."""
+        return CallDeadline(min_seconds=self.model_call_seconds,
+                            first_call_multiple=self.model_call_multiple)
 
     @field_validator("pod_memory_gb")
     @classmethod
