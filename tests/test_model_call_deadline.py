@@ -60,6 +60,17 @@ def test_a_workers_call_past_its_deadline_is_the_typed_error_in_its_parent(monke
     assert "stuck model" not in capfd.readouterr().err
 
 
+def test_tfopt_freeze_stops_a_call_past_model_call_seconds_and_writes_nothing(tmp_path,
+                                                                             model_dir):
+    dst = tmp_path / "frozen"
+    result = run_tfopt("freeze", model_dir("never_returning_loop"), dst,
+                       "--model-call-seconds", "2", timeout=300)
+    assert_clean_failure(result, 9, "did not return within its deadline of 2s")
+    assert not dst.exists()
+    assert_clean_failure(run_tfopt("freeze", model_dir("never_returning_loop"), dst,
+                                   "--model-call-seconds", "0"), 2, "--model-call-seconds")
+
+
 def _config(tmp_path, source, sections: str = "") -> Path:
     config = tmp_path / f"{Path(source).name}.yaml"
     config.write_text(

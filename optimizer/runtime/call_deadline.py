@@ -159,9 +159,9 @@ def deadline(seconds: float, what: str) -> Iterator[None]:
 def past_deadline_line(description: str, seconds: float, calls: str = "a call") -> str:
     """The one line a call past its deadline ends the run with."""
     return (f"{calls} of {description} did not return within its deadline of {seconds:g}s "
-            f"and was stopped (resources.model_call_seconds sets the deadline; a model that "
-            f"never returns, e.g. a loop whose condition never turns false, cannot be "
-            f"optimized)")
+            f"and was stopped (resources.model_call_seconds or --model-call-seconds set it; a "
+            f"model that never returns, e.g. a loop whose condition never turns false, cannot "
+            f"be optimized)")
 
 
 class FirstCallClock:
