@@ -37,10 +37,9 @@ def test_a_declared_40000_by_40000_input_is_exit_7_within_a_minute_and_the_tree_
         tmp_path, model_dir):
     config = _config(tmp_path, model_dir("huge_declared_input"))
     started = time.monotonic()
-    with TreeMeter(interval=0.05) as meter:
-        child = subprocess.Popen([str(TFOPT), "run", "--config", config], text=True,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        meter.pid = child.pid
+    child = subprocess.Popen([str(TFOPT), "run", "--config", config], text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with TreeMeter(interval=0.05, pid=child.pid) as meter:  # tfopt's tree, not this process
         stdout, stderr = child.communicate(timeout=60)
     assert time.monotonic() - started < 60
     result = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
