@@ -24,8 +24,8 @@ def require_model_fits(config: PipelineConfig, pulled: PulledModel, step: str) -
 
 
 def require_inputs_fit(config: PipelineConfig, pulled: PulledModel, step: str) -> None:
-    """Inputs generated from the signature (read without TensorFlow) at batch 1, which the
-    equivalence checks feed, and at every ``benchmark.batch_sizes``; local ``.npz`` evaluation
+    """Inputs generated from the signature (read without TensorFlow) at the batch the
+    equivalence checks feed and at every ``benchmark.batch_sizes``; local ``.npz`` evaluation
     and calibration data from their headers (an ``s3://`` file is sized once fetched, by
     :func:`components.steps.evaluate.local_data_file`)."""
     import zipfile
@@ -34,12 +34,14 @@ def require_inputs_fit(config: PipelineConfig, pulled: PulledModel, step: str) -
     from optimizer.inputs.data_files import require_npz_fits
     from optimizer.inputs.sizing import require_generated_inputs_fit
     from optimizer.model.savedmodel import get_signature
+    from optimizer.optimize.flow import EQUIVALENCE_BATCH_SIZE
     from optimizer.system.memory_budget import memory_budget
 
     budget = memory_budget(config.resources.memory_gb)
     signature = get_signature(pulled.path, config.signature,
                               policy=config.security.scan_policy())
-    require_generated_inputs_fit(signature, [1, *config.benchmark.batch_sizes], budget,
+    require_generated_inputs_fit(signature, [EQUIVALENCE_BATCH_SIZE,
+                                             *config.benchmark.batch_sizes], budget,
                                  f"{step}: generating inputs from the signature")
     for location in (config.evaluation.data, config.calibration.data):
         if location and not location.startswith("s3://") and zipfile.is_zipfile(location):
