@@ -275,17 +275,14 @@ def _scaled_block_size(models: Sequence[_Loaded], config: BenchmarkConfig, feeds
 
 def _timing_deadline(models: Sequence[_Loaded], config: BenchmarkConfig, block_size: int,
                      batch_size: int):
-    """A deadline over one batch size's timing (its calls are bound, too quick a path for a
-    deadline each): every call it may make at each model's call deadline, plus the time
-    timing may go on for. Each model's call at this size has just returned within its own."""
-    from optimizer.runtime.call_deadline import deadline, past_deadline_line
+    """One batch size's timing under a deadline: every call it may make, plus the time it may
+    go on for (:func:`~optimizer.runtime.call_deadline.timing_deadline`)."""
+    from optimizer.runtime.call_deadline import timing_deadline
 
-    calls = config.warmup + (block_size + 1) * config.min_runs
-    seconds = (config.min_seconds + _max_seconds(config)
-               + calls * sum(item.runner.deadline_clock().seconds() for item in models))
-    return deadline(seconds, past_deadline_line(
-        ", ".join(item.label for item in models), seconds,
-        f"timing batch {batch_size} ({calls} calls each)"))
+    return timing_deadline([item.runner.deadline_clock() for item in models],
+                           config.warmup + (block_size + 1) * config.min_runs,
+                           config.min_seconds + _max_seconds(config),
+                           f"{', '.join(item.label for item in models)} at batch {batch_size}")
 
 
 def _max_seconds(config: BenchmarkConfig) -> float:

@@ -27,7 +27,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from pydantic import Field
 
@@ -184,3 +184,13 @@ class FirstCallClock:
             yield
         if self.first_call is None:
             self.first_call = time.perf_counter() - started
+
+
+def timing_deadline(clocks: Iterable[FirstCallClock], calls: int, extra_seconds: float,
+                    what: str):
+    """A deadline over a timing loop of bound calls (too quick a path for a deadline each):
+    ``calls`` calls of each model at its own call deadline, plus ``extra_seconds`` the loop
+    may go on for. Call each model once at these inputs under its own deadline first."""
+    clocks = list(clocks)
+    seconds = extra_seconds + calls * sum(clock.seconds() for clock in clocks)
+    return deadline(seconds, past_deadline_line(what, seconds, f"timing {calls} calls each"))

@@ -45,16 +45,12 @@ def _in_effect(setting: ThreadSetting, runner) -> dict:
 
 def _time_calls(runner, tensors, seconds: float, min_runs: int, warmup: int) -> dict:
     from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.runtime.call_deadline import deadline, past_deadline_line
+    from optimizer.runtime.call_deadline import timing_deadline
 
-    # The timed calls are bound, too quick a path for a deadline each: the timing runs under
-    # one, every call it may make at the model's call deadline (optimizer.runtime.call_deadline)
-    calls = warmup + min_runs + 1
-    limit = seconds + calls * runner.deadline_clock().seconds()
     # One model per process: its calls are consecutive, as a server makes them, so one call per
     # "round" already times it warm; blocks (and their untimed call) would add nothing.
-    with deadline(limit, past_deadline_line(runner.description, limit,
-                                            f"timing {calls} calls")):
+    with timing_deadline([runner.deadline_clock()], warmup + min_runs + 1, seconds,
+                         runner.description):
         samples = time_interleaved({"model": lambda: runner.call(tensors)}, warmup=warmup,
                                    min_runs=min_runs, min_seconds=seconds,
                                    max_runs=_MAX_RUNS)["model"]
