@@ -105,12 +105,16 @@ class _Watchdog:
     def arm(self, seconds: float, what: str) -> int:
         with self._wake:
             token = next(self._tokens)
-            self._armed[token] = (time.monotonic() + seconds, what)
+            due = time.monotonic() + seconds
+            # woken only when this deadline is the earliest: a call per batch costs no switch
+            earliest = not self._armed or due < min(d for d, _ in self._armed.values())
+            self._armed[token] = (due, what)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._watch, name="tfopt-call-deadline",
                                                 daemon=True)
                 self._thread.start()
-            self._wake.notify()
+            elif earliest:
+                self._wake.notify()
             return token
 
     def disarm(self, token: int) -> None:
