@@ -5,7 +5,7 @@ reads the same setting from ``resources.model_call_seconds``."""
 
 from __future__ import annotations
 
-from optimizer.files.records import default_of
+from optimizer.records import default_of
 from optimizer.runtime.call_deadline import CallDeadline
 
 
