@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from typing import Any, Literal
 
@@ -39,8 +40,11 @@ from optimizer.errors import TfoptError, validation_error_line
 from optimizer.files.records import field_of
 from optimizer.gate.verdict import GateConfig
 from optimizer.optimize.recipe import INFERENCE_RECIPE, default_recipe
+from optimizer.runtime_tuning.settings import TuningSettings
 from optimizer.search.settings import SearchSettings
 from optimizer.verify.tolerance import Tolerance
+
+log = logging.getLogger(__name__)
 
 
 class ConfigError(TfoptError):
@@ -80,8 +84,8 @@ class OptimizeConfig(_Section):
 
 class BenchmarkSection(_Section):
     """The config's keys of the library's :class:`~optimizer.benchmark.settings.BenchmarkConfig`
-    (the benchmark step takes the promotion bound from ``gate`` and the signature from the top
-    level), and the threads the benchmark runs with."""
+    (the benchmark step takes the promotion bound and the confidence from ``gate`` and the
+    signature from the top level), and the threads the benchmark runs with."""
 
     # validate_default: the library's default is a tuple; the config holds lists
     batch_sizes: list[PositiveInt] = field_of(BenchmarkConfig, "batch_sizes",
@@ -94,7 +98,6 @@ class BenchmarkSection(_Section):
     max_seconds: float | None = field_of(BenchmarkConfig, "max_seconds")
     twin: bool = field_of(BenchmarkConfig, "twin")
     threads: int | None = Field(None, ge=1, description="default: CPUs really available")
-    confidence: float = field_of(BenchmarkConfig, "confidence")
 
     def settings(self, **others) -> BenchmarkConfig:
         """The library's settings from this section's keys, plus ``others`` from elsewhere."""
@@ -240,13 +243,14 @@ class CandidatesConfig(_Section):
 
 class TuningConfig(_Section):
     """Thread settings and batch size measured for the chosen model, recorded with it
-    (optimizer/runtime_tuning.py): MLflow tags and runtime_settings.json beside the model."""
+    (optimizer/runtime_tuning/): MLflow tags and runtime_settings.json beside the model. How
+    long it measures are the library's
+    :class:`~optimizer.runtime_tuning.settings.TuningSettings`."""
 
     enabled: bool = Field(True, description="tune the chosen candidate after the gate")
-    rounds: int = Field(6, ge=1, description="interleaved rounds of the thread search")
-    seconds_per_probe: float = Field(0.3, gt=0, description="timed seconds per setting per "
-                                                            "round")
-    time_budget_seconds: float = Field(15.0, gt=0, description="bounds the batch-size curve")
+    rounds: int = field_of(TuningSettings, "rounds")
+    seconds_per_probe: float = field_of(TuningSettings, "seconds_per_probe")
+    time_budget_seconds: float = field_of(TuningSettings, "time_budget_seconds")
     throughput_target: float | None = Field(
         None, gt=0, description="items/s: recommend the smallest batch size reaching it")
     latency_slo_ms: float | None = Field(
@@ -310,6 +314,11 @@ class PipelineConfig(_Section):
     tuning: TuningConfig = Field(default_factory=TuningConfig)
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        return read_renamed_keys(data)
+
     @field_validator("source")
     @classmethod
     def _source_shape(cls, value: str) -> str:
@@ -327,6 +336,41 @@ class PipelineConfig(_Section):
         relevant = self.model_dump(mode="json", exclude=FINGERPRINT_EXCLUDES)
         blob = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
+
+
+# Keys that moved: old dotted key -> new one. A config holding the old key still loads, with
+# a warning naming the new key; one holding both with different values is refused.
+RENAMED_KEYS = {
+    # one level for timing and deciding: the gate's, which the benchmark step passes on
+    "benchmark.confidence": "gate.confidence",
+}
+
+
+def read_renamed_keys(data: Any) -> Any:
+    """``data`` with each key of :data:`RENAMED_KEYS` moved to its new name (a copy)."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    for old, new in RENAMED_KEYS.items():
+        (old_section, old_key), (new_section, new_key) = old.split("."), new.split(".")
+        section = data.get(old_section)
+        if not isinstance(section, dict) or old_key not in section:
+            continue
+        section = dict(section)
+        value = section.pop(old_key)
+        data[old_section] = section
+        target = data.get(new_section) or {}
+        if not isinstance(target, dict):
+            continue  # the section itself is malformed: its own validation says so
+        target = dict(target)
+        if new_key in target and target[new_key] != value:
+            raise ConfigError(f"{old} ({value!r}) is deprecated and differs from {new} "
+                              f"({target[new_key]!r}); give only {new}")
+        target[new_key] = value
+        data[new_section] = target
+        log.warning("config: %s is deprecated; it is read as %s (write %s instead)",
+                    old, new, new)
+    return data
 
 
 FINGERPRINT_EXCLUDES = {"schedule": True, "execution": True, "workdir": True, "resources": True,

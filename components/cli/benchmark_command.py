@@ -13,8 +13,10 @@ from pathlib import Path
 
 from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
 from components.cli.output import human_bytes, table
+from components.cli.settings_flags import setting_flag
 from optimizer.benchmark.settings import BenchmarkConfig
 from optimizer.files.records import default_of
+from optimizer.gate.verdict import GateConfig
 
 
 def _default(name: str):
@@ -46,9 +48,9 @@ def add_parser(sub) -> None:
     p.add_argument("--baseline-role", choices=["input", "champion"], default="input",
                    help="what the baseline is: the unoptimized input (default) or the current "
                         "production model")
-    p.add_argument("--batch-sizes", type=_batch_sizes, default=(1, 32),
-                   help="comma-separated batch sizes to time (default 1,32); the gate judges "
-                        "the smallest")
+    p.add_argument("--batch-sizes", type=_batch_sizes, **setting_flag(
+        BenchmarkConfig, "batch_sizes", "comma-separated batch sizes to time, e.g. 1,32; "
+                                        "{description}"))
     p.add_argument("--eval-data", help="labelled data: .npz with x/y, or a TFRecord of "
                                        "tf.train.Example with x (floats) and y (int64)")
     p.add_argument("--metric", default=_default("metric"),
@@ -88,8 +90,7 @@ def add_parser(sub) -> None:
     p.add_argument("--inter-op-threads", type=int, default=1, help="inter-op threads (default 1)")
     p.add_argument("--onednn", choices=["on", "off"], default=None,
                    help="set TF_ENABLE_ONEDNN_OPTS (default: leave the environment's choice)")
-    p.add_argument("--confidence", type=float, default=_default("confidence"),
-                   help="two-sided level of the speedup interval (default %(default)g)")
+    p.add_argument("--confidence", type=float, **setting_flag(GateConfig, "confidence"))
     p.add_argument("--signature", default=_default("signature"),
                    help="signature to call (default %(default)s)")
     add_allow_op_argument(p)
@@ -138,7 +139,7 @@ def run(args) -> int:
                                         onednn=onednn)
     export_env(settings)  # before the checks below import TensorFlow
 
-    from optimizer.gate.verdict import GateConfig, load_gate_config
+    from optimizer.gate.verdict import load_gate_config
     from optimizer.model.savedmodel import get_signature
     from optimizer.verify.evaluation import load_labelled_data
 

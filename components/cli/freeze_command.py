@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
 from components.cli.output import human_bytes
+from components.cli.settings_flags import setting_flag
+from optimizer.benchmark.settings import BenchmarkConfig
+from optimizer.verify.tolerance import Tolerance
 
 
 def add_parser(sub) -> None:
@@ -14,10 +17,11 @@ def add_parser(sub) -> None:
                                    "The outputs are checked against SRC before DST is written.")
     p.add_argument("src", help="SavedModel directory")
     p.add_argument("dst", help="SavedModel directory to create")
-    p.add_argument("--signature", default="serving_default", help="signature to freeze")
+    p.add_argument("--signature", **setting_flag(BenchmarkConfig, "signature",
+                                                 "signature to freeze"))
     p.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
-    p.add_argument("--atol", type=float, default=1e-5,
-                   help="largest absolute output difference accepted (default 1e-5)")
+    p.add_argument("--atol", type=float, **setting_flag(
+        Tolerance, "atol", "largest absolute output difference accepted: the {description}"))
     add_allow_op_argument(p)
     p.set_defaults(run=run)
 
@@ -30,12 +34,13 @@ def run(args) -> int:
     from optimizer.model.savedmodel import directory_size
     from optimizer.verify.equivalence import compare
 
+    tolerance = Tolerance(atol=args.atol)  # a bad bound is exit 2 before any work
     check_writable(args.dst, args.overwrite)
     policy = scan_policy(args)
     frozen = freeze(args.src, args.signature, policy=policy)
     report = compare(args.src, frozen, signature_name=args.signature, policy=policy)
     print(f"equivalence  {report.summary()}")
-    if not report.within(atol=args.atol):
+    if not tolerance.accepts(report):
         raise EquivalenceError(
             f"frozen outputs differ from {args.src} by {report.max_abs_diff:.3g} "
             f"(> --atol {args.atol:g}); nothing written")

@@ -28,6 +28,9 @@ from pathlib import Path
 
 from components.cli.model_scan_flags import scan_policy
 from components.cli.output import human_bytes, table
+from components.cli.settings_flags import setting_flag
+from optimizer.benchmark.settings import BenchmarkConfig
+from optimizer.gate.verdict import GateConfig
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +56,13 @@ def add_arguments(p) -> None:
                             "(or one array per input key) or a TFRecord of them; default the "
                             "eval data's inputs, else inputs generated from the signature "
                             "(those candidates are tagged synthetic)")
-    group.add_argument("--accuracy-budget", type=float, default=0.005, dest="accuracy_budget",
-                       metavar="DROP", help="largest accuracy drop accepted, absolute (default "
-                                            "0.005 = half a point)")
-    group.add_argument("--min-speedup", type=float, default=1.05, dest="min_speedup",
-                       help="the chosen candidate must be at least this much faster than SRC, "
-                            "with confidence (default 1.05)")
-    group.add_argument("--seconds", type=float, default=10.0,
-                       help="benchmark: timed seconds at least (default 10)")
+    group.add_argument("--accuracy-budget", type=float, dest="accuracy_budget", metavar="DROP",
+                       **setting_flag(GateConfig, "max_accuracy_drop_abs"))
+    group.add_argument("--min-speedup", type=float, dest="min_speedup",
+                       **setting_flag(GateConfig, "min_speedup"))
+    group.add_argument("--seconds", type=float,
+                       **setting_flag(BenchmarkConfig, "min_seconds",
+                                      "benchmark: {description}"))
     group.add_argument("--tune", action="store_true",
                        help="search thread settings for the chosen candidate and write "
                             "DST/runtime_settings.json")
@@ -71,7 +73,6 @@ def check_arguments(args):
     against the model's output, is an error before any work. Returns the eval data, read once
     (:class:`~optimizer.verify.evaluation.LabelledData`, or None), for
     :func:`run_with_targets`."""
-    from optimizer.benchmark.harness import BenchmarkConfig
     from optimizer.candidates.build import parse_targets
     from optimizer.inputs.calibration import read_inputs
     from optimizer.model.savedmodel import get_signature
@@ -119,7 +120,6 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None,
     thread settings applied before TensorFlow started; ``costs`` gets each stage's
     :class:`~optimizer.system.process_tree.Cost`; ``eval_data`` what :func:`check_arguments`
     read from ``--eval-data``."""
-    from optimizer.benchmark.harness import BenchmarkConfig
     from optimizer.candidates.build import (
         CandidateSettings,
         derive_candidates,
@@ -129,7 +129,7 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None,
     from optimizer.candidates.candidate import Candidate
     from optimizer.files.atomic import atomic_directory, check_writable
     from optimizer.gate.selection import select_candidate
-    from optimizer.gate.verdict import EXIT_REJECT, GateConfig
+    from optimizer.gate.verdict import EXIT_REJECT
     from optimizer.model.savedmodel import get_signature
     from optimizer.optimize.flow import write_optimized
     from optimizer.system.process_tree import TreeMeter

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from optimizer.errors import EquivalenceError
-from optimizer.files.records import JsonRecord
+from optimizer.files.records import JsonRecord, default_of
 from optimizer.inputs.generated import infer_int_ranges, make_inputs
 from optimizer.inputs.vocabulary import infer_vocabularies
 from optimizer.model.frozen import FrozenModel
@@ -31,8 +31,9 @@ from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.model.signature import contract_difference
 from optimizer.runtime import Model, ModelRunner, load_runner
 from optimizer.system.free_memory import return_freed_memory
+from optimizer.verify.tolerance import Tolerance
 
-DEFAULT_ATOL = 1e-5
+DEFAULT_ATOL = default_of(Tolerance, "atol")  # one bound for every check: the tolerance's
 
 
 @dataclass(frozen=True)
