@@ -449,3 +449,66 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] | dict | No
         return config_from_mapping({}, "defaults", overrides)
     data = read_yaml_file(path, "config file", ConfigError)
     return config_from_mapping(data, str(path), overrides)
+
+
+def example_yaml(source: str) -> str:
+    """Every key of :class:`PipelineConfig` with its default, each described in a comment: the
+    YAML ``tfopt config --example`` prints, which loads back as the defaults (with ``source``,
+    the one required key, set to ``source``)."""
+    lines = ["# tfopt pipeline config: every key, its default and what it means.",
+             "# Generated from the config's models (tfopt config --example); delete what you",
+             "# keep at its default.", ""]
+    _example_lines(PipelineConfig, {"source": source}, 0, lines)
+    return "\n".join(lines) + "\n"
+
+
+def _example_lines(model: type[BaseModel], given: dict, depth: int, lines: list[str]) -> None:
+    from typing import get_args, get_origin
+
+    indent = "  " * depth
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        description = field.description or ""
+        if get_origin(annotation) is Literal:
+            choices = ", ".join(str(choice) for choice in get_args(annotation))
+            description = f"{description} (one of: {choices})" if description \
+                else f"one of: {choices}"
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            if depth == 0:
+                lines.append("")
+            lines += _comment((annotation.__doc__ or "").strip().split("\n\n")[0], indent)
+            lines.append(f"{indent}{name}:")
+            _example_lines(annotation, {}, depth + 1, lines)
+            continue
+        if field.is_required():
+            value, description = given[name], f"required: {description}"
+        else:
+            value = field.get_default(call_default_factory=True)
+        lines += _comment(description, indent)
+        lines.append(f"{indent}{name}: {_yaml_value(value)}")
+
+
+def _comment(text: str, indent: str) -> list[str]:
+    """``text`` (a description, a docstring's first paragraph) as wrapped YAML comment lines,
+    without its reStructuredText markup."""
+    import re
+    import textwrap
+
+    text = re.sub(r":\w+:`~?(?:[\w.]+\.)?([\w]+)`", r"\1", text).replace("``", "")
+    return [f"{indent}# {line}" for line in textwrap.wrap(" ".join(text.split()),
+                                                          96 - len(indent))]
+
+
+def _yaml_value(value: Any) -> str:
+    """``value`` as YAML flow text that reads back as the same value."""
+    if isinstance(value, float):
+        text = repr(value)
+        # PyYAML reads 1e-05 (no dot in the mantissa) as a string
+        mantissa, e, exponent = text.partition("e")
+        return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_yaml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))}: {_yaml_value(v)}"
+                               for k, v in value.items()) + "}"
+    return json.dumps(value)  # null, true/false, ints and quoted strings are YAML too

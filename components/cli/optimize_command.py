@@ -246,23 +246,32 @@ def run(args) -> int:
     from optimizer.system.process_tree import TreeMeter
 
     costs: dict = {}
-    with TreeMeter() as whole:
-        code = _run(args, costs)
+    document: dict = {}  # what the text says, for --json: printed once, even on exit 3 or 4
+    try:
+        with TreeMeter() as whole:
+            code = _run(args, costs, document)
+    finally:
+        if costs:
+            costs["total"] = whole.cost
+        if args.json and document:
+            document["costs"] = {stage: cost.to_dict() for stage, cost in costs.items()}
+            print(json.dumps(document, indent=2))
     if not args.json and costs:
         from optimizer.model.savedmodel import directory_size
 
-        costs["total"] = whole.cost
         _print_costs(costs, directory_size(args.src))
     return code
 
 
-def _run(args, costs: dict) -> int:
+def _run(args, costs: dict, document: dict) -> int:
+    from components.cli.stage_lines import load_tensorflow, stages_of
     from optimizer.errors import EquivalenceError
     from optimizer.files.atomic import check_writable
     from optimizer.model.savedmodel import directory_size
     from optimizer.optimize.flow import optimize, write_optimized
     from optimizer.optimize.recipe import Recipe
 
+    stages = stages_of(args)
     eval_data = None
     if args.targets is not None:
         from components.cli.optimize_targets import check_arguments
@@ -277,12 +286,14 @@ def _run(args, costs: dict) -> int:
     from optimizer.model.footprint import builds_in_workers
 
     in_worker = builds_in_workers(args.src)
+    if not in_worker:
+        load_tensorflow(stages)
     runtime = None
     if args.targets is not None and not in_worker:
         runtime = _apply_runtime()  # thread pools are sized when TensorFlow starts
     from optimizer.system.process_tree import TreeMeter
 
-    with TreeMeter() as meter:
+    with stages.stage("optimize (freeze, transform, check)"), TreeMeter() as meter:
         result = optimize(args.src, recipe, signature_name=args.signature, tolerance=tolerance,
                           backend=args.backend, search=search, in_worker=in_worker,
                           policy=scan_policy(args))
@@ -296,28 +307,24 @@ def _run(args, costs: dict) -> int:
         _write_trace(args.trace, result)
 
     src_bytes = directory_size(args.src)
-    summary = result.to_dict()
-    summary.update(saved_model_bytes_before=src_bytes, saved_model_bytes_after=None,
-                   written=None)
+    document.update(result.to_dict())
+    document.update(saved_model_bytes_before=src_bytes, saved_model_bytes_after=None,
+                    written=None)
     if not args.json:
         _print_result(result)
     if not result.accepted:
-        if args.json:
-            print(json.dumps(summary, indent=2))
-        else:
+        if not args.json:
             print(f"SavedModel   {human_bytes(src_bytes)} (source); nothing written")
         raise EquivalenceError(result.divergence())
 
     if args.targets is not None:
         from components.cli.optimize_targets import run_with_targets
 
-        return run_with_targets(args, result, runtime, costs, eval_data)
+        return run_with_targets(args, result, runtime, costs, eval_data, document)
     written = write_optimized(result, args.dst, overwrite=args.overwrite)
     dst_bytes = directory_size(written)
-    if args.json:
-        summary.update(saved_model_bytes_after=dst_bytes, written=str(written))
-        print(json.dumps(summary, indent=2))
-    else:
+    document.update(saved_model_bytes_after=dst_bytes, written=str(written))
+    if not args.json:
         print(f"SavedModel   {human_bytes(src_bytes)} -> {human_bytes(dst_bytes)}")
         print(f"wrote        {written}")
     return 0

@@ -82,12 +82,17 @@ from optimizer.benchmark.stats import (
     twin_discrepancy,
     unpaired_ratio_interval,
 )
-from optimizer.errors import GateConfigError, validation_error_line
+from optimizer.errors import (
+    EXIT_GATE_REJECTED,
+    EXIT_OK,
+    GateConfigError,
+    validation_error_line,
+)
 from optimizer.files.records import JsonRecord, field_of, in_order, record_to_dict
 from optimizer.gate.near_ties import choose_among_promoted
 
-EXIT_PROMOTE = 0
-EXIT_REJECT = 3
+EXIT_PROMOTE = EXIT_OK
+EXIT_REJECT = EXIT_GATE_REJECTED
 
 
 class GateConfig(BaseModel):
