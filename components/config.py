@@ -297,7 +297,8 @@ class SecurityConfig(_Section):
 
 class PipelineConfig(_Section):
     source: str = Field(description="s3://bucket/prefix, a local path, or models:/name@alias")
-    signature: str = Field("serving_default", description="the signature to optimize")
+    signature: str = field_of(BenchmarkConfig, "signature",
+                              description="the signature to optimize")
     workdir: str = Field("work/pipeline", description="local working directory")
     optimize: OptimizeConfig = Field(default_factory=OptimizeConfig)
     benchmark: BenchmarkSection = Field(default_factory=BenchmarkSection)
