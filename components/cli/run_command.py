@@ -60,7 +60,7 @@ def run(args) -> int:
     config = load_config_from_args(args)
     load_tensorflow(stages_of(args))
     outcome = run_pipeline(config, {"dag_run_id": args.run_id} if args.run_id else {},
-                           stage=stages_of(args).stage)
+                           around_step=stages_of(args).stage)
     if args.json:
         print(json.dumps(outcome.to_dict(), indent=2))
     else:
