@@ -144,3 +144,21 @@ def test_the_old_confidence_key_is_read_as_the_gates_with_a_warning(caplog):
     with pytest.raises(ConfigError, match="give only gate.confidence"):
         config_from_mapping({"source": "m", "benchmark": {"confidence": 0.9},
                              "gate": {"confidence": 0.99}})
+
+
+def test_tfopt_benchmark_times_and_decides_at_one_confidence(tmp_path):
+    from components.cli.benchmark_command import _gate_config
+    from optimizer.errors import InvalidInputsError
+
+    gate = tmp_path / "gate.yaml"
+    gate.write_text("confidence: 0.9\n")
+
+    def level(confidence, gate_config=None):
+        args = argparse.Namespace(confidence=confidence, gate_config=gate_config)
+        return _gate_config(args).confidence
+
+    assert level(None) == _config_default("gate.confidence")
+    assert level(0.99) == 0.99
+    assert level(None, gate) == 0.9 == level(0.9, gate)
+    with pytest.raises(InvalidInputsError, match="differs from the --gate-config's"):
+        level(0.99, gate)

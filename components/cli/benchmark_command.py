@@ -94,7 +94,9 @@ def add_parser(sub) -> None:
     p.add_argument("--inter-op-threads", type=int, default=1, help="inter-op threads (default 1)")
     p.add_argument("--onednn", choices=["on", "off"], default=None,
                    help="set TF_ENABLE_ONEDNN_OPTS (default: leave the environment's choice)")
-    p.add_argument("--confidence", type=float, **setting_flag(GateConfig, "confidence"))
+    # None: not given, so that a --gate-config's confidence can be the one level
+    p.add_argument("--confidence", type=float, **setting_flag(
+        GateConfig, "confidence", "{description}; default the --gate-config's", default=None))
     p.add_argument("--signature", default=_default("signature"),
                    help="signature to call (default %(default)s)")
     add_allow_op_argument(p)
@@ -123,8 +125,24 @@ def _check_inputs(args, policy) -> None:
         if value is not None and value < 0:
             raise InvalidInputsError(f"--{name.replace('_', '-')} must not be negative, "
                                      f"got {value}")
-    if not 0.5 < args.confidence < 1:
+    if args.confidence is not None and not 0.5 < args.confidence < 1:
         raise InvalidInputsError(f"--confidence must be in (0.5, 1), got {args.confidence}")
+
+
+def _gate_config(args):
+    """The gate's thresholds; its confidence is the benchmark's too, one level: --confidence,
+    else the --gate-config's, else the default. Both given and different: an error."""
+    from optimizer.errors import InvalidInputsError
+    from optimizer.gate.verdict import load_gate_config
+
+    gate_config = load_gate_config(args.gate_config) if args.gate_config else GateConfig()
+    if args.confidence is None:
+        return gate_config
+    if "confidence" in gate_config.model_fields_set and gate_config.confidence != args.confidence:
+        raise InvalidInputsError(f"--confidence {args.confidence:g} differs from the "
+                                 f"--gate-config's confidence {gate_config.confidence:g}: "
+                                 f"give one (a single level times and decides)")
+    return gate_config.model_copy(update={"confidence": args.confidence})
 
 
 def run(args) -> int:
@@ -139,7 +157,6 @@ def run(args) -> int:
                                         onednn=onednn)
     export_env(settings)  # before the checks below import TensorFlow
 
-    from optimizer.gate.verdict import load_gate_config
     from optimizer.model.savedmodel import get_signature
     from optimizer.verify.evaluation import load_labelled_data
 
@@ -147,13 +164,13 @@ def run(args) -> int:
     policy = scan_policy(args)
     with stages.stage("check inputs"):
         _check_inputs(args, policy)
+        gate_config = _gate_config(args)
     config = BenchmarkConfig(batch_sizes=args.batch_sizes, warmup=args.warmup,
                              min_runs=args.min_runs, min_seconds=args.min_seconds,
                              block_size=args.block_size, block_seconds=args.block_seconds,
                              max_seconds=args.max_seconds, twin=args.twin,
-                             confidence=args.confidence, metric=args.metric,
+                             confidence=gate_config.confidence, metric=args.metric,
                              signature=args.signature)  # the library's bounds, checked now
-    gate_config = load_gate_config(args.gate_config) if args.gate_config else GateConfig()
     eval_data = None
     if args.eval_data:
         eval_data = load_labelled_data(args.eval_data, get_signature(
