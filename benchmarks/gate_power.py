@@ -246,7 +246,7 @@ def main() -> int:
     parser.add_argument("--statistics", type=Path, default=None, metavar="RESULT.json",
                         help="only compare the ratio statistics on a benchmark result's raw "
                              "samples (e.g. tfopt benchmark STOCK FROZEN --block-size 1 "
-                             "--min-runs 300 --json RESULT.json)")
+                             "--min-runs 300 --json-file RESULT.json)")
     args = parser.parse_args()
     if args.statistics:
         compare_statistics(args.statistics)

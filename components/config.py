@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from typing import Any, Literal
 
@@ -40,8 +41,11 @@ from optimizer.gate.verdict import GateConfig
 from optimizer.optimize.recipe import INFERENCE_RECIPE, default_recipe
 from optimizer.records import field_of
 from optimizer.runtime.call_deadline import CallDeadline
+from optimizer.runtime_tuning.settings import TuningSettings
 from optimizer.search.settings import SearchSettings
 from optimizer.verify.tolerance import Tolerance
+
+log = logging.getLogger(__name__)
 
 
 class ConfigError(TfoptError):
@@ -81,8 +85,8 @@ class OptimizeConfig(_Section):
 
 class BenchmarkSection(_Section):
     """The config's keys of the library's :class:`~optimizer.benchmark.settings.BenchmarkConfig`
-    (the benchmark step takes the promotion bound from ``gate`` and the signature from the top
-    level), and the threads the benchmark runs with."""
+    (the benchmark step takes the promotion bound and the confidence from ``gate`` and the
+    signature from the top level), and the threads the benchmark runs with."""
 
     # validate_default: the library's default is a tuple; the config holds lists
     batch_sizes: list[PositiveInt] = field_of(BenchmarkConfig, "batch_sizes",
@@ -95,7 +99,6 @@ class BenchmarkSection(_Section):
     max_seconds: float | None = field_of(BenchmarkConfig, "max_seconds")
     twin: bool = field_of(BenchmarkConfig, "twin")
     threads: int | None = Field(None, ge=1, description="default: CPUs really available")
-    confidence: float = field_of(BenchmarkConfig, "confidence")
 
     def settings(self, **others) -> BenchmarkConfig:
         """The library's settings from this section's keys, plus ``others`` from elsewhere."""
@@ -267,13 +270,14 @@ class CandidatesConfig(_Section):
 
 class TuningConfig(_Section):
     """Thread settings and batch size measured for the chosen model, recorded with it
-    (optimizer/runtime_tuning.py): MLflow tags and runtime_settings.json beside the model."""
+    (optimizer/runtime_tuning/): MLflow tags and runtime_settings.json beside the model. How
+    long it measures are the library's
+    :class:`~optimizer.runtime_tuning.settings.TuningSettings`."""
 
     enabled: bool = Field(True, description="tune the chosen candidate after the gate")
-    rounds: int = Field(6, ge=1, description="interleaved rounds of the thread search")
-    seconds_per_probe: float = Field(0.3, gt=0, description="timed seconds per setting per "
-                                                            "round")
-    time_budget_seconds: float = Field(15.0, gt=0, description="bounds the batch-size curve")
+    rounds: int = field_of(TuningSettings, "rounds")
+    seconds_per_probe: float = field_of(TuningSettings, "seconds_per_probe")
+    time_budget_seconds: float = field_of(TuningSettings, "time_budget_seconds")
     throughput_target: float | None = Field(
         None, gt=0, description="items/s: recommend the smallest batch size reaching it")
     latency_slo_ms: float | None = Field(
@@ -320,7 +324,8 @@ class SecurityConfig(_Section):
 
 class PipelineConfig(_Section):
     source: str = Field(description="s3://bucket/prefix, a local path, or models:/name@alias")
-    signature: str = Field("serving_default", description="the signature to optimize")
+    signature: str = field_of(BenchmarkConfig, "signature",
+                              description="the signature to optimize")
     workdir: str = Field("work/pipeline", description="local working directory")
     optimize: OptimizeConfig = Field(default_factory=OptimizeConfig)
     benchmark: BenchmarkSection = Field(default_factory=BenchmarkSection)
@@ -336,6 +341,11 @@ class PipelineConfig(_Section):
     candidates: CandidatesConfig = Field(default_factory=CandidatesConfig)
     tuning: TuningConfig = Field(default_factory=TuningConfig)
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        return read_renamed_keys(data)
 
     @field_validator("source")
     @classmethod
@@ -354,6 +364,41 @@ class PipelineConfig(_Section):
         relevant = self.model_dump(mode="json", exclude=FINGERPRINT_EXCLUDES)
         blob = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
+
+
+# Keys that moved: old dotted key -> new one. A config holding the old key still loads, with
+# a warning naming the new key; one holding both with different values is refused.
+RENAMED_KEYS = {
+    # one level for timing and deciding: the gate's, which the benchmark step passes on
+    "benchmark.confidence": "gate.confidence",
+}
+
+
+def read_renamed_keys(data: Any) -> Any:
+    """``data`` with each key of :data:`RENAMED_KEYS` moved to its new name (a copy)."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    for old, new in RENAMED_KEYS.items():
+        (old_section, old_key), (new_section, new_key) = old.split("."), new.split(".")
+        section = data.get(old_section)
+        if not isinstance(section, dict) or old_key not in section:
+            continue
+        section = dict(section)
+        value = section.pop(old_key)
+        data[old_section] = section
+        target = data.get(new_section) or {}
+        if not isinstance(target, dict):
+            continue  # the section itself is malformed: its own validation says so
+        target = dict(target)
+        if new_key in target and target[new_key] != value:
+            raise ConfigError(f"{old} ({value!r}) is deprecated and differs from {new} "
+                              f"({target[new_key]!r}); give only {new}")
+        target[new_key] = value
+        data[new_section] = target
+        log.warning("config: %s is deprecated; it is read as %s (write %s instead)",
+                    old, new, new)
+    return data
 
 
 FINGERPRINT_EXCLUDES = {"schedule": True, "execution": True, "workdir": True, "resources": True,
@@ -432,3 +477,66 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] | dict | No
         return config_from_mapping({}, "defaults", overrides)
     data = read_yaml_file(path, "config file", ConfigError)
     return config_from_mapping(data, str(path), overrides)
+
+
+def example_yaml(source: str) -> str:
+    """Every key of :class:`PipelineConfig` with its default, each described in a comment: the
+    YAML ``tfopt config --example`` prints, which loads back as the defaults (with ``source``,
+    the one required key, set to ``source``)."""
+    lines = ["# tfopt pipeline config: every key, its default and what it means.",
+             "# Generated from the config's models (tfopt config --example); delete what you",
+             "# keep at its default.", ""]
+    _example_lines(PipelineConfig, {"source": source}, 0, lines)
+    return "\n".join(lines) + "\n"
+
+
+def _example_lines(model: type[BaseModel], given: dict, depth: int, lines: list[str]) -> None:
+    from typing import get_args, get_origin
+
+    indent = "  " * depth
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        description = field.description or ""
+        if get_origin(annotation) is Literal:
+            choices = ", ".join(str(choice) for choice in get_args(annotation))
+            description = f"{description} (one of: {choices})" if description \
+                else f"one of: {choices}"
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            if depth == 0:
+                lines.append("")
+            lines += _comment((annotation.__doc__ or "").strip().split("\n\n")[0], indent)
+            lines.append(f"{indent}{name}:")
+            _example_lines(annotation, {}, depth + 1, lines)
+            continue
+        if field.is_required():
+            value, description = given[name], f"required: {description}"
+        else:
+            value = field.get_default(call_default_factory=True)
+        lines += _comment(description, indent)
+        lines.append(f"{indent}{name}: {_yaml_value(value)}")
+
+
+def _comment(text: str, indent: str) -> list[str]:
+    """``text`` (a description, a docstring's first paragraph) as wrapped YAML comment lines,
+    without its reStructuredText markup."""
+    import re
+    import textwrap
+
+    text = re.sub(r":\w+:`~?(?:[\w.]+\.)?([\w]+)`", r"\1", text).replace("``", "")
+    return [f"{indent}# {line}" for line in textwrap.wrap(" ".join(text.split()),
+                                                          96 - len(indent))]
+
+
+def _yaml_value(value: Any) -> str:
+    """``value`` as YAML flow text that reads back as the same value."""
+    if isinstance(value, float):
+        text = repr(value)
+        # PyYAML reads 1e-05 (no dot in the mantissa) as a string
+        mantissa, e, exponent = text.partition("e")
+        return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_yaml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))}: {_yaml_value(v)}"
+                               for k, v in value.items()) + "}"
+    return json.dumps(value)  # null, true/false, ints and quoted strings are YAML too

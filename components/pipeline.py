@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,18 +59,24 @@ class PipelineOutcome:
 
 
 def run_pipeline(config: PipelineConfig, run_context: dict[str, Any] | None = None,
-                 publish_results: bool = True) -> PipelineOutcome:
+                 publish_results: bool = True,
+                 around_step: Callable[[str], AbstractContextManager] | None = None
+                 ) -> PipelineOutcome:
     """Every step; without ``publish_results``, no registry is asked: the candidates are
-    judged against the input and nothing is published."""
+    judged against the input and nothing is published. ``around_step(name)`` is entered around
+    each step (the CLI's stage lines, :mod:`components.cli.stage_lines`)."""
     from optimizer.system.free_memory import return_freed_memory
+
+    around_step = around_step or (lambda name: nullcontext())
 
     steps = NAMES if publish_results else NAMES[:NAMES.index("publish")]
     started = time.perf_counter()
     outputs: dict[str, dict] = {}
     for n, name in enumerate(steps, 1):
         log.info("[%d/%d] %s (%.0fs)", n, len(NAMES), name, time.perf_counter() - started)
-        outputs[name] = run_step(name, config, outputs, run_context,
-                                 offline=not publish_results)
+        with around_step(name):
+            outputs[name] = run_step(name, config, outputs, run_context,
+                                     offline=not publish_results)
         return_freed_memory()  # what the step held and freed, before the next one adds its own
         for stage, cost in outputs[name][COSTS_KEY].items():
             if stage == name or stage.startswith(f"{name}."):  # the step, then its parts

@@ -44,10 +44,52 @@ def validation_error_line(exc, where: str, section: str = "", allowed: Iterable[
     return f"{where}: {named} {key!r}: {error['msg']} (got {error.get('input')!r})"
 
 
-class TfoptError(Exception):
-    """Bad input or an operation refused for a stated reason. ``exit_code`` is the CLI's."""
+# The CLI's exit codes, the one table: every error's ``exit_code`` is one of these, and
+# ``tfopt --help`` and the docs list them from here (tests/test_cli_output.py checks both).
+EXIT_OK = 0
+EXIT_INTERNAL_ERROR = 1
+EXIT_BAD_INPUT = 2
+EXIT_GATE_REJECTED = 3
+EXIT_DIVERGED = 4
+EXIT_REFUSED_OP = 5
+EXIT_CHAMPION_UNUSABLE = 6
+EXIT_OVER_MEMORY_BUDGET = 7
+EXIT_NOT_SERVABLE = 8
+EXIT_CALL_TIMED_OUT = 9
+EXIT_INTERRUPTED = 130
 
-    exit_code = 2
+EXIT_CODES = {
+    EXIT_OK: "success (gate, run, optimize --targets: a candidate is promoted)",
+    EXIT_INTERNAL_ERROR: "internal error, a bug (TFOPT_DEBUG=1 shows the traceback)",
+    EXIT_BAD_INPUT: "bad input: a missing path, not a SavedModel, an unknown name or key, a "
+                    "bad value, DST not writable",
+    EXIT_GATE_REJECTED: "the quality gate rejected every candidate",
+    EXIT_DIVERGED: "outputs diverge beyond the tolerance, or a candidate cannot be built; "
+                   "nothing written",
+    EXIT_REFUSED_OP: "the model holds an op that could touch files, the network or Python: "
+                     "refused before loading",
+    EXIT_CHAMPION_UNUSABLE: "the registry's champion cannot be used (unknown format, runtime "
+                            "not installed, corrupt artifact)",
+    EXIT_OVER_MEMORY_BUDGET: "the model would not fit in the memory budget: refused before "
+                             "any work",
+    EXIT_NOT_SERVABLE: "a SavedModel does not load through TF Serving's loader; nothing "
+                       "published",
+    EXIT_CALL_TIMED_OUT: "a model call did not return within its deadline: the process was "
+                         "stopped, nothing published",
+    EXIT_INTERRUPTED: "interrupted",
+}
+
+
+def exit_codes_text() -> str:
+    """The table as lines ``  N  meaning``, for ``--help``."""
+    return "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES.items())
+
+
+class TfoptError(Exception):
+    """Bad input or an operation refused for a stated reason. ``exit_code`` is the CLI's, one
+    of :data:`EXIT_CODES`."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 class SourceNotFoundError(TfoptError):
@@ -69,7 +111,7 @@ class OversizedSavedModelError(CorruptSavedModelError):
 class DangerousOpError(TfoptError):
     """The model holds an op that could touch files, the network or Python: refused unread."""
 
-    exit_code = 5
+    exit_code = EXIT_REFUSED_OP
 
 
 class UnknownSignatureError(TfoptError):
@@ -88,13 +130,13 @@ class ModelCallTimeoutError(TfoptError):
     """A model's call did not return within its deadline (optimizer/runtime/call_deadline.py):
     the process that made it was stopped, and the run ends without publishing."""
 
-    exit_code = 9
+    exit_code = EXIT_CALL_TIMED_OUT
 
 
 class EquivalenceError(TfoptError):
     """A candidate's outputs diverge from the original's beyond the tolerance."""
 
-    exit_code = 4
+    exit_code = EXIT_DIVERGED
 
 
 class GateConfigError(TfoptError):

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from components.cli.stage_lines import PREFIX as STAGE_PREFIX
+
 TFOPT = Path(sys.executable).parent / "tfopt"
 
 
@@ -17,11 +19,19 @@ def run_tfopt(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, env=env)
 
 
+def error_lines(stderr: str) -> list[str]:
+    """stderr's lines but the stage lines (components/cli/stage_lines.py), which say what ran
+    before the failure."""
+    return [line for line in stderr.splitlines()
+            if line.strip() and not line.startswith(STAGE_PREFIX)]
+
+
 def assert_clean_failure(result: subprocess.CompletedProcess, exit_code: int, *phrases: str):
-    """Exit code as documented, one line on stderr naming the problem, no traceback."""
+    """Exit code as documented, one line on stderr naming the problem (besides the stage
+    lines), no traceback."""
     assert result.returncode == exit_code, (result.returncode, result.stderr)
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    lines = error_lines(result.stderr)
     assert len(lines) == 1, f"expected one line on stderr, got: {result.stderr!r}"
     for phrase in phrases:
         assert phrase in lines[0], f"{phrase!r} not in {lines[0]!r}"

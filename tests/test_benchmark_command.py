@@ -29,10 +29,10 @@ def test_benchmark_writes_result_and_report(models, tmp_path):
     proc = run_tfopt("benchmark", models / "stock", models / "frozen",
                      "--batch-sizes", "1,4", "--min-runs", "20", "--min-seconds", "0.2",
                      "--warmup", "3", "--threads", "1", "--onednn", "off", "--eval-data", models / "eval.npz",
-                     "--json", out, "--report", report)
+                     "--json-file", out, "--report", report)
     assert proc.returncode == 0, proc.stderr
-    assert "tfopt: loading stock (input)" in proc.stderr
-    assert "tfopt: batch 4: timing 3 models interleaved" in proc.stderr  # and the twin
+    assert "[tfopt] loading stock (input)" in proc.stderr
+    assert "[tfopt] batch 4: timing 3 models interleaved" in proc.stderr  # and the twin
     assert "Traceback" not in proc.stderr
     for phrase in ("p50 ms", "speedup [95% CI]", "peak RSS growth", "top1 ", "environment  ",
                    "gate         ", f"result       {out}", "report       "):
@@ -84,7 +84,7 @@ def test_labels_the_metric_cannot_score_are_one_line_before_any_timing(models, t
     out = tmp_path / "RESULT.json"
     proc = run_tfopt("benchmark", models / "stock", models / "frozen", "--eval-data",
                      regression_labels, "--metric", "mse", "--batch-sizes", "1",
-                     "--min-runs", "5", "--min-seconds", "0.1", "--no-profile", "--json", out)
+                     "--min-runs", "5", "--min-seconds", "0.1", "--no-profile", "--json-file", out)
     assert proc.returncode == 0, proc.stderr
     assert load_result(out).baseline.quality.metric == "mse"
 
@@ -107,14 +107,16 @@ def test_the_timing_method_is_set_from_the_command_line_with_the_librarys_defaul
     defaults = parser.parse_args(["benchmark", "a", "b"])
     library = BenchmarkConfig()
     for name in ("block_seconds", "max_seconds", "twin", "block_size", "min_runs", "warmup",
-                 "min_seconds", "confidence"):
+                 "min_seconds"):
         assert getattr(defaults, name) == getattr(library, name), name
+    # --confidence is None until given: the gate config's level may be the one (test_cli_defaults)
+    assert defaults.confidence is None
 
     out = tmp_path / "RESULT.json"
     proc = run_tfopt("benchmark", models / "stock", models / "frozen", "--batch-sizes", "1",
                      "--min-runs", "10", "--min-seconds", "0.1", "--warmup", "2",
                      "--block-size", "3", "--block-seconds", "0", "--max-seconds", "0",
-                     "--no-twin", "--no-profile", "--json", out)
+                     "--no-twin", "--no-profile", "--json-file", out)
     assert proc.returncode == 0, proc.stderr
     result = load_result(out)
     assert result.twin is None

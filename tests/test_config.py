@@ -101,6 +101,7 @@ def test_the_search_benchmark_and_tolerance_keys_are_the_librarys_settings():
     # what the library refuses, the config refuses, naming the key
     for key, value in [("optimize.alpha", 0.99), ("optimize.time_budget_seconds", 0),
                        ("optimize.min_top1", 1.5), ("optimize.atol", ".nan"),
-                       ("benchmark.min_runs", 1), ("benchmark.confidence", 1)]:
+                       ("benchmark.min_runs", 1), ("gate.confidence", 1),
+                       ("tuning.rounds", 0)]:
         with pytest.raises(ConfigError, match=f"key '{key}'"):
             config_from_mapping({"source": "/m"}, overrides=[f"{key}={value}"])

@@ -23,7 +23,7 @@ def results(tmp_path):
 
 def test_a_passing_candidate_exits_0_and_every_check_is_printed(results, tmp_path):
     decision_path = tmp_path / "decision.json"
-    proc = run_tfopt("gate", results("win", 1.6), "--json", decision_path)
+    proc = run_tfopt("gate", results("win", 1.6), "--json-file", decision_path)
     assert proc.returncode == 0, proc.stderr
     assert "candidate    optimized: PROMOTE" in proc.stdout
     assert "PASS  latency" in proc.stdout and "1.6" in proc.stdout

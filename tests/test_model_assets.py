@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import string_models
+from cli_testing import error_lines
 
 from optimizer.errors import DangerousOpError
 from optimizer.graph.rewrite import make_const
@@ -151,7 +152,7 @@ def test_optimizing_a_model_whose_table_reads_outside_it_is_exit_5_and_writes_no
     code = main(["optimize", str(altered), str(dst), "--transforms", "fold_constants"])
     err = capsys.readouterr().err
     assert code == DangerousOpError.exit_code == 5
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = error_lines(err)  # the stage lines aside
     assert len(lines) == 1 and "Traceback" not in err, err
     assert "InitializeTableFromTextFileV2" in lines[0] and "reads files" in lines[0]
     assert not dst.exists()

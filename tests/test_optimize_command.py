@@ -146,14 +146,20 @@ def test_a_recipe_syntax_error_exits_2_with_its_position(tmp_path, capsys):
     _nothing_written(dst)
 
 
-def test_the_recipe_is_given_by_exactly_one_of_transforms_or_config(tmp_path, capsys):
-    assert main(["optimize", str(tmp_path / "src"), str(tmp_path / "dst")]) == 2
-    assert "exactly one of --transforms or --config" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as caught:
-        main(["optimize", str(tmp_path / "src"), str(tmp_path / "dst"),
-              "--transforms", "strip_unused_nodes", "--config", "recipe.yaml"])
-    assert caught.value.code == 2
-    assert "not allowed with argument" in capsys.readouterr().err
+def test_the_recipe_is_given_by_at_most_one_of_recipe_transforms_or_recipe_file(tmp_path,
+                                                                                  capsys):
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    for flags in (["--transforms", "strip_unused_nodes", "--recipe-file", "recipe.yaml"],
+                  ["--recipe", "inference", "--transforms", "strip_unused_nodes"],
+                  # --config: the recipe file's old name, still read
+                  ["--recipe", "inference", "--config", "recipe.yaml"]):
+        with pytest.raises(SystemExit) as caught:
+            main(["optimize", src, dst, *flags])
+        assert caught.value.code == 2
+        assert "not allowed with argument" in capsys.readouterr().err
+    assert main(["optimize", src, dst, "--transforms", "inference"]) == 2
+    assert "'inference' is a named recipe, not a transform: use --recipe inference" in \
+        capsys.readouterr().err
 
 
 def test_the_real_command_fails_cleanly_on_bad_input(model_dir, tmp_path):

@@ -142,7 +142,7 @@ def test_the_measured_cost_times_every_candidate_end_to_end(two_conv_model, tmp_
     (["--strategy", "relaxed", "--transforms", "strip_unused_nodes"],
      "apply only to --strategy recipe"),
     (["--strategy", "greedy", "--alpha", "1.1"], "--alpha applies only to --strategy relaxed"),
-    (["--strategy", "recipe"], "exactly one of --transforms or --config"),
+    (["--strategy", "greedy", "--recipe", "inference"], "apply only to --strategy recipe"),
 ])
 def test_bad_search_settings_exit_2_before_anything_is_loaded(tmp_path, capsys, args, phrase):
     dst = tmp_path / "dst"

@@ -37,6 +37,12 @@ def test_litert_allowed_writes_the_fastest_candidate_inside_the_budget(digits, t
     assert_chosen_is_the_fastest_or_a_more_precise_tie(rows, chosen["label"])
     assert all(r["accuracy_drop"] <= 0.005 for r in passing)
     assert f"chosen       {chosen['label']}" in done.stdout
+    # the column says what it holds, and the input's figure and the budget are printed
+    header = next(line for line in done.stdout.splitlines() if line.startswith("candidate "))
+    assert "accuracy (top1)" in header and header.endswith("why not")
+    input_accuracy = next(iter(rows.values()))["baseline_accuracy"]
+    assert (f"accuracy     input top1 {input_accuracy:.4f} on the eval data; budget a drop of "
+            f"at most 0.005") in done.stdout
     if chosen["format"] == "tflite":  # LiteRT wins on this small model; the file loads as one
         assert sorted(p.name for p in dst.iterdir()) == [
             "candidates.json", "model.tflite", "model.tflite.json"]
@@ -115,12 +121,20 @@ def test_labels_that_do_not_fit_the_models_output_are_a_one_line_error_before_an
 def test_when_no_candidate_passes_nothing_is_written_and_the_exit_code_is_3(digits, tmp_path):
     dst = tmp_path / "never"
     done = run_tfopt("optimize", digits.saved_model, dst, "--targets", "savedmodel",
-                     "--min-speedup", "1000", "--seconds", "1", timeout=600)
+                     "--min-speedup", "1000", "--seconds", "1", "--json", timeout=600)
     assert done.returncode == 3, done.stderr
     assert not dst.exists()
     listing = json.loads((tmp_path / "never.candidates.json").read_text())
     assert listing["chosen"] is None
     assert all(r["verdict"] in ("rejected", "skipped") for r in listing["candidates"])
+    # --json: one document on stdout, with what the text says (the rows, why not, the budget)
+    document = json.loads(done.stdout)
+    assert document["chosen"] is None and document["written"] is None
+    assert document["candidates"] == listing["candidates"]
+    assert all(r["reasons"] for r in document["candidates"])
+    assert document["accuracy_kind"] == "top1_agreement_with_input"  # no eval data
+    assert document["input_accuracy"] == 1.0 and document["accuracy_budget"] == 0.01
+    assert {"optimize", "candidates", "benchmark+evaluate", "total"} <= set(document["costs"])
 
 
 def test_an_unknown_target_is_a_one_line_error_before_any_work(digits, tmp_path):

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+from cli_testing import error_lines
 from fault_proxy import FaultProxy
 from s3_server import moto_endpoint_fixture, s3_fixture  # noqa: F401
 
@@ -148,7 +149,7 @@ def test_the_cli_reports_a_persistent_fault_in_one_line_with_exit_code_2(
 
     err = capsys.readouterr().err
     assert code == 2
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = error_lines(err)  # the stage lines say what ran; one line says what failed
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith(f"tfopt: error: s3://{s3.bucket}/{PREFIX}/saved_model.pb: "
                                f"{ATTEMPTS} download attempts failed")

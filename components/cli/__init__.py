@@ -1,15 +1,11 @@
 """``tfopt``: the command line. One module per command; each defines ``add_parser`` and ``run``.
 
 Errors the user can fix (a missing path, a corrupt model, an unknown name) are printed as one
-line with their exit code; an unexpected failure prints one line too and keeps the traceback for
-``TFOPT_DEBUG=1``.
+line with their exit code (:data:`optimizer.errors.EXIT_CODES`, listed by ``tfopt --help``); an
+unexpected failure prints one line too and keeps the traceback for ``TFOPT_DEBUG=1``.
 
-Exit codes: 0 success; 1 internal error; 2 bad input; 3 the gate rejected the candidate;
-4 a candidate's outputs diverge beyond tolerance (nothing written); 5 the model holds an op that
-could touch files, the network or Python (refused before loading); 6 the registry's champion
-cannot be used (unknown format, runtime not installed, corrupt artifact); 7 the work would not
-fit the memory budget; 8 TF Serving cannot load the chosen model; 9 a model call did not return
-within its deadline (the process was stopped, nothing published); 130 interrupted.
+Every command takes ``-v``/``-q`` before or after its name, and ``--json`` for one JSON document
+on stdout. Progress goes to stderr: one line per stage (:mod:`components.cli.stage_lines`).
 """
 
 from __future__ import annotations
@@ -21,6 +17,7 @@ import os
 import sys
 
 from components.cli import native_log_filter
+from components.cli.stage_lines import StageLines
 
 # Command name -> module under components.cli. Adding a command: a module and a line here.
 COMMANDS = {
@@ -31,27 +28,60 @@ COMMANDS = {
     "optimize": "optimize_command",
     "run": "run_command",
     "step": "step_command",
+    "config": "config_command",
 }
 
-EXIT_INTERNAL_ERROR = 1
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tfopt")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+def _output_flags(suppress: bool) -> argparse.ArgumentParser:
+    """``-v``/``-q``, for the main parser and, as a parent, every command's: they work on
+    either side of the command's name. A command's copy defaults to SUPPRESS, so that it does
+    not overwrite what was given before the name."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("output")
+    group.add_argument("-v", "--verbose", action="count",
+                       default=argparse.SUPPRESS if suppress else 0,
+                       help="logging lines too (-vv for debug)")
+    group.add_argument("-q", "--quiet", action="store_true",
+                       default=argparse.SUPPRESS if suppress else False,
+                       help="no stage lines on stderr: only results and errors")
+    return parent
+
+
+class _CommandsWithOutputFlags:
+    """The subparsers, handing each command's parser ``-v``/``-q`` as a parent."""
+
+    def __init__(self, sub, parent: argparse.ArgumentParser):
+        self._sub, self._parent = sub, parent
+
+    def add_parser(self, name: str, **keywords):
+        keywords["parents"] = [*keywords.get("parents", ()), self._parent]
+        return self._sub.add_parser(name, **keywords)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from optimizer.errors import exit_codes_text
+
     parser = argparse.ArgumentParser(
-        prog="tfopt",
+        prog="tfopt", parents=[_output_flags(suppress=False)],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Make a trained TensorFlow SavedModel faster, with the evidence to trust it.",
-        epilog="Exit codes: 0 ok, 1 internal error, 2 bad input, 3 gate rejected, "
-               "4 outputs diverge (nothing written), 5 model refused by the op scan, "
-               "6 the registry's champion cannot be used, 7 over the memory budget, "
-               "8 not servable by TF Serving, 9 a model call passed its deadline. "
-               "TFOPT_DEBUG=1 shows tracebacks.",
+        epilog=f"exit codes:\n{exit_codes_text()}\n\nTFOPT_DEBUG=1 shows tracebacks.",
     )
-    parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="more progress output (-vv for debug)")
+    parser.add_argument("--version", action="version", version=f"tfopt {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands = _CommandsWithOutputFlags(sub, _output_flags(suppress=True))
     for module_name in COMMANDS.values():
         module = importlib.import_module(f"components.cli.{module_name}")
-        module.add_parser(sub)
+        module.add_parser(commands)
     return parser
 
 
@@ -63,13 +93,14 @@ def _configure_logging(verbosity: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from optimizer.errors import TfoptError
+    from optimizer.errors import EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED, TfoptError
     from optimizer.runtime.call_deadline import report_as
 
     args = build_parser().parse_args(argv)
     # a model call past its deadline ends this process, exit 9, in one line like any error
     report_as("tfopt: error: ", native_log_filter.drain)
     _configure_logging(args.verbose)
+    args.stages = StageLines(enabled=not args.quiet)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         return int(args.run(args) or 0)
@@ -78,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print("tfopt: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:
         if os.environ.get("TFOPT_DEBUG"):
             raise

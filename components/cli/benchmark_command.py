@@ -1,6 +1,6 @@
 """tfopt benchmark BASELINE CANDIDATE...: interleaved latency, accuracy, size and memory.
 
-Writes the RESULT.json that ``tfopt gate`` reads (``--json``) and a report directory with
+Writes the RESULT.json that ``tfopt gate`` reads (``--json-file``) and a report directory with
 Markdown, PNG charts and a per-op profile (``--report``). Thread settings are applied before
 TensorFlow starts, so this command owns the process's TF runtime.
 """
@@ -8,13 +8,16 @@ TensorFlow starts, so this command owns the process's TF runtime.
 from __future__ import annotations
 
 import argparse
-import sys
+import json
 from pathlib import Path
 
 from components.cli.call_deadline_flag import add_model_call_seconds_argument, apply_call_deadline
 from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
 from components.cli.output import human_bytes, table
+from components.cli.settings_flags import setting_flag
+from components.cli.stage_lines import load_tensorflow, stages_of
 from optimizer.benchmark.settings import BenchmarkConfig
+from optimizer.gate.verdict import GateConfig
 from optimizer.records import default_of
 
 
@@ -47,14 +50,17 @@ def add_parser(sub) -> None:
     p.add_argument("--baseline-role", choices=["input", "champion"], default="input",
                    help="what the baseline is: the unoptimized input (default) or the current "
                         "production model")
-    p.add_argument("--batch-sizes", type=_batch_sizes, default=(1, 32),
-                   help="comma-separated batch sizes to time (default 1,32); the gate judges "
-                        "the smallest")
+    p.add_argument("--batch-sizes", type=_batch_sizes, **setting_flag(
+        BenchmarkConfig, "batch_sizes", "comma-separated batch sizes to time, e.g. 1,32; "
+                                        "{description}"))
     p.add_argument("--eval-data", help="labelled data: .npz with x/y, or a TFRecord of "
                                        "tf.train.Example with x (floats) and y (int64)")
     p.add_argument("--metric", default=_default("metric"),
                    help="metric on --eval-data (top1, mse, mae; default %(default)s)")
-    p.add_argument("--json", dest="json_out", metavar="OUT", help="write RESULT.json here")
+    p.add_argument("--json", action="store_true",
+                   help="print the result and the gate's decision as JSON instead of text")
+    p.add_argument("--json-file", dest="json_out", metavar="OUT",
+                   help="write RESULT.json here (what tfopt gate reads)")
     p.add_argument("--report", metavar="DIR",
                    help="write report.html, report.md, report.json and charts")
     p.add_argument("--gate-config", metavar="FILE",
@@ -89,8 +95,9 @@ def add_parser(sub) -> None:
     p.add_argument("--inter-op-threads", type=int, default=1, help="inter-op threads (default 1)")
     p.add_argument("--onednn", choices=["on", "off"], default=None,
                    help="set TF_ENABLE_ONEDNN_OPTS (default: leave the environment's choice)")
-    p.add_argument("--confidence", type=float, default=_default("confidence"),
-                   help="two-sided level of the speedup interval (default %(default)g)")
+    # None: not given, so that a --gate-config's confidence can be the one level
+    p.add_argument("--confidence", type=float, **setting_flag(
+        GateConfig, "confidence", "{description}; default the --gate-config's", default=None))
     p.add_argument("--signature", default=_default("signature"),
                    help="signature to call (default %(default)s)")
     add_allow_op_argument(p)
@@ -120,12 +127,24 @@ def _check_inputs(args, policy) -> None:
         if value is not None and value < 0:
             raise InvalidInputsError(f"--{name.replace('_', '-')} must not be negative, "
                                      f"got {value}")
-    if not 0.5 < args.confidence < 1:
+    if args.confidence is not None and not 0.5 < args.confidence < 1:
         raise InvalidInputsError(f"--confidence must be in (0.5, 1), got {args.confidence}")
 
 
-def _progress(message: str) -> None:
-    print(f"tfopt: {message}", file=sys.stderr, flush=True)
+def _gate_config(args):
+    """The gate's thresholds; its confidence is the benchmark's too, one level: --confidence,
+    else the --gate-config's, else the default. Both given and different: an error."""
+    from optimizer.errors import InvalidInputsError
+    from optimizer.gate.verdict import load_gate_config
+
+    gate_config = load_gate_config(args.gate_config) if args.gate_config else GateConfig()
+    if args.confidence is None:
+        return gate_config
+    if "confidence" in gate_config.model_fields_set and gate_config.confidence != args.confidence:
+        raise InvalidInputsError(f"--confidence {args.confidence:g} differs from the "
+                                 f"--gate-config's confidence {gate_config.confidence:g}: "
+                                 f"give one (a single level times and decides)")
+    return gate_config.model_copy(update={"confidence": args.confidence})
 
 
 def run(args) -> int:
@@ -141,23 +160,25 @@ def run(args) -> int:
                                         onednn=onednn)
     export_env(settings)  # before the checks below import TensorFlow
 
-    from optimizer.gate.verdict import GateConfig, load_gate_config
     from optimizer.model.savedmodel import get_signature
     from optimizer.verify.evaluation import load_labelled_data
 
+    stages = stages_of(args)
     policy = scan_policy(args)
-    _check_inputs(args, policy)
+    with stages.stage("check inputs"):
+        _check_inputs(args, policy)
+        gate_config = _gate_config(args)
     config = BenchmarkConfig(batch_sizes=args.batch_sizes, warmup=args.warmup,
                              min_runs=args.min_runs, min_seconds=args.min_seconds,
                              block_size=args.block_size, block_seconds=args.block_seconds,
                              max_seconds=args.max_seconds, twin=args.twin,
-                             confidence=args.confidence, metric=args.metric,
+                             confidence=gate_config.confidence, metric=args.metric,
                              signature=args.signature)  # the library's bounds, checked now
-    gate_config = load_gate_config(args.gate_config) if args.gate_config else GateConfig()
     eval_data = None
     if args.eval_data:
         eval_data = load_labelled_data(args.eval_data, get_signature(
             args.baseline, args.signature, policy=policy), config.metric)
+    load_tensorflow(stages)
     runtime = apply_runtime_settings(settings)
 
     from optimizer.benchmark.harness import Subject, run_benchmark
@@ -168,26 +189,37 @@ def run(args) -> int:
     # the gate reads it from the labels (the files' names) on a near tie
     candidates = [Subject.candidate(c, precision_rank=precision_rank(
         precision_of_label(Path(c).name))) for c in args.candidates]
-    result = run_benchmark(Subject.baseline(args.baseline, args.baseline_role),
-                           candidates, config,
-                           runtime=runtime, eval_data=eval_data, progress=_progress,
-                           policy=policy)
+    with stages.stage("benchmark"):
+        result = run_benchmark(Subject.baseline(args.baseline, args.baseline_role),
+                               candidates, config, runtime=runtime, eval_data=eval_data,
+                               progress=stages.say, policy=policy)
     if args.json_out:
         result.save(args.json_out)
     decision = evaluate_gate(result, gate_config)
-    _print_summary(result, decision)
+    if not args.json:
+        _print_summary(result, decision)
+    report = None
     if args.report:
-        profiles = [] if args.no_profile else _profiles(result, decision, eval_data, policy)
-        from optimizer.report.write import write_report
+        with stages.stage("report"):
+            profiles = [] if args.no_profile else _profiles(result, decision, eval_data,
+                                                            policy, stages.say)
+            from optimizer.report.write import write_report
 
-        files = write_report(result, args.report, decision, profiles)
-        print(f"report       {files.markdown}")
+            report = write_report(result, args.report, decision, profiles).markdown
+    if args.json:
+        print(json.dumps({"result": result.to_dict(), "gate": decision.to_dict(),
+                          "environment": result.environment.summary(),
+                          "report": str(report) if report else None,
+                          "result_file": args.json_out}, indent=2))
+        return 0
+    if report:
+        print(f"report       {report}")
     if args.json_out:
         print(f"result       {args.json_out}")
     return 0
 
 
-def _profiles(result, decision, eval_data, policy):
+def _profiles(result, decision, eval_data, policy, say):
     from optimizer.inputs.generated import make_inputs
     from optimizer.model.savedmodel import get_signature
     from optimizer.report.profile import profile_baseline_and_candidate
@@ -200,7 +232,7 @@ def _profiles(result, decision, eval_data, policy):
         feeds = {spec.key: eval_data.x[:batch].astype(spec.numpy_dtype, copy=False)}
     else:
         feeds = make_inputs(signature, batch)
-    _progress(f"profiling ops of {result.baseline.label} and {target}")
+    say(f"profiling ops of {result.baseline.label} and {target}")
     return profile_baseline_and_candidate(result, target, feeds, policy=policy)
 
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 from components.cli.call_deadline_flag import add_model_call_seconds_argument, apply_call_deadline
 from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
 from components.cli.output import human_bytes
+from components.cli.settings_flags import setting_flag
+from optimizer.benchmark.settings import BenchmarkConfig
+from optimizer.verify.tolerance import Tolerance
 
 
 def add_parser(sub) -> None:
@@ -15,16 +20,19 @@ def add_parser(sub) -> None:
                                    "The outputs are checked against SRC before DST is written.")
     p.add_argument("src", help="SavedModel directory")
     p.add_argument("dst", help="SavedModel directory to create")
-    p.add_argument("--signature", default="serving_default", help="signature to freeze")
+    p.add_argument("--signature", **setting_flag(BenchmarkConfig, "signature",
+                                                 "signature to freeze"))
     p.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
-    p.add_argument("--atol", type=float, default=1e-5,
-                   help="largest absolute output difference accepted (default 1e-5)")
+    p.add_argument("--atol", type=float, **setting_flag(
+        Tolerance, "atol", "largest absolute output difference accepted: the {description}"))
+    p.add_argument("--json", action="store_true", help="print the summary as JSON instead")
     add_allow_op_argument(p)
     add_model_call_seconds_argument(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
+    from components.cli.stage_lines import load_tensorflow, stages_of
     from optimizer.errors import EquivalenceError
     from optimizer.files.atomic import check_writable
     from optimizer.model.export import write_saved_model
@@ -33,17 +41,30 @@ def run(args) -> int:
     from optimizer.verify.equivalence import compare
 
     apply_call_deadline(args)  # before any model is called
+    stages = stages_of(args)
+    tolerance = Tolerance(atol=args.atol)  # a bad bound is exit 2 before any work
     check_writable(args.dst, args.overwrite)
     policy = scan_policy(args)
-    frozen = freeze(args.src, args.signature, policy=policy)
-    report = compare(args.src, frozen, signature_name=args.signature, policy=policy)
-    print(f"equivalence  {report.summary()}")
-    if not report.within(atol=args.atol):
+    load_tensorflow(stages)
+    with stages.stage("freeze"):
+        frozen = freeze(args.src, args.signature, policy=policy)
+    with stages.stage("check"):
+        report = compare(args.src, frozen, signature_name=args.signature, policy=policy)
+    if not args.json:
+        print(f"equivalence  {report.summary()}")
+    if not tolerance.accepts(report):
         raise EquivalenceError(
             f"frozen outputs differ from {args.src} by {report.max_abs_diff:.3g} "
             f"(> --atol {args.atol:g}); nothing written")
-    write_saved_model(frozen, args.dst, overwrite=args.overwrite)
+    with stages.stage("write"):
+        write_saved_model(frozen, args.dst, overwrite=args.overwrite)
     before, after = directory_size(args.src), directory_size(args.dst)
+    if args.json:
+        print(json.dumps({"equivalence": report.to_dict(), "tolerance": tolerance.to_dict(),
+                          "signature": frozen.signature.to_dict(),
+                          "nodes": len(frozen.graph_def.node), "size_bytes_before": before,
+                          "size_bytes_after": after, "written": str(args.dst)}, indent=2))
+        return 0
     print(f"signature    {frozen.signature.describe()}")
     print(f"nodes        {len(frozen.graph_def.node)}")
     print(f"size         {human_bytes(before)} -> {human_bytes(after)}")

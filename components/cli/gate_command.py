@@ -11,7 +11,7 @@ def add_parser(sub) -> None:
         "gate", help="decide from a benchmark RESULT.json whether a candidate is promoted",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Apply the quality gate to RESULT.json (written by `tfopt benchmark "
-                    "--json`).\nA candidate is promoted only if every check passes: a speedup "
+                    "--json-file`).\nA candidate is promoted only if every check passes: a speedup "
                     "of at least\nmin_speedup shown with confidence, no regression at the other "
                     "batch sizes, the\naccuracy drop within budget, and the optional size and "
                     "memory limits.\nEvery check is printed with its measured value, threshold "
@@ -22,7 +22,10 @@ def add_parser(sub) -> None:
     p.add_argument("--config", metavar="FILE",
                    help="gate thresholds as YAML (min_speedup, confidence, "
                         "max_accuracy_drop_abs, ...); defaults otherwise")
-    p.add_argument("--json", dest="json_out", metavar="OUT", help="also write the decision")
+    p.add_argument("--json", action="store_true",
+                   help="print the decision as JSON instead of text")
+    p.add_argument("--json-file", dest="json_out", metavar="OUT",
+                   help="also write the decision as JSON to OUT")
     p.set_defaults(run=run)
 
 
@@ -33,6 +36,21 @@ def run(args) -> int:
     config = load_gate_config(args.config) if args.config else GateConfig()
     result = load_result(args.result)
     decision = evaluate_gate(result, config)
+    document = {"baseline": {"label": result.baseline.label, "role": result.baseline.role},
+                **decision.to_dict()}
+    if args.json:
+        print(json.dumps(document, indent=2))
+    else:
+        _print_decision(result, decision)
+    if args.json_out:
+        from optimizer.files.atomic import atomic_file
+
+        with atomic_file(args.json_out, overwrite=True) as staging:
+            staging.write_text(json.dumps(decision.to_dict(), indent=2) + "\n")
+    return decision.exit_code
+
+
+def _print_decision(result, decision) -> None:
     print(f"baseline     {result.baseline.label} ({result.baseline.role})")
     for verdict in decision.verdicts:
         print()
@@ -45,8 +63,3 @@ def run(args) -> int:
         print(f"decision     PROMOTE {decision.chosen}")
     else:
         print("decision     REJECT: no candidate passes every check; keep the baseline")
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(decision.to_dict(), f, indent=2)
-            f.write("\n")
-    return decision.exit_code

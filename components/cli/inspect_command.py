@@ -20,20 +20,24 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from optimizer.errors import shown
     from optimizer.model.savedmodel import describe
 
     info = describe(args.src, policy=scan_policy(args))
     if args.json:
         print(json.dumps(info.to_dict(), indent=2))
         return 0
-    print(f"SavedModel   {info.path}")
-    print(f"tags         {', '.join(info.tags) or '-'}")
+    # Names, tags and versions are the model's own text: a newline or an escape sequence in
+    # one is shown escaped, never sent to the terminal (shown()).
+    print(f"SavedModel   {shown(info.path)}")
+    print(f"tags         {shown(', '.join(info.tags)) or '-'}")
     print(f"size         {human_bytes(info.size_bytes)} ({info.size_bytes} bytes)")
     print(f"variables    {info.variable_count}")
-    print(f"TF version   {info.tf_version or 'unknown'}")
+    print(f"TF version   {shown(info.tf_version) or 'unknown'}")
     print("signatures")
     for sig in info.signatures.values():
-        print(f"  {sig.describe()}")
+        print(f"  {shown(sig.describe())}")
     print(f"ops ({sum(info.op_counts.values())} nodes incl. functions)")
-    print(op_histogram_table(info.op_counts, top=args.top))
+    counts = {shown(op): count for op, count in info.op_counts.items()}
+    print(op_histogram_table(counts, top=args.top))
     return 0

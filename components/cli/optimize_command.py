@@ -3,6 +3,7 @@ check the outputs, write if they match."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import get_args
@@ -11,7 +12,9 @@ from components.cli.call_deadline_flag import add_model_call_seconds_argument, a
 from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
 from components.cli.optimize_targets import add_arguments as add_target_arguments
 from components.cli.output import human_bytes, op_histogram_table, table
-from optimizer.records import default_of
+from components.cli.settings_flags import setting_flag
+from optimizer.benchmark.settings import BenchmarkConfig
+from optimizer.optimize.recipe import RECIPES
 from optimizer.search.settings import SearchSettings
 from optimizer.verify.tolerance import Tolerance
 
@@ -35,41 +38,48 @@ def add_parser(sub) -> None:
     p.add_argument("dst", help="SavedModel directory to create (with --targets: a directory "
                                "holding the chosen candidate)")
     recipe = p.add_mutually_exclusive_group()
+    recipe.add_argument("--recipe", choices=tuple(RECIPES), metavar="NAME",
+                        help=f"a named recipe: {', '.join(RECIPES)} (default: inference; "
+                             "gtt_inference with --backend native)")
     recipe.add_argument("--transforms", metavar="RECIPE",
                         help="transforms in GTT syntax, e.g. 'fold_constants(ignore_errors=true) "
                              "fold_batch_norms'")
-    recipe.add_argument("--config", metavar="FILE.yaml",
+    recipe.add_argument("--recipe-file", dest="recipe_file", metavar="FILE.yaml",
                         help="YAML recipe: a list of transforms, or a mapping with transforms, "
                              "tolerance and backend")
+    # the flag's old name: `tfopt run` and `tfopt step` take --config as the pipeline's file
+    recipe.add_argument("--config", dest="recipe_file", help=argparse.SUPPRESS)
     p.add_argument("--strategy", choices=("recipe", *STRATEGIES), default="recipe",
-                   help="recipe (default): apply --transforms/--config; greedy: substitution "
+                   help="recipe (default): apply --recipe, --transforms or --recipe-file; "
+                        "greedy: substitution "
                         "search keeping only cheaper graphs; relaxed: also keep graphs up to "
                         "--alpha x the best cost, which can enable later wins")
-    p.add_argument("--alpha", type=float, default=None,
-                   help="relaxed search: keep graphs costing up to alpha x the best, >= 1 "
-                        f"(default {default_of(SearchSettings, 'alpha'):g})")
-    p.add_argument("--budget", type=int, default=default_of(SearchSettings, "budget"),
-                   help="search: at most this many expanded graphs (default %(default)s)")
-    p.add_argument("--time-budget", type=float, default=default_of(SearchSettings, "time_budget"),
-                   dest="time_budget", metavar="SECONDS",
-                   help="search: stop after this many seconds (default %(default)g)")
-    p.add_argument("--cost", choices=COSTS, default=default_of(SearchSettings, "cost"),
-                   help="search: per-op cost model, cached on disk (default), or every "
-                        "candidate measured end to end")
+    # --alpha and the tolerance default to None: given or not matters (greedy refuses an alpha;
+    # a recipe file's tolerance applies unless a flag overrides it). Their help names the
+    # setting's default.
+    p.add_argument("--alpha", type=float, **setting_flag(
+        SearchSettings, "alpha", "{description}; >= 1", default=None))
+    p.add_argument("--budget", type=int, **setting_flag(SearchSettings, "budget"))
+    p.add_argument("--time-budget", type=float, dest="time_budget", metavar="SECONDS",
+                   **setting_flag(SearchSettings, "time_budget"))
+    p.add_argument("--cost", choices=COSTS, **setting_flag(
+        SearchSettings, "cost", "search: per-op cost model, cached on disk, or every candidate "
+                                "measured end to end"))
     p.add_argument("--remeasure-top", type=int, dest="remeasure_top", metavar="K",
-                   default=default_of(SearchSettings, "remeasure_top"),
-                   help="search: time the returned graph, the input and the next K-1 "
-                        "cheapest end to end and keep the fastest (0: trust the cost; "
-                        "default %(default)s)")
-    p.add_argument("--signature", default="serving_default", help="signature to optimize")
+                   **setting_flag(SearchSettings, "remeasure_top",
+                                  "search: time the returned graph, the input and the next K-1 "
+                                  "cheapest end to end and keep the fastest (0: trust the "
+                                  "cost)"))
+    p.add_argument("--signature", **setting_flag(BenchmarkConfig, "signature",
+                                                 "signature to optimize"))
     p.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
-    p.add_argument("--atol", type=float, default=None,
-                   help="largest absolute output difference accepted (default "
-                        f"{default_of(Tolerance, 'atol'):g}, or the recipe file's)")
+    p.add_argument("--atol", type=float, **setting_flag(
+        Tolerance, "atol", "largest absolute output difference accepted: the {description}, "
+                           "unless the recipe file gives one", default=None))
     p.add_argument("--rtol", type=float, default=None,
-                   help="largest output difference relative to the output's scale")
+                   help=Tolerance.model_fields["rtol"].description)
     p.add_argument("--min-top1", type=float, default=None, dest="min_top1",
-                   help="lowest share of unchanged argmax predictions accepted, 0..1")
+                   help=Tolerance.model_fields["min_top1"].description)
     p.add_argument("--backend", choices=("python", "native"), default=None,
                    help="run the transforms in this package (python, default) or through "
                         "TensorFlow's C++ Graph Transform Tool (native)")
@@ -92,8 +102,9 @@ def _search_settings(args):
 
     if args.strategy == "recipe":
         return None
-    if args.transforms is not None or args.config is not None:
-        raise TransformConfigError("--transforms and --config apply only to --strategy recipe")
+    if args.recipe is not None or args.transforms is not None or args.recipe_file is not None:
+        raise TransformConfigError("--recipe, --transforms and --recipe-file apply only to "
+                                   "--strategy recipe")
     if args.backend is not None:
         raise TransformConfigError("--backend applies only to --strategy recipe")
     if args.strategy == "greedy" and args.alpha not in (None, 1.0):
@@ -106,18 +117,24 @@ def _search_settings(args):
 
 
 def _recipe(args):
+    """The recipe the flags name; none named: the inference recipe (GTT's own with the native
+    backend, whose C++ tool lacks this package's transforms)."""
     from optimizer.optimize.recipe import Recipe, default_recipe
     from optimizer.optimize.recipe_yaml import load_recipe_file
     from optimizer.transforms.base import TransformConfigError
 
-    if args.targets is not None and args.transforms is None and args.config is None:
-        return Recipe.from_string(default_recipe(args.backend or "python"),
-                                  source="the inference recipe")
-    if (args.transforms is None) == (args.config is None):
-        raise TransformConfigError("give the recipe with exactly one of --transforms or --config")
-    if args.config is not None:
-        return load_recipe_file(args.config)
-    return Recipe.from_string(args.transforms)
+    if args.recipe_file is not None:
+        return load_recipe_file(args.recipe_file)
+    if args.transforms is not None:
+        if args.transforms.strip() in RECIPES:
+            raise TransformConfigError(f"{args.transforms.strip()!r} is a named recipe, not a "
+                                       f"transform: use --recipe {args.transforms.strip()}")
+        return Recipe.from_string(args.transforms)
+    if args.recipe is not None:
+        return Recipe.from_string(RECIPES[args.recipe], source=f"the {args.recipe} recipe")
+    backend = args.backend or "python"
+    name = "gtt_inference" if backend == "native" else "inference"
+    return Recipe.from_string(default_recipe(backend), source=f"the {name} recipe")
 
 
 def _tolerance(args, recipe):
@@ -232,23 +249,32 @@ def run(args) -> int:
 
     apply_call_deadline(args)  # before any model is called
     costs: dict = {}
-    with TreeMeter() as whole:
-        code = _run(args, costs)
+    document: dict = {}  # what the text says, for --json: printed once, even on exit 3 or 4
+    try:
+        with TreeMeter() as whole:
+            code = _run(args, costs, document)
+    finally:
+        if costs:
+            costs["total"] = whole.cost
+        if args.json and document:
+            document["costs"] = {stage: cost.to_dict() for stage, cost in costs.items()}
+            print(json.dumps(document, indent=2))
     if not args.json and costs:
         from optimizer.model.savedmodel import directory_size
 
-        costs["total"] = whole.cost
         _print_costs(costs, directory_size(args.src))
     return code
 
 
-def _run(args, costs: dict) -> int:
+def _run(args, costs: dict, document: dict) -> int:
+    from components.cli.stage_lines import load_tensorflow, stages_of
     from optimizer.errors import EquivalenceError
     from optimizer.files.atomic import check_writable
     from optimizer.model.savedmodel import directory_size
     from optimizer.optimize.flow import optimize, write_optimized
     from optimizer.optimize.recipe import Recipe
 
+    stages = stages_of(args)
     eval_data = None
     if args.targets is not None:
         from components.cli.optimize_targets import check_arguments
@@ -263,12 +289,14 @@ def _run(args, costs: dict) -> int:
     from optimizer.model.footprint import builds_in_workers
 
     in_worker = builds_in_workers(args.src)
+    if not in_worker:
+        load_tensorflow(stages)
     runtime = None
     if args.targets is not None and not in_worker:
         runtime = _apply_runtime()  # thread pools are sized when TensorFlow starts
     from optimizer.system.process_tree import TreeMeter
 
-    with TreeMeter() as meter:
+    with stages.stage("optimize (freeze, transform, check)"), TreeMeter() as meter:
         result = optimize(args.src, recipe, signature_name=args.signature, tolerance=tolerance,
                           backend=args.backend, search=search, in_worker=in_worker,
                           policy=scan_policy(args))
@@ -282,28 +310,24 @@ def _run(args, costs: dict) -> int:
         _write_trace(args.trace, result)
 
     src_bytes = directory_size(args.src)
-    summary = result.to_dict()
-    summary.update(saved_model_bytes_before=src_bytes, saved_model_bytes_after=None,
-                   written=None)
+    document.update(result.to_dict())
+    document.update(saved_model_bytes_before=src_bytes, saved_model_bytes_after=None,
+                    written=None)
     if not args.json:
         _print_result(result)
     if not result.accepted:
-        if args.json:
-            print(json.dumps(summary, indent=2))
-        else:
+        if not args.json:
             print(f"SavedModel   {human_bytes(src_bytes)} (source); nothing written")
         raise EquivalenceError(result.divergence())
 
     if args.targets is not None:
         from components.cli.optimize_targets import run_with_targets
 
-        return run_with_targets(args, result, runtime, costs, eval_data)
+        return run_with_targets(args, result, runtime, costs, eval_data, document)
     written = write_optimized(result, args.dst, overwrite=args.overwrite)
     dst_bytes = directory_size(written)
-    if args.json:
-        summary.update(saved_model_bytes_after=dst_bytes, written=str(written))
-        print(json.dumps(summary, indent=2))
-    else:
+    document.update(saved_model_bytes_after=dst_bytes, written=str(written))
+    if not args.json:
         print(f"SavedModel   {human_bytes(src_bytes)} -> {human_bytes(dst_bytes)}")
         print(f"wrote        {written}")
     return 0

@@ -28,6 +28,9 @@ from pathlib import Path
 
 from components.cli.model_scan_flags import scan_policy
 from components.cli.output import human_bytes, table
+from components.cli.settings_flags import setting_flag
+from optimizer.benchmark.settings import BenchmarkConfig
+from optimizer.gate.verdict import GateConfig
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +56,13 @@ def add_arguments(p) -> None:
                             "(or one array per input key) or a TFRecord of them; default the "
                             "eval data's inputs, else inputs generated from the signature "
                             "(those candidates are tagged synthetic)")
-    group.add_argument("--accuracy-budget", type=float, default=0.005, dest="accuracy_budget",
-                       metavar="DROP", help="largest accuracy drop accepted, absolute (default "
-                                            "0.005 = half a point)")
-    group.add_argument("--min-speedup", type=float, default=1.05, dest="min_speedup",
-                       help="the chosen candidate must be at least this much faster than SRC, "
-                            "with confidence (default 1.05)")
-    group.add_argument("--seconds", type=float, default=10.0,
-                       help="benchmark: timed seconds at least (default 10)")
+    group.add_argument("--accuracy-budget", type=float, dest="accuracy_budget", metavar="DROP",
+                       **setting_flag(GateConfig, "max_accuracy_drop_abs"))
+    group.add_argument("--min-speedup", type=float, dest="min_speedup",
+                       **setting_flag(GateConfig, "min_speedup"))
+    group.add_argument("--seconds", type=float,
+                       **setting_flag(BenchmarkConfig, "min_seconds",
+                                      "benchmark: {description}"))
     group.add_argument("--tune", action="store_true",
                        help="search thread settings for the chosen candidate and write "
                             "DST/runtime_settings.json")
@@ -71,7 +73,6 @@ def check_arguments(args):
     against the model's output, is an error before any work. Returns the eval data, read once
     (:class:`~optimizer.verify.evaluation.LabelledData`, or None), for
     :func:`run_with_targets`."""
-    from optimizer.benchmark.harness import BenchmarkConfig
     from optimizer.candidates.build import parse_targets
     from optimizer.inputs.calibration import read_inputs
     from optimizer.model.savedmodel import get_signature
@@ -97,29 +98,58 @@ def _calibration(signature, args, settings):
                               calibration_data=args.calibration_data, eval_data=args.eval_data)
 
 
+def _accuracy_header(rows: list[dict]) -> str:
+    """What the accuracy column holds: the eval data's metric, or, without eval data, the
+    candidate's top-1 agreement with SRC, which bounds its accuracy drop."""
+    kinds = {r.get("accuracy_kind") for r in rows if r.get("accuracy_kind")}
+    if kinds == {"top1_agreement_with_input"}:
+        return "agreement"
+    return f"accuracy ({', '.join(sorted(kinds))})" if kinds else "accuracy"
+
+
 def _print_rows(rows: list[dict]) -> None:
     lines = []
     for r in rows:
         if r["verdict"] == "skipped":
-            lines.append([r["label"], "-", "-", "-", "-", "-", "skipped",
-                          r["reasons"][0][:70]])
+            lines.append([r["label"], "-", "-", "-", "-", "-", "skipped", r["reasons"][0]])
             continue
         accuracy = "-" if r["accuracy"] is None else f"{r['accuracy']:.4f}"
         lines.append([r["label"], r["format"], r["calibration"] or "-",
                       f"{r['speedup']:.2f}x" if r["speedup"] else "-",
                       accuracy, human_bytes(r["size_bytes"]), r["verdict"],
-                      "; ".join(r["reasons"])[:70]])
-    print(table(["candidate", "format", "calibration", "speedup", "accuracy", "size", "verdict",
-                 "why not"], lines))
+                      "; ".join(r["reasons"])])
+    print(table(["candidate", "format", "calibration", "speedup", _accuracy_header(rows),
+                 "size", "verdict", "why not"], lines))
+
+
+def _input_and_budget(rows: list[dict], budget: float | None) -> dict:
+    """The accuracy the candidates are held to: SRC's on the eval data (or 1, the agreement of
+    SRC with itself), and the budget."""
+    measured = next((r for r in rows if r.get("accuracy_kind")), None)
+    kind = measured["accuracy_kind"] if measured else None
+    return {"accuracy_kind": kind,
+            "input_accuracy": measured["baseline_accuracy"] if measured else None,
+            "accuracy_budget": budget}
+
+
+def _print_input_and_budget(held: dict) -> None:
+    budget = "not checked" if held["accuracy_budget"] is None \
+        else f"a drop of at most {held['accuracy_budget']:g}"
+    if held["accuracy_kind"] == "top1_agreement_with_input":
+        print("accuracy     no eval data: agreement with SRC's top-1 bounds each "
+              f"candidate's drop (1 - agreement); budget {budget}")
+    elif held["accuracy_kind"] is not None:
+        print(f"accuracy     input {held['accuracy_kind']} {held['input_accuracy']:.4f} on the "
+              f"eval data; budget {budget}")
 
 
 def run_with_targets(args, result, runtime=None, costs: dict | None = None,
-                     eval_data=None) -> int:
+                     eval_data=None, document: dict | None = None) -> int:
     """``result`` is the accepted :class:`~optimizer.optimize.flow.OptimizeResult`; ``runtime`` the
     thread settings applied before TensorFlow started; ``costs`` gets each stage's
     :class:`~optimizer.system.process_tree.Cost`; ``eval_data`` what :func:`check_arguments`
-    read from ``--eval-data``."""
-    from optimizer.benchmark.harness import BenchmarkConfig
+    read from ``--eval-data``; ``document`` gets what the text says, for ``--json``."""
+    from components.cli.stage_lines import stages_of
     from optimizer.candidates.build import (
         CandidateSettings,
         derive_candidates,
@@ -129,11 +159,13 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None,
     from optimizer.candidates.candidate import Candidate
     from optimizer.files.atomic import atomic_directory, check_writable
     from optimizer.gate.selection import select_candidate
-    from optimizer.gate.verdict import EXIT_REJECT, GateConfig
+    from optimizer.gate.verdict import EXIT_REJECT
     from optimizer.model.savedmodel import get_signature
     from optimizer.optimize.flow import write_optimized
     from optimizer.system.process_tree import TreeMeter
 
+    stages = stages_of(args)
+    document = {} if document is None else document
     settings = CandidateSettings(targets=parse_targets(args.targets))
     policy = scan_policy(args)
     gate = GateConfig(max_accuracy_drop_abs=args.accuracy_budget, min_speedup=args.min_speedup)
@@ -148,14 +180,14 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None,
                               path=str(optimized_dir),
                               how_to_load=savedmodel_load_instructions(args.signature))
         costs = {} if costs is None else costs
-        with TreeMeter() as meter:
+        with stages.stage("candidates"), TreeMeter() as meter:
             derived, skipped = derive_candidates(
                 args.src, result.candidate.model, workdir, settings, signature=args.signature,
                 calibration=_calibration(signature, args, settings),
                 budget=getattr(args, "budget", None), policy=policy)
         costs["candidates"] = meter.cost
         candidates = ([optimized] if "savedmodel" in settings.targets else []) + derived
-        with TreeMeter() as meter:
+        with stages.stage("benchmark+evaluate"), TreeMeter() as meter:
             selection = select_candidate(
                 args.src, candidates, gate,
                 BenchmarkConfig(min_seconds=args.seconds, signature=args.signature),
@@ -164,38 +196,57 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None,
                 budget=getattr(args, "budget", None), policy=policy)
         costs["benchmark+evaluate"] = meter.cost
         rows = selection.rows()
-        _print_rows(rows)
+        held = _input_and_budget(rows, gate.max_accuracy_drop_abs)
         chosen = selection.chosen
+        document.update(held, written=None, runtime_settings=None)
+        if not args.json:
+            _print_rows(rows)
+            _print_input_and_budget(held)
         if chosen is None:
             beside = selection.write_json(dst.parent / f"{dst.name}.{CANDIDATES_FILE}", kept={})
-            print(f"no candidate passed the gate; nothing written at {dst}; see {beside}")
+            document.update(selection.to_dict(kept={}), candidates_file=str(beside))
+            if not args.json:
+                print(f"no candidate passed the gate; nothing written at {dst}; see {beside}")
             return EXIT_REJECT
         is_file = chosen.artifact_dir != Path(chosen.path)
+        final = dst / Path(chosen.path).name if is_file else dst
         with atomic_directory(dst, overwrite=args.overwrite) as staging:
             shutil.copytree(chosen.artifact_dir, staging)
-            final = dst / Path(chosen.path).name if is_file else dst
             selection.write_json(staging / CANDIDATES_FILE, kept={chosen.label: str(final)})
             if args.tune:
-                with TreeMeter() as meter:
-                    _tune(staging, staging / Path(chosen.path).name if is_file else staging,
-                          args.signature, policy, getattr(args, "budget", None))
+                with stages.stage("tune"), TreeMeter() as meter:
+                    tuned = _tune(staging, staging / Path(chosen.path).name if is_file
+                                  else staging, args.signature, policy,
+                                  getattr(args, "budget", None))
                 costs["tune"] = meter.cost
-        print(f"chosen       {chosen.label} ({chosen.format}, {chosen.runtime}): "
-              f"{selection.decision.verdict(chosen.label).speedup:.2f}x vs {args.src}")
-        print(f"load with    {chosen.how_to_load.strip().splitlines()[-1]}")
-        print(f"wrote        {dst}")
+                document["runtime_settings"] = tuned.to_dict()
+        speedup = selection.decision.verdict(chosen.label).speedup
+        load_with = chosen.how_to_load.strip().splitlines()[-1]
+        document.update(selection.to_dict(kept={chosen.label: str(final)}),
+                        candidates_file=str(dst / CANDIDATES_FILE), speedup=speedup,
+                        load_with=load_with, written=str(dst))
+        if not args.json:
+            if args.tune:
+                _print_tuned(tuned)
+            print(f"chosen       {chosen.label} ({chosen.format}, {chosen.runtime}): "
+                  f"{speedup:.2f}x vs {args.src}")
+            print(f"load with    {load_with}")
+            print(f"wrote        {dst}")
         return 0
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _tune(directory: Path, model_path: Path, signature: str, policy, budget) -> None:
+def _tune(directory: Path, model_path: Path, signature: str, policy, budget):
     from optimizer.runtime_tuning import RUNTIME_SETTINGS_FILE, tune_runtime
 
     settings = tune_runtime(model_path, signature=signature,
                             progress=lambda message: log.info("tuning: %s", message),
                             policy=policy, budget=budget)
     settings.to_json(directory / RUNTIME_SETTINGS_FILE)
-    threads = settings.threads
-    print(f"runtime      best threads {threads.label}; recommended batch "
+    return settings
+
+
+def _print_tuned(settings) -> None:
+    print(f"runtime      best threads {settings.threads.label}; recommended batch "
           f"{settings.recommended_batch_size or '-'} ({settings.batch_reason})")

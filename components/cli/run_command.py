@@ -6,7 +6,8 @@ import json
 
 
 def add_config_arguments(p) -> None:
-    p.add_argument("--config", required=True, help="pipeline YAML (see README: Configuration)")
+    p.add_argument("--config", required=True,
+                   help="pipeline YAML (every key: tfopt config --example)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set gate.min_speedup=1.1 (repeatable)")
     p.add_argument("--conf", default=None, metavar="JSON",
@@ -52,11 +53,14 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from components.cli.stage_lines import load_tensorflow, stages_of
     from components.pipeline import run_pipeline
     from optimizer.gate.verdict import EXIT_PROMOTE, EXIT_REJECT
 
     config = load_config_from_args(args)
-    outcome = run_pipeline(config, {"dag_run_id": args.run_id} if args.run_id else {})
+    load_tensorflow(stages_of(args))
+    outcome = run_pipeline(config, {"dag_run_id": args.run_id} if args.run_id else {},
+                           around_step=stages_of(args).stage)
     if args.json:
         print(json.dumps(outcome.to_dict(), indent=2))
     else:

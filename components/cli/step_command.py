@@ -21,6 +21,9 @@ def add_parser(sub) -> None:
     p.add_argument("--inputs", default="{}",
                    help="JSON {step name: output} of earlier steps, or @FILE to read it")
     p.add_argument("--output", default=None, help="also write the output JSON here")
+    # what every command takes; a step always prints its output as JSON
+    p.add_argument("--json", action="store_true",
+                   help="print the output as JSON (always: what orchestrators read)")
     p.add_argument("--run-id", default=None, help="the DAG run id, recorded by publish")
     p.add_argument("--pod-memory", action="append", default=[], metavar="STEP=FILE",
                    help="pull: write the memory STEP's pod needs for the model pulled to FILE "
@@ -42,12 +45,14 @@ def _read_inputs(text: str) -> dict:
 
 
 def run(args) -> int:
+    from components.cli.stage_lines import stages_of
     from components.step_runner import run_step
 
     config = load_config_from_args(args)
     memory_files = _pod_memory_files(args.pod_memory)  # bad input before any work
-    output = run_step(args.name, config, _read_inputs(args.inputs),
-                      {"dag_run_id": args.run_id} if args.run_id else {})
+    with stages_of(args).stage(args.name):
+        output = run_step(args.name, config, _read_inputs(args.inputs),
+                          {"dag_run_id": args.run_id} if args.run_id else {})
     text = json.dumps(output, sort_keys=True)
     if args.output:
         _write(Path(args.output), text + "\n")

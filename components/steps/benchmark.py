@@ -98,6 +98,7 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
                                       precision_rank=precision_rank(c.precision))
                     for c in candidates]
         settings = config.benchmark.settings(settle_speedup=config.gate.min_speedup,
+                                             confidence=config.gate.confidence,
                                              signature=config.signature)
         runtime = apply_runtime_settings(default_runtime_settings(config.benchmark.threads))
         log.info("benchmark: %s vs %s", baseline.label, ", ".join(c.label for c in candidates))

@@ -47,7 +47,7 @@ from components.mlflow_models.mlmodel import (
 from components.storage.model_tree import check_model_tree
 from components.storage.registry import download_version
 from components.tracking import is_missing, mlflow_client
-from optimizer.errors import TfoptError, first_line
+from optimizer.errors import EXIT_CHAMPION_UNUSABLE, TfoptError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class ChampionUnusableError(TfoptError):
     """The registry's champion cannot be run here: unknown format, runtime not installed, or a
     corrupt or unsafe artifact. Judging against the input instead could promote a slower model."""
 
-    exit_code = 6
+    exit_code = EXIT_CHAMPION_UNUSABLE
 
 
 def _local_store_missing(tracking_uri: str) -> bool:

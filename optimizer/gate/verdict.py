@@ -72,6 +72,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
 from optimizer.benchmark.result import BenchmarkResult, ModelMeasurement
+from optimizer.benchmark.settings import BenchmarkConfig
 from optimizer.benchmark.stats import (
     RatioInterval,
     head_to_head_interval,
@@ -81,12 +82,17 @@ from optimizer.benchmark.stats import (
     twin_discrepancy,
     unpaired_ratio_interval,
 )
-from optimizer.errors import GateConfigError, validation_error_line
+from optimizer.errors import (
+    EXIT_GATE_REJECTED,
+    EXIT_OK,
+    GateConfigError,
+    validation_error_line,
+)
 from optimizer.gate.near_ties import choose_among_promoted
-from optimizer.records import JsonRecord, in_order, record_to_dict
+from optimizer.records import JsonRecord, field_of, in_order, record_to_dict
 
-EXIT_PROMOTE = 0
-EXIT_REJECT = 3
+EXIT_PROMOTE = EXIT_OK
+EXIT_REJECT = EXIT_GATE_REJECTED
 
 
 class GateConfig(BaseModel):
@@ -96,16 +102,19 @@ class GateConfig(BaseModel):
 
     min_speedup: float = Field(1.05, ge=1.0, description="required p50 speedup at the gate's "
                                                          "batch size, shown with confidence")
-    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="two-sided interval level")
+    # One level for the benchmark's intervals (when to stop timing) and the gate's: the
+    # benchmark's own setting, so the two cannot be configured apart.
+    confidence: float = field_of(BenchmarkConfig, "confidence",
+                                 description="two-sided level of the speedup intervals the "
+                                             "benchmark times to and the gate decides at")
     latency_batch_size: int | None = Field(None, ge=1, description="default: smallest measured")
     max_slowdown: float = Field(1.05, ge=1.0, description="at other batch sizes: upper bound "
                                                           "of the p50 ratio's interval")
     min_rounds: int = Field(20, ge=2, description="fewest timed rounds the gate accepts (a "
                                                   "round: one block of calls of each model)")
     max_accuracy_drop_abs: float | None = Field(
-        0.01, ge=0.0, description="largest drop of the metric from the input's (with labels), "
-                                  "or 1 - top-1 agreement with the input (without); null: not "
-                                  "checked")
+        0.01, ge=0.0, description="largest accuracy drop accepted, absolute (0.01 = one point), "
+                                  "against the input; without labels, 1 - top-1 agreement")
     max_accuracy_drop_rel: float | None = Field(
         None, ge=0.0, description="largest drop of the metric relative to the input's value "
                                   "(with labels); null: not checked")

@@ -17,11 +17,11 @@ worker in turn (order rotating by round) times batch-1 calls for ``seconds_per_p
 reports their median. Within a round each setting's p50 is divided by the p50 of the
 *reference* setting (what :func:`optimizer.system.cpu_threads.default_runtime_settings` runs:
 intra-op = CPUs, inter-op = 1) measured a moment before or after; a setting's score is the
-median of those ratios over the rounds. Many short rounds (default 10 of 0.5 s) pair the
+median of those ratios over the rounds. Many short rounds (default 6 of 0.3 s, :class:`TuningSettings`) pair the
 measurements closely in time, so load that drifts more slowly than a round hits every setting
 alike and cancels in the ratio. A setting replaces the reference only if its score is below
 ``1 - min_gain`` (default 3%) *and* it was faster than the reference in enough rounds to pass a
-one-sided sign test at 5% (9 of 10 rounds; with fewer than 5 rounds no setting can pass, and
+one-sided sign test at 5% (6 of 6 rounds, 9 of 10; with fewer than 5 rounds no setting can pass, and
 the reference stays). On a busy machine, where rounds swing by 2x, that keeps noise from
 picking a setting. Every probe's per-round figures are kept in the result.
 
@@ -65,6 +65,7 @@ from optimizer.runtime_tuning.record import (
     TAG_PREFIX,
     TunedRuntimeSettings,
 )
+from optimizer.runtime_tuning.settings import TuningSettings
 from optimizer.runtime_tuning.threads import (
     ThreadProbe,
     ThreadSearch,
@@ -76,7 +77,7 @@ from optimizer.runtime_tuning.tune import tune_runtime
 __all__ = [
     "DEFAULT_BATCH_SIZES", "RUNTIME_SETTINGS_FILE", "TAG_PREFIX", "BatchCurve", "BatchPoint",
     "BatchRecommendation", "RuntimeTuningError", "ThreadProbe", "ThreadSearch",
-    "ThreadSetting", "TunedRuntimeSettings", "choose_setting", "measure_batch_curve",
+    "ThreadSetting", "TunedRuntimeSettings", "TuningSettings", "choose_setting", "measure_batch_curve",
     "recommend_batch", "reference_setting", "search_threads", "serving_env", "thread_grid",
     "tune_runtime",
 ]

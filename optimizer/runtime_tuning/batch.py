@@ -22,6 +22,7 @@ from optimizer.records import JsonRecord
 from optimizer.runtime_tuning.checks import ProbeStopped, RuntimeTuningError, positive
 from optimizer.runtime_tuning.grid import ThreadSetting, has_per_model_threads, validate_grid
 from optimizer.runtime_tuning.probes import PROBE_MIN_RUNS, PROBE_WARMUP, Probe, Probes, Progress
+from optimizer.runtime_tuning.settings import DEFAULT_TIME_BUDGET_SECONDS
 from optimizer.runtime_tuning.threads import prepare
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ def measure_batch_curve(
     setting: ThreadSetting | None = None,
     signature: str = DEFAULT_SIGNATURE,
     batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
-    time_budget_seconds: float = 30.0,
+    time_budget_seconds: float = DEFAULT_TIME_BUDGET_SECONDS,
     progress: Progress | None = None,
     *,
     policy: ScanPolicy = DEFAULT_POLICY,

@@ -32,12 +32,14 @@ from optimizer.runtime_tuning.grid import (
     validate_grid,
 )
 from optimizer.runtime_tuning.probes import Probe, Probes, Progress
+from optimizer.runtime_tuning.settings import (
+    DEFAULT_MIN_GAIN,
+    DEFAULT_ROUNDS,
+    DEFAULT_SECONDS_PER_PROBE,
+)
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MIN_GAIN = 0.03
-DEFAULT_ROUNDS = 10
-DEFAULT_SECONDS_PER_PROBE = 0.5
 SIGN_TEST_LEVEL = 0.05
 
 

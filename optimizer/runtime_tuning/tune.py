@@ -23,14 +23,13 @@ from optimizer.runtime_tuning.checks import check_min_gain, positive
 from optimizer.runtime_tuning.grid import ThreadSetting, cpu_facts
 from optimizer.runtime_tuning.probes import Probes, Progress, close_all
 from optimizer.runtime_tuning.record import TunedRuntimeSettings
-from optimizer.runtime_tuning.threads import (
+from optimizer.runtime_tuning.settings import (
     DEFAULT_MIN_GAIN,
     DEFAULT_ROUNDS,
     DEFAULT_SECONDS_PER_PROBE,
-    SIGN_TEST_LEVEL,
-    prepare,
-    run_search,
+    DEFAULT_TIME_BUDGET_SECONDS,
 )
+from optimizer.runtime_tuning.threads import SIGN_TEST_LEVEL, prepare, run_search
 from optimizer.system.memory_budget import MemoryBudget, memory_budget
 
 log = logging.getLogger(__name__)
@@ -46,7 +45,7 @@ def tune_runtime(
     rounds: int = DEFAULT_ROUNDS,
     seconds_per_probe: float = DEFAULT_SECONDS_PER_PROBE,
     batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
-    time_budget_seconds: float = 60.0,
+    time_budget_seconds: float = DEFAULT_TIME_BUDGET_SECONDS,
     min_gain: float = DEFAULT_MIN_GAIN,
     progress: Progress | None = None,
     *,

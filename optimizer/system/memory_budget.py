@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.errors import TfoptError
+from optimizer.errors import EXIT_OVER_MEMORY_BUDGET, TfoptError
 from optimizer.system.cgroup import CGROUP_ROOT, PROC_SELF_CGROUP, own_cgroup_paths, with_ancestors
 
 GIB = 2**30
@@ -26,7 +26,7 @@ _V1_UNLIMITED = 2**60
 class MemoryBudgetError(TfoptError):
     """The work would not fit in the memory budget, even alone: refused before it starts."""
 
-    exit_code = 7
+    exit_code = EXIT_OVER_MEMORY_BUDGET
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,12 @@ from optimizer.model.frozen import FrozenModel
 from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.model.signature import contract_difference
-from optimizer.records import JsonRecord
+from optimizer.records import JsonRecord, default_of
 from optimizer.runtime import Model, ModelRunner, load_runner
 from optimizer.system.free_memory import return_freed_memory
+from optimizer.verify.tolerance import Tolerance
 
-DEFAULT_ATOL = 1e-5
+DEFAULT_ATOL = default_of(Tolerance, "atol")  # one bound for every check: the tolerance's
 
 
 @dataclass(frozen=True)

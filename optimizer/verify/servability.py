@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 
-from optimizer.errors import TfoptError, first_line
+from optimizer.errors import EXIT_NOT_SERVABLE, TfoptError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ SERVE_TAG = "serve"
 class NotServableError(TfoptError):
     """A SavedModel does not load or run through TF Serving's loader; nothing was published."""
 
-    exit_code = 8
+    exit_code = EXIT_NOT_SERVABLE
 
 
 def check_servable(path: str | os.PathLike, signature: str, *, label: str | None = None
