@@ -39,7 +39,8 @@ def setting_flag(settings: type[BaseModel], name: str, help: str | None = None,
 CONFIG_KEYS: dict[str, dict[str, str]] = {
     "inspect": {"allow_ops": "security.allow_ops"},
     "freeze": {"atol": "optimize.atol", "signature": "signature",
-               "allow_ops": "security.allow_ops"},
+               "allow_ops": "security.allow_ops",
+               "model_call_seconds": "resources.model_call_seconds"},
     "optimize": {
         "signature": "signature", "strategy": "optimize.strategy", "backend": "optimize.backend",
         "atol": "optimize.atol", "rtol": "optimize.rtol", "min_top1": "optimize.min_top1",
@@ -49,6 +50,7 @@ CONFIG_KEYS: dict[str, dict[str, str]] = {
         "accuracy_budget": "gate.max_accuracy_drop_abs", "min_speedup": "gate.min_speedup",
         "seconds": "benchmark.min_seconds", "memory_gb": "resources.memory_gb",
         "allow_ops": "security.allow_ops",
+        "model_call_seconds": "resources.model_call_seconds",
     },
     "benchmark": {
         "signature": "signature", "batch_sizes": "benchmark.batch_sizes",
@@ -58,6 +60,7 @@ CONFIG_KEYS: dict[str, dict[str, str]] = {
         "twin": "benchmark.twin", "threads": "benchmark.threads",
         "confidence": "gate.confidence", "eval_data": "evaluation.data",
         "metric": "evaluation.metric", "allow_ops": "security.allow_ops",
+        "model_call_seconds": "resources.model_call_seconds",
     },
 }
 
