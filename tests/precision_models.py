@@ -28,7 +28,7 @@ import numpy as np
 from optimizer.files.atomic import atomic_directory, atomic_file
 
 TABLES = ("breast_cancer", "wine")
-WIDTH = 512
+WIDTH = 1024
 
 
 @dataclass(frozen=True)
