@@ -13,6 +13,7 @@ int8 breaks the budget and real data (labelled, or calibration inputs) exist.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -88,10 +89,8 @@ def _measure(model, meter, reference: Path):
         paths = [model.build(float_layers=sorted(a)) for a in assignments]
         errors = [meter.error(p) for p in paths]
         feeds = {k: v[:1] for k, v in meter.x.items()}
-        calls = {}
-        for index, path in enumerate(paths):
-            session = _session(path)
-            calls[str(index)] = (lambda s: lambda: s.run(None, feeds))(session)
+        calls = {str(i): functools.partial(_session(path).run, None, feeds)
+                 for i, path in enumerate(paths)}
         samples = time_interleaved(calls, warmup=10, min_runs=20, min_seconds=PROPOSAL_SECONDS,
                                    rotate_order=True, block_size=10)
         return [Measured(samples[str(i)].p50, errors[i])

@@ -23,6 +23,7 @@ float, their sensitivity, and assignments built for real.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -191,11 +192,11 @@ class OnnxLayerCosts:
                 continue
             alone = _node_model(shaped, node, shapes, initializers)
             key = _node_key(node, shapes, initializers)
-            floats[node.name] = self._cached(f"float:{key}", lambda: self._time(alone))
+            floats[node.name] = self._cached(f"float:{key}", functools.partial(self._time, alone))
             io = [t for t in node.input if t and t not in initializers] + list(node.output[:1])
             io_cost = sum(self._boundary(shapes[t]) for t in io)
             int8[node.name] = max(0.0, self._cached(
-                f"int8:{key}", lambda: self._time_quantized(alone, shapes, node)) - io_cost)
+                f"int8:{key}", functools.partial(self._time_quantized, alone)) - io_cost)
         edges = []
         for a, b, tensor in model.edges():
             if tensor not in boundary:
@@ -216,7 +217,7 @@ class OnnxLayerCosts:
         dims, _ = shape
         return self._cached(f"boundary:{list(dims)}", lambda: self._time(_qdq_model(dims))) / 2
 
-    def _time_quantized(self, alone, shapes, node) -> float:
+    def _time_quantized(self, alone) -> float:
         import tempfile
 
         import onnx
