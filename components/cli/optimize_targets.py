@@ -13,7 +13,10 @@ atomically:
 - the chosen SavedModel itself, or the chosen model's file(s) with its JSON sidecar
   (``model.tflite``, ``model.onnx``, or ``model.xml`` and ``model.bin``; plus ``<file>.json``);
 - ``candidates.json``: every candidate with its format, latency, accuracy and verdict;
-- ``runtime_settings.json`` with ``--tune``: the thread settings measured best for it.
+- ``runtime_settings.json`` with ``--tune``: the thread settings measured best for it;
+- ``precision_search.json`` when the precision search ran (``--precision-search``): its table
+  (each layer's costs and sensitivity), the assignments it built and measured (predicted and
+  measured latency and error) and the float layers of ``onnx_mixed_int8``.
 
 When no candidate passes, nothing is written at DST; ``DST.candidates.json`` beside it says why,
 and the exit code is 3, as for ``tfopt gate``.
@@ -28,10 +31,12 @@ from pathlib import Path
 
 from components.cli.model_scan_flags import scan_policy
 from components.cli.output import human_bytes, table
+from optimizer.search.precision.settings import PRECISION_SEARCH_MODES
 
 log = logging.getLogger(__name__)
 
 CANDIDATES_FILE = "candidates.json"
+PRECISION_SEARCH_FILE = "precision_search.json"
 
 
 def add_arguments(p) -> None:
@@ -61,6 +66,14 @@ def add_arguments(p) -> None:
                             "with confidence (default 1.05)")
     group.add_argument("--seconds", type=float, default=10.0,
                        help="benchmark: timed seconds at least (default 10)")
+    group.add_argument("--precision-search", default="auto", dest="precision_search",
+                       choices=PRECISION_SEARCH_MODES,
+                       help="with the onnx target, an onnx_mixed_int8 candidate: static int8 "
+                            "with the layers a search keeps in float (docs/precision_search.md)"
+                            "; greedy: fall back the most sensitive layer until the budget "
+                            "holds; relaxed: search by measured latency; auto (default): "
+                            "relaxed when uniform int8 breaks --accuracy-budget and "
+                            "--eval-data or --calibration-data is given, else off")
     group.add_argument("--tune", action="store_true",
                        help="search thread settings for the chosen candidate and write "
                             "DST/runtime_settings.json")
@@ -91,10 +104,51 @@ def check_arguments(args):
 def _calibration(signature, args, settings):
     from optimizer.inputs.calibration import choose_calibration
 
-    if not settings.calibrates:
+    if not settings.calibrates and not _searches_precision(args, settings):
         return None
     return choose_calibration(signature, settings.calibration_samples,
                               calibration_data=args.calibration_data, eval_data=args.eval_data)
+
+
+def _searches_precision(args, settings) -> bool:
+    return "onnx" in settings.targets and getattr(args, "precision_search", "off") != "off"
+
+
+def _precision_search(args, settings, calibration, eval_data, workdir: Path, policy):
+    """The onnx_mixed_int8 candidate's search (:mod:`optimizer.search.precision.candidates`),
+    or None when it does not run; a search that fails leaves the other candidates to the gate."""
+    from optimizer.errors import TfoptError, first_line
+    from optimizer.search.precision.candidates import mixed_onnx_candidate
+    from optimizer.search.precision.settings import PrecisionSearchSettings
+
+    if not _searches_precision(args, settings):
+        return None
+    try:
+        outcome = mixed_onnx_candidate(
+            args.src, workdir, PrecisionSearchSettings(mode=args.precision_search),
+            args.accuracy_budget, signature=args.signature, calibration=calibration,
+            eval_data=eval_data, samples=settings.calibration_samples, policy=policy)
+    except TfoptError as exc:
+        log.warning("precision search failed: %s", first_line(exc))
+        return None
+    if outcome.candidate is not None:
+        print(f"precision    {outcome.strategy}: onnx_mixed_int8 keeps "
+              f"{len(outcome.candidate.float_layers)} of {len(outcome.table.layers)} layers in "
+              f"float ({', '.join(outcome.candidate.float_layers)}); "
+              f"{len(outcome.result.tried)} assignments measured in "
+              f"{outcome.search_seconds:.1f}s")
+    else:
+        print(f"precision    {outcome.strategy}: no mixed candidate ({outcome.reason})")
+    return outcome
+
+
+def _write_precision_search(outcome, path: Path) -> None:
+    import json
+
+    from optimizer.files.atomic import atomic_file
+
+    with atomic_file(path, overwrite=True) as staging:
+        staging.write_text(json.dumps(outcome.to_dict(), indent=2) + "\n")
 
 
 def _print_rows(rows: list[dict]) -> None:
@@ -148,12 +202,19 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None,
                               path=str(optimized_dir),
                               how_to_load=savedmodel_load_instructions(args.signature))
         costs = {} if costs is None else costs
+        calibration = _calibration(signature, args, settings)
         with TreeMeter() as meter:
             derived, skipped = derive_candidates(
                 args.src, result.candidate.model, workdir, settings, signature=args.signature,
-                calibration=_calibration(signature, args, settings),
-                budget=getattr(args, "budget", None), policy=policy)
+                calibration=calibration, budget=getattr(args, "budget", None), policy=policy)
         costs["candidates"] = meter.cost
+        with TreeMeter() as meter:
+            precision = _precision_search(args, settings, calibration, eval_data, workdir,
+                                          policy)
+        if precision is not None:
+            costs["precision search"] = meter.cost
+            if precision.candidate is not None:
+                derived.append(precision.candidate)
         candidates = ([optimized] if "savedmodel" in settings.targets else []) + derived
         with TreeMeter() as meter:
             selection = select_candidate(
@@ -168,6 +229,9 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None,
         chosen = selection.chosen
         if chosen is None:
             beside = selection.write_json(dst.parent / f"{dst.name}.{CANDIDATES_FILE}", kept={})
+            if precision is not None:
+                _write_precision_search(precision,
+                                        dst.parent / f"{dst.name}.{PRECISION_SEARCH_FILE}")
             print(f"no candidate passed the gate; nothing written at {dst}; see {beside}")
             return EXIT_REJECT
         is_file = chosen.artifact_dir != Path(chosen.path)
@@ -175,6 +239,8 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None,
             shutil.copytree(chosen.artifact_dir, staging)
             final = dst / Path(chosen.path).name if is_file else dst
             selection.write_json(staging / CANDIDATES_FILE, kept={chosen.label: str(final)})
+            if precision is not None:
+                _write_precision_search(precision, staging / PRECISION_SEARCH_FILE)
             if args.tune:
                 with TreeMeter() as meter:
                     _tune(staging, staging / Path(chosen.path).name if is_file else staging,

@@ -24,6 +24,7 @@ import numpy as np
 
 from optimizer.candidates.candidate import Candidate
 from optimizer.inputs.calibration import Calibration
+from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.search.precision.search import Measured, PrecisionResult, search_precision
 from optimizer.search.precision.settings import PrecisionSearchSettings
 from optimizer.search.precision.table import PrecisionTable
@@ -103,7 +104,8 @@ def mixed_onnx_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
                          signature: str, calibration: Calibration, eval_data=None,
                          metric: str = "top1", samples: int = 100,
                          source_digest: str | None = None, export=None,
-                         cost_cache: str | os.PathLike | None = None) -> PrecisionOutcome:
+                         cost_cache: str | os.PathLike | None = None,
+                         policy: ScanPolicy = DEFAULT_POLICY) -> PrecisionOutcome:
     """Search (``settings.mode``; ``auto`` decided here from uniform int8's measured error) and,
     when an assignment measures inside ``max_error``, build ``onnx_mixed_int8`` under
     ``workdir``."""
@@ -121,7 +123,7 @@ def mixed_onnx_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
     workdir = Path(workdir)
     if settings.mode == "off":
         return PrecisionOutcome("off", None, None, reason="precision search off (asked)")
-    info = get_signature(source, signature)
+    info = get_signature(source, signature, policy=policy)
     export = export or OnnxExport(source, signature)
     model = OnnxPrecisionModel(export.pre_processed_bytes(), calibration.feeds[:samples],
                                workdir / "precision_search")
@@ -162,7 +164,7 @@ def mixed_onnx_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
             converted = convert_to_onnx(
                 source, staging / "model.onnx", "mixed_int8", signature=signature,
                 calibration=calibration, calibration_samples=samples,
-                source_digest=source_digest, export=export,
+                source_digest=source_digest, export=export, policy=policy,
                 float_nodes=result.float_layers)
         outcome.candidate = Candidate(
             label=LABEL, target="onnx", variant="mixed_int8", format="onnx",
