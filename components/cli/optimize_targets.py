@@ -114,7 +114,7 @@ def _searches_precision(args, settings) -> bool:
     return "onnx" in settings.targets and getattr(args, "precision_search", "off") != "off"
 
 
-def _precision_search(args, settings, calibration, eval_data, workdir: Path, policy):
+def _precision_search(args, settings, calibration, eval_data, workdir: Path, policy, built):
     """The onnx_mixed_int8 candidate's search (:mod:`optimizer.search.precision.candidates`),
     or None when it does not run; a search that fails leaves the other candidates to the gate."""
     from optimizer.errors import TfoptError, first_line
@@ -127,7 +127,8 @@ def _precision_search(args, settings, calibration, eval_data, workdir: Path, pol
         outcome = mixed_onnx_candidate(
             args.src, workdir, PrecisionSearchSettings(mode=args.precision_search),
             args.accuracy_budget, signature=args.signature, calibration=calibration,
-            eval_data=eval_data, samples=settings.calibration_samples, policy=policy)
+            eval_data=eval_data, samples=settings.calibration_samples, policy=policy,
+            built=built)
     except TfoptError as exc:
         log.warning("precision search failed: %s", first_line(exc))
         return None
@@ -210,7 +211,7 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None,
         costs["candidates"] = meter.cost
         with TreeMeter() as meter:
             precision = _precision_search(args, settings, calibration, eval_data, workdir,
-                                          policy)
+                                          policy, {c.label: c.path for c in derived})
         if precision is not None:
             costs["precision search"] = meter.cost
             if precision.candidate is not None:

@@ -17,6 +17,7 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,10 +106,13 @@ def mixed_onnx_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
                          metric: str = "top1", samples: int = 100,
                          source_digest: str | None = None, export=None,
                          cost_cache: str | os.PathLike | None = None,
-                         policy: ScanPolicy = DEFAULT_POLICY) -> PrecisionOutcome:
+                         policy: ScanPolicy = DEFAULT_POLICY,
+                         built: Mapping[str, str] | None = None) -> PrecisionOutcome:
     """Search (``settings.mode``; ``auto`` decided here from uniform int8's measured error) and,
     when an assignment measures inside ``max_error``, build ``onnx_mixed_int8`` under
-    ``workdir``."""
+    ``workdir``. ``built``: label -> model file of the ONNX candidates already built; with
+    ``onnx_static_int8`` and a float one among them, ``auto`` reads uniform int8's error from
+    those and, when it passes, converts nothing."""
     from optimizer.candidates.onnx.convert import OnnxExport, convert_to_onnx
     from optimizer.files.atomic import atomic_directory
     from optimizer.model.savedmodel import get_signature
@@ -121,19 +125,35 @@ def mixed_onnx_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
 
     started = time.perf_counter()
     workdir = Path(workdir)
-    if settings.mode == "off":
-        return PrecisionOutcome("off", None, None, reason="precision search off (asked)")
+    labels = eval_data.y if eval_data is not None else None
+    strategy, why = should_search(settings.mode, None, max_error, calibration, labels is not None)
+    if strategy == "off":
+        log.info("precision search off: %s", why)
+        return PrecisionOutcome("off", None, None, reason=why)
     info = get_signature(source, signature, policy=policy)
+    x = _inputs(info, calibration, eval_data.x if eval_data is not None else None)
+    uniform = None
+    if settings.mode == "auto" and built:
+        # uniform int8's error from the candidates already built: no conversion when it passes
+        float_model = built.get("onnx_optimized") or built.get("onnx_fp32")
+        if float_model and built.get("onnx_static_int8"):
+            uniform = ErrorMeter(Path(float_model), x, labels, metric).error(
+                Path(built["onnx_static_int8"]))
+            strategy, why = should_search(settings.mode, uniform, max_error, calibration,
+                                          labels is not None)
+            if strategy == "off":
+                log.info("precision search off: %s", why)
+                return PrecisionOutcome("off", None, None, uniform_int8_error=uniform,
+                                        search_seconds=time.perf_counter() - started,
+                                        reason=why)
     export = export or OnnxExport(source, signature)
     model = OnnxPrecisionModel(export.pre_processed_bytes(), calibration.feeds[:samples],
                                workdir / "precision_search")
-    eval_x = eval_data.x if eval_data is not None else None
-    meter = ErrorMeter(model.prepared, _inputs(info, calibration, eval_x),
-                       eval_data.y if eval_data is not None else None, metric)
+    meter = ErrorMeter(model.prepared, x, labels, metric)
     uniform_int8 = model.build()
     uniform = meter.error(uniform_int8)
     strategy, why = should_search(settings.mode, uniform, max_error, calibration,
-                                  eval_data is not None)
+                                  labels is not None)
     if strategy == "off":
         log.info("precision search off: %s", why)
         return PrecisionOutcome("off", None, None, search_seconds=time.perf_counter() - started,

@@ -1,0 +1,119 @@
+"""onnx_mixed_int8 on a model trained here that uniform int8 breaks (wine, features normalized
+inside the model: tests/precision_models.py): the measured sensitivity names the normalization,
+the search keeps it in float and lands inside the budget, and the candidate says which layers
+it kept in float. Small budgets; the model is 1024 wide, where int8 matrix products pay
+(at 64 wide every layer is faster in float in ONNX Runtime, and the search keeps them all)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from precision_models import train_table_model
+
+from optimizer.inputs.calibration import choose_calibration, synthetic
+from optimizer.model.savedmodel import get_signature
+from optimizer.runtime import load_runner
+from optimizer.search.precision.candidates import mixed_onnx_candidate
+from optimizer.search.precision.search import sensitivity_order
+from optimizer.search.precision.settings import PrecisionSearchSettings
+from optimizer.verify.evaluation import load_labelled_data, top1_accuracy
+
+BUDGET = 0.01
+
+
+@pytest.fixture(scope="module")
+def wine(tmp_path_factory):
+    model = train_table_model("wine", tmp_path_factory.mktemp("wine"))
+    signature = get_signature(model.saved_model, "serving_default")
+    return model, signature, load_labelled_data(model.eval_data, signature, "top1"), \
+        choose_calibration(signature, 50, calibration_data=str(model.calibration_data))
+
+
+def search(wine, tmp_path_factory, mode, budget=BUDGET, **kwargs):
+    model, _, eval_data, calibration = wine
+    return mixed_onnx_candidate(
+        model.saved_model, tmp_path_factory.mktemp(mode),
+        PrecisionSearchSettings(mode=mode, budget=50, measure_top=2), budget,
+        signature="serving_default", calibration=calibration, eval_data=eval_data, samples=50,
+        cost_cache=tmp_path_factory.getbasetemp() / "precision_costs.json", **kwargs)
+
+
+@pytest.fixture(scope="module")
+def relaxed(wine, tmp_path_factory):
+    return search(wine, tmp_path_factory, "relaxed")
+
+
+@pytest.fixture(scope="module")
+def greedy(wine, tmp_path_factory):
+    return search(wine, tmp_path_factory, "greedy")
+
+
+def normalization(table) -> str:
+    return next(n for n in table.layers if "normalize" in n)
+
+
+def test_uniform_int8_breaks_the_budget_and_the_normalization_is_why(relaxed):
+    table = relaxed.table
+    assert relaxed.uniform_int8_error > BUDGET
+    norm = normalization(table)
+    assert table.quantized_alone[norm] > BUDGET  # quantizing it alone breaks the budget
+    assert table.float_alone[norm] <= BUDGET  # keeping it alone in float is enough
+    assert all(table.int8_seconds[n] >= 0 and table.float_seconds[n] > 0 for n in table.layers)
+
+
+def test_the_mixed_candidate_is_inside_the_budget_and_lists_its_float_layers(relaxed, wine):
+    model, _, eval_data, _ = wine
+    candidate = relaxed.candidate
+    assert candidate is not None and candidate.label == "onnx_mixed_int8"
+    assert normalization(relaxed.table) in candidate.float_layers
+    assert set(candidate.float_layers) < set(relaxed.table.layers)  # not all float
+    float_accuracy = top1_accuracy(load_runner(model.saved_model), eval_data.x, eval_data.y)
+    runner = load_runner(candidate.path)
+    assert top1_accuracy(runner, eval_data.x, eval_data.y) >= float_accuracy - BUDGET
+    sidecar = json.loads((candidate.artifact_dir / "model.onnx.json").read_text())
+    assert sidecar["flavour"] == "mixed_int8"
+    assert sidecar["converter"]["float_nodes"] == list(candidate.float_layers)
+    # every assignment the search measured is in the trace, with both figures
+    tried = relaxed.result.tried
+    assert tried and all(t.measured_seconds > 0 and t.predicted_seconds > 0 for t in tried)
+    assert relaxed.result.measured.error <= BUDGET
+
+
+def test_greedy_falls_back_the_most_sensitive_measured_layer_first(greedy):
+    table = greedy.table
+    first = sensitivity_order(table)[0]
+    assert first == normalization(table)
+    assert greedy.result.chosen.trace[0].move == f"float {first}"
+    assert greedy.candidate.float_layers == (first,)
+
+
+def test_auto_leaves_the_search_off_where_uniform_int8_passes(wine, tmp_path_factory):
+    outcome = search(wine, tmp_path_factory, "auto", budget=1.0)
+    assert outcome.strategy == "off" and outcome.candidate is None
+    assert "inside the budget" in outcome.reason
+
+
+def test_auto_without_real_data_does_not_search(wine, tmp_path):
+    model, signature, _, _ = wine
+    outcome = mixed_onnx_candidate(model.saved_model, tmp_path, PrecisionSearchSettings(),
+                                   BUDGET, signature="serving_default",
+                                   calibration=synthetic(signature, 10))
+    assert outcome.strategy == "off" and "no labelled or calibration data" in outcome.reason
+    assert not list(tmp_path.iterdir())  # nothing converted
+
+
+def test_the_float_reference_of_the_table_is_the_source_model(relaxed, wine):
+    """The error meter's float model is the ONNX conversion of the source: its top-1 is the
+    SavedModel's on every held-out row."""
+    model, _, eval_data, _ = wine
+    reference = load_runner(relaxed.candidate.path.replace("onnx_mixed_int8/model.onnx",
+                                                           "precision_search/prepared.onnx"),
+                            format="onnx")
+    stock = load_runner(model.saved_model)
+    key = stock.signature.inputs[0].key
+    ours = reference({key: eval_data.x})
+    theirs = stock({key: eval_data.x})
+    assert np.array_equal(next(iter(ours.values())).argmax(-1),
+                          next(iter(theirs.values())).argmax(-1))
