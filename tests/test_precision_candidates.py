@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from precision_models import train_table_model
+from precision_models import searched_candidate, train_table_model
 
 from optimizer.inputs.calibration import choose_calibration, synthetic
 from optimizer.model.savedmodel import get_signature
@@ -31,13 +31,9 @@ def wine(tmp_path_factory):
         choose_calibration(signature, 50, calibration_data=str(model.calibration_data))
 
 
-def search(wine, tmp_path_factory, mode, budget=BUDGET, **kwargs):
-    model, _, eval_data, calibration = wine
-    return mixed_onnx_candidate(
-        model.saved_model, tmp_path_factory.mktemp(mode),
-        PrecisionSearchSettings(mode=mode, budget=50, measure_top=2), budget,
-        signature="serving_default", calibration=calibration, eval_data=eval_data, samples=50,
-        cost_cache=tmp_path_factory.getbasetemp() / "precision_costs.json", **kwargs)
+def search(wine, tmp_path_factory, mode, budget=BUDGET):
+    return searched_candidate(wine[0], tmp_path_factory.mktemp(mode), mode, budget,
+                              tmp_path_factory.getbasetemp() / "precision_costs.json")
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +113,28 @@ def test_the_float_reference_of_the_table_is_the_source_model(relaxed, wine):
     theirs = stock({key: eval_data.x})
     assert np.array_equal(next(iter(ours.values())).argmax(-1),
                           next(iter(theirs.values())).argmax(-1))
+
+
+@pytest.mark.slow
+def test_tfopt_optimize_searches_by_default_where_uniform_int8_breaks_the_budget(wine, tmp_path):
+    """No --precision-search flag: auto sees onnx_static_int8 outside the budget and searches;
+    the mixed candidate is benchmarked and gated with the others, its float layers in its row
+    and the search's trace beside the chosen model."""
+    from cli_testing import run_tfopt
+
+    model = wine[0]
+    dst = tmp_path / "out"
+    done = run_tfopt("optimize", model.saved_model, dst, "--targets", "onnx", "--eval-data",
+                     model.eval_data, "--accuracy-budget", str(BUDGET), "--seconds", "1",
+                     timeout=900)
+    assert done.returncode == 0, done.stderr
+    assert "precision    relaxed: onnx_mixed_int8 keeps" in done.stdout
+    rows = {r["label"]: r for r in json.loads((dst / "candidates.json").read_text())
+            ["candidates"]}
+    assert rows["onnx_static_int8"]["verdict"] == "rejected"
+    mixed = rows["onnx_mixed_int8"]
+    assert mixed["verdict"] in ("chosen", "passed") and mixed["accuracy_drop"] <= BUDGET
+    assert any("normalize" in layer for layer in mixed["float_layers"])
+    trace = json.loads((dst / "precision_search.json").read_text())
+    assert trace["strategy"] == "relaxed" and trace["float_layers"] == mixed["float_layers"]
+    assert trace["result"]["tried"] and trace["table"]["layers"]
