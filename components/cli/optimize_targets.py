@@ -132,6 +132,9 @@ def _precision_search(args, settings, calibration, eval_data, workdir: Path, pol
     except TfoptError as exc:
         log.warning("precision search failed: %s", first_line(exc))
         return None
+    if outcome.strategy == "off":
+        print(f"precision    off: {outcome.reason}")
+        return None  # nothing searched: nothing more to write
     if outcome.candidate is not None:
         print(f"precision    {outcome.strategy}: onnx_mixed_int8 keeps "
               f"{len(outcome.candidate.float_layers)} of {len(outcome.table.layers)} layers in "
