@@ -138,3 +138,36 @@ def test_tfopt_optimize_searches_by_default_where_uniform_int8_breaks_the_budget
     trace = json.loads((dst / "precision_search.json").read_text())
     assert trace["strategy"] == "relaxed" and trace["float_layers"] == mixed["float_layers"]
     assert trace["result"]["tried"] and trace["table"]["layers"]
+
+
+def test_the_pipelines_optimize_step_adds_the_mixed_candidate_with_its_trace(wine, tmp_path):
+    from components.artifacts import PulledModel
+    from components.config import config_from_mapping
+    from components.steps.optimize import derive
+    from optimizer.benchmark.environment import model_digest
+
+    model = wine[0]
+    config = config_from_mapping({
+        "source": str(model.saved_model), "workdir": str(tmp_path / "work"),
+        "evaluation": {"data": str(model.eval_data)},
+        "calibration": {"data": str(model.calibration_data)},
+        "gate": {"max_accuracy_drop_abs": BUDGET},
+        "candidates": {"targets": ["onnx"], "onnx_flavours": ["optimized", "static_int8"],
+                       "calibration_samples": 50}})
+    assert config.candidates.precision_search == "auto"
+    pulled = PulledModel(uri=str(model.saved_model), path=str(model.saved_model),
+                         digest=model_digest(model.saved_model))
+    made, _ = derive(config, pulled, None, tmp_path / "step")
+    mixed = next(m for m in made if m.label == "onnx_mixed_int8")
+    assert any("normalize" in layer for layer in mixed.float_layers)
+    assert mixed.trace[0]["strategy"] == "relaxed"
+    assert mixed.trace[0]["float_layers"] == list(mixed.float_layers)
+    assert mixed.trace[0]["result"]["tried"]
+
+
+def test_an_unknown_precision_search_in_the_config_is_one_line_naming_it():
+    from components.config import config_from_mapping
+    from optimizer.errors import TfoptError
+
+    with pytest.raises(TfoptError, match="precision_search"):
+        config_from_mapping({"source": "/x", "candidates": {"precision_search": "fast"}})

@@ -115,20 +115,20 @@ def _mixed_precision(config: PipelineConfig, pulled: PulledModel, step_dir: Path
     logged and leaves the other candidates to the gate."""
     from components.steps.evaluate import local_data_file
     from optimizer.benchmark.environment import model_digest
-    from optimizer.errors import TfoptError, first_line
+    from optimizer.errors import first_line
     from optimizer.model.savedmodel import get_signature
     from optimizer.search.precision.candidates import mixed_onnx_candidate
     from optimizer.search.precision.settings import PrecisionSearchSettings
     from optimizer.verify.evaluation import load_labelled_data
 
     policy = config.security.scan_policy()
-    eval_data = None
-    if config.evaluation.data is not None:
-        eval_data = load_labelled_data(
-            local_data_file(config.evaluation.data, config, step_dir),
-            get_signature(pulled.path, config.signature, policy=policy),
-            config.evaluation.metric)
     try:
+        eval_data = None
+        if config.evaluation.data is not None:
+            eval_data = load_labelled_data(
+                local_data_file(config.evaluation.data, config, step_dir),
+                get_signature(pulled.path, config.signature, policy=policy),
+                config.evaluation.metric)
         outcome = mixed_onnx_candidate(
             pulled.path, step_dir / "candidates",
             PrecisionSearchSettings(mode=config.candidates.precision_search),
@@ -138,8 +138,9 @@ def _mixed_precision(config: PipelineConfig, pulled: PulledModel, step_dir: Path
             calibration=calibration, eval_data=eval_data, metric=config.evaluation.metric,
             samples=config.candidates.calibration_samples, source_digest=pulled.digest,
             policy=policy, built=built)
-    except TfoptError as exc:
-        log.warning("optimize: precision search failed: %s", first_line(exc))
+    except Exception as exc:  # noqa: BLE001 - a search that fails leaves the other candidates
+        log.warning("optimize: precision search failed, no onnx_mixed_int8: %s",
+                    first_line(exc))
         return None
     log.info("optimize: precision search %s: %s", outcome.strategy,
              f"float layers {list(outcome.candidate.float_layers)}" if outcome.candidate
