@@ -11,8 +11,8 @@ small-range features said (see that module).
 
 For each model, in one process: the stock SavedModel call, every uniform candidate the repo
 builds for LiteRT (fp32, dynamic-range int8, full int8) and ONNX Runtime (fp32, optimized,
-dynamic int8, static int8), and ``onnx_mixed_int8`` as the greedy search (INC/NNCF fallback)
-and the relaxed search chose it. Accuracy on the held-out quarter; latency p50 at batch 1, all
+dynamic int8, static int8), and ``onnx_mixed_int8`` and ``litert_mixed_int8`` as the greedy
+search (INC/NNCF fallback) and the relaxed search chose them. Accuracy on the held-out quarter; latency p50 at batch 1, all
 models timed interleaved in blocks of 10 calls (:func:`optimizer.benchmark.interleaved.
 time_interleaved`, the order rotating each round), ``--threads`` intra-op threads for the
 runtimes that take it. Printed per model: each one's accuracy, p50 ratio to stock, and the
@@ -40,6 +40,7 @@ from common import add_result_arguments, read_result, work_directory, write_resu
 UNIFORM = ("litert_fp32", "litert_dynamic_int8", "litert_full_int8", "onnx_fp32",
            "onnx_optimized", "onnx_dynamic_int8", "onnx_static_int8")
 SEARCHES = ("greedy", "relaxed")
+MIXED = {"onnx": "onnx_mixed_int8", "litert": "litert_mixed_int8"}
 
 
 def build_all(name: str, workdir: Path, budget: float, threads: int) -> tuple[dict, dict, object]:
@@ -50,7 +51,7 @@ def build_all(name: str, workdir: Path, budget: float, threads: int) -> tuple[di
     from optimizer.candidates.onnx.convert import OnnxExport
     from optimizer.inputs.calibration import choose_calibration
     from optimizer.model.savedmodel import get_signature
-    from optimizer.search.precision.candidates import mixed_onnx_candidate
+    from optimizer.search.precision.candidates import mixed_candidate
     from optimizer.search.precision.settings import PrecisionSearchSettings
     from optimizer.verify.evaluation import load_labelled_data
 
@@ -69,18 +70,19 @@ def build_all(name: str, workdir: Path, budget: float, threads: int) -> tuple[di
         print(f"  {name}: {s.label} skipped: {s.reason}")
     searches = {}
     export = OnnxExport(model.saved_model)
-    for strategy in SEARCHES:
-        started = time.perf_counter()
-        outcome = mixed_onnx_candidate(
-            model.saved_model, workdir / f"{name}_{strategy}",
-            PrecisionSearchSettings(mode=strategy), budget, signature="serving_default",
-            calibration=calibration, eval_data=eval_data, export=export,
-            cost_cache=workdir / "precision_costs.json")
-        wall = time.perf_counter() - started
-        label = f"onnx_mixed_int8 ({strategy})"
-        if outcome.candidate is not None:
-            paths[label] = outcome.candidate.path
-        searches[label] = {**outcome.to_dict(), "wall_seconds": wall}
+    for target, mixed in MIXED.items():
+        for strategy in SEARCHES:
+            started = time.perf_counter()
+            outcome = mixed_candidate(
+                model.saved_model, workdir / f"{name}_{target}_{strategy}",
+                PrecisionSearchSettings(mode=strategy), budget, signature="serving_default",
+                calibration=calibration, eval_data=eval_data, export=export,
+                cost_cache=workdir / "precision_costs.json", target=target)
+            wall = time.perf_counter() - started
+            label = f"{mixed} ({strategy})"
+            if outcome.candidate is not None:
+                paths[label] = outcome.candidate.path
+            searches[label] = {**outcome.to_dict(), "wall_seconds": wall}
     return paths, searches, (model, eval_data)
 
 
@@ -120,19 +122,21 @@ def compare(rows: dict, figures: dict, budget: float) -> dict:
               if label in UNIFORM and stock - row["accuracy"] <= budget}
     best = max(inside, key=lambda label: rows[label]["speedup_vs_stock"]) if inside else None
     out = {"best_uniform_inside_budget": best}
-    for strategy in SEARCHES:
-        label = f"onnx_mixed_int8 ({strategy})"
-        if label not in rows:
-            continue
-        row = rows[label]
-        out[label] = {"inside_budget": stock - row["accuracy"] <= budget}
-        if best is not None:
-            interval = p50_ratio_interval(figures[label], figures[best])
-            out[label]["speedup_vs_best_uniform"] = [interval.ratio, interval.low, interval.high]
-    labels = [f"onnx_mixed_int8 ({s})" for s in SEARCHES]
-    if all(label in rows for label in labels):
-        interval = p50_ratio_interval(figures[labels[1]], figures[labels[0]])
-        out["relaxed_vs_greedy"] = [interval.ratio, interval.low, interval.high]
+    for mixed in MIXED.values():
+        for strategy in SEARCHES:
+            label = f"{mixed} ({strategy})"
+            if label not in rows:
+                continue
+            row = rows[label]
+            out[label] = {"inside_budget": stock - row["accuracy"] <= budget}
+            if best is not None:
+                interval = p50_ratio_interval(figures[label], figures[best])
+                out[label]["speedup_vs_best_uniform"] = [interval.ratio, interval.low,
+                                                         interval.high]
+        labels = [f"{mixed} ({s})" for s in SEARCHES]
+        if all(label in rows for label in labels):
+            interval = p50_ratio_interval(figures[labels[1]], figures[labels[0]])
+            out[f"{mixed}: relaxed_vs_greedy"] = [interval.ratio, interval.low, interval.high]
     return out
 
 
@@ -141,7 +145,7 @@ def digits_auto(workdir: Path, budget: float) -> dict:
     from components.digits import train_digits_model
     from optimizer.inputs.calibration import choose_calibration
     from optimizer.model.savedmodel import get_signature
-    from optimizer.search.precision.candidates import mixed_onnx_candidate
+    from optimizer.search.precision.candidates import mixed_candidate
     from optimizer.search.precision.settings import PrecisionSearchSettings
     from optimizer.verify.evaluation import load_labelled_data
 
@@ -150,7 +154,7 @@ def digits_auto(workdir: Path, budget: float) -> dict:
     eval_data = load_labelled_data(digits.eval_data, signature, "top1")
     calibration = choose_calibration(signature, 100, eval_data=str(digits.eval_data))
     started = time.perf_counter()
-    outcome = mixed_onnx_candidate(digits.saved_model, workdir / "digits_search",
+    outcome = mixed_candidate(digits.saved_model, workdir / "digits_search",
                                    PrecisionSearchSettings(), budget,
                                    signature="serving_default", calibration=calibration,
                                    eval_data=eval_data)
@@ -179,14 +183,16 @@ def print_result(result: dict) -> None:
                   f"{f'{vs[0]:.2f}x [{vs[1]:.2f}, {vs[2]:.2f}]' if vs else '-'}; search "
                   f"{search['wall_seconds']:.1f}s (table {search['table_seconds']:.1f}s)")
             for tried in (search["result"] or {}).get("tried", []):
-                print(f"      tried float {[n.split('/')[-2] for n in tried['float_layers']]}: "
+                short = [n.split(";")[0].split("/")[-2] if "/" in n else n
+                         for n in tried["float_layers"]]
+                print(f"      tried float {short}: "
                       f"predicted {tried['predicted_seconds'] * 1e6:.1f} us / error "
                       f"{tried['predicted_error']:.4f}; measured "
                       f"{tried['measured_seconds'] * 1e6:.1f} us / error "
                       f"{tried['measured_error']:.4f}")
-        if "relaxed_vs_greedy" in comparison:
-            r = comparison["relaxed_vs_greedy"]
-            print(f"  relaxed vs greedy: {r[0]:.3f}x [{r[1]:.3f}, {r[2]:.3f}]")
+        for mixed in MIXED.values():
+            if (r := comparison.get(f"{mixed}: relaxed_vs_greedy")) is not None:
+                print(f"  {mixed}: relaxed vs greedy {r[0]:.3f}x [{r[1]:.3f}, {r[2]:.3f}]")
     digits = result.get("digits")
     if digits:
         print(f"\ndigits CNN (auto): search {digits['strategy']} ({digits['reason']}); "

@@ -105,22 +105,22 @@ def train_table_model(name: str, workdir: str | os.PathLike, seed: int = 0, epoc
 
 def searched_candidate(model: TrainedTable, workdir: str | os.PathLike, mode: str,
                        budget: float = 0.01, cost_cache: str | os.PathLike | None = None,
-                       samples: int = 50, **settings):
+                       samples: int = 50, target: str = "onnx", **settings):
     """``model`` searched by ``mode`` (:func:`optimizer.search.precision.candidates.
-    mixed_onnx_candidate`) with small budgets, calibrated on its training inputs and judged on
+    mixed_candidate`) with small budgets, calibrated on its training inputs and judged on
     its held-out split: the :class:`~optimizer.search.precision.candidates.PrecisionOutcome`."""
     from optimizer.inputs.calibration import choose_calibration
     from optimizer.model.savedmodel import get_signature
-    from optimizer.search.precision.candidates import mixed_onnx_candidate
+    from optimizer.search.precision.candidates import mixed_candidate
     from optimizer.search.precision.settings import PrecisionSearchSettings
     from optimizer.verify.evaluation import load_labelled_data
 
     signature = get_signature(model.saved_model, "serving_default")
-    return mixed_onnx_candidate(
+    return mixed_candidate(
         model.saved_model, workdir,
         PrecisionSearchSettings(**{"mode": mode, "budget": 50, "measure_top": 2, **settings}),
         budget, signature="serving_default",
         calibration=choose_calibration(signature, samples,
                                        calibration_data=str(model.calibration_data)),
         eval_data=load_labelled_data(model.eval_data, signature, "top1"), samples=samples,
-        cost_cache=cost_cache)
+        cost_cache=cost_cache, target=target)

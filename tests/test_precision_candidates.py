@@ -15,7 +15,7 @@ from precision_models import searched_candidate, train_table_model
 from optimizer.inputs.calibration import choose_calibration, synthetic
 from optimizer.model.savedmodel import get_signature
 from optimizer.runtime import load_runner
-from optimizer.search.precision.candidates import mixed_onnx_candidate
+from optimizer.search.precision.candidates import mixed_candidate
 from optimizer.search.precision.search import sensitivity_order
 from optimizer.search.precision.settings import PrecisionSearchSettings
 from optimizer.verify.evaluation import load_labelled_data, top1_accuracy
@@ -93,7 +93,7 @@ def test_auto_leaves_the_search_off_where_uniform_int8_passes(wine, tmp_path_fac
 
 def test_auto_without_real_data_does_not_search(wine, tmp_path):
     model, signature, _, _ = wine
-    outcome = mixed_onnx_candidate(model.saved_model, tmp_path, PrecisionSearchSettings(),
+    outcome = mixed_candidate(model.saved_model, tmp_path, PrecisionSearchSettings(),
                                    BUDGET, signature="serving_default",
                                    calibration=synthetic(signature, 10))
     assert outcome.strategy == "off" and "no labelled or calibration data" in outcome.reason
@@ -104,9 +104,8 @@ def test_the_float_reference_of_the_table_is_the_source_model(relaxed, wine):
     """The error meter's float model is the ONNX conversion of the source: its top-1 is the
     SavedModel's on every held-out row."""
     model, _, eval_data, _ = wine
-    reference = load_runner(relaxed.candidate.path.replace("onnx_mixed_int8/model.onnx",
-                                                           "precision_search/prepared.onnx"),
-                            format="onnx")
+    reference = load_runner(relaxed.candidate.path.replace(
+        "onnx_mixed_int8/model.onnx", "onnx_mixed_int8_search/prepared.onnx"), format="onnx")
     stock = load_runner(model.saved_model)
     key = stock.signature.inputs[0].key
     ours = reference({key: eval_data.x})
@@ -135,9 +134,26 @@ def test_tfopt_optimize_searches_by_default_where_uniform_int8_breaks_the_budget
     mixed = rows["onnx_mixed_int8"]
     assert mixed["verdict"] in ("chosen", "passed") and mixed["accuracy_drop"] <= BUDGET
     assert any("normalize" in layer for layer in mixed["float_layers"])
-    trace = json.loads((dst / "precision_search.json").read_text())
+    trace = json.loads((dst / "precision_search.json").read_text())["onnx_mixed_int8"]
     assert trace["strategy"] == "relaxed" and trace["float_layers"] == mixed["float_layers"]
     assert trace["result"]["tried"] and trace["table"]["layers"]
+
+
+def test_litert_mixed_int8_denylists_the_normalization_and_stays_inside_the_budget(
+        wine, tmp_path_factory):
+    model, _, eval_data, _ = wine
+    outcome = searched_candidate(model, tmp_path_factory.mktemp("litert"), "relaxed",
+                                 target="litert")
+    candidate = outcome.candidate
+    assert outcome.uniform_int8_error > BUDGET
+    assert candidate is not None and candidate.label == "litert_mixed_int8", outcome.reason
+    assert any("normalize" in layer for layer in candidate.float_layers)
+    float_accuracy = top1_accuracy(load_runner(model.saved_model), eval_data.x, eval_data.y)
+    assert top1_accuracy(load_runner(candidate.path), eval_data.x,
+                         eval_data.y) >= float_accuracy - BUDGET
+    sidecar = json.loads((candidate.artifact_dir / "model.tflite.json").read_text())
+    assert sidecar["flavour"] == "mixed_int8"
+    assert sidecar["converter"]["float_nodes"] == list(candidate.float_layers)
 
 
 def test_the_pipelines_optimize_step_adds_the_mixed_candidate_with_its_trace(wine, tmp_path):

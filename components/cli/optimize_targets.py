@@ -16,7 +16,8 @@ atomically:
 - ``runtime_settings.json`` with ``--tune``: the thread settings measured best for it;
 - ``precision_search.json`` when the precision search ran (``--precision-search``): its table
   (each layer's costs and sensitivity), the assignments it built and measured (predicted and
-  measured latency and error) and the float layers of ``onnx_mixed_int8``.
+  measured latency and error) and the float layers of ``onnx_mixed_int8`` and
+  ``litert_mixed_int8``, by label.
 
 When no candidate passes, nothing is written at DST; ``DST.candidates.json`` beside it says why,
 and the exit code is 3, as for ``tfopt gate``.
@@ -68,8 +69,9 @@ def add_arguments(p) -> None:
                        help="benchmark: timed seconds at least (default 10)")
     group.add_argument("--precision-search", default="auto", dest="precision_search",
                        choices=PRECISION_SEARCH_MODES,
-                       help="with the onnx target, an onnx_mixed_int8 candidate: static int8 "
-                            "with the layers a search keeps in float (docs/precision_search.md)"
+                       help="with the onnx and litert targets, onnx_mixed_int8 and "
+                            "litert_mixed_int8 candidates: int8 with the layers a search keeps "
+                            "in float (docs/precision_search.md)"
                             "; greedy: fall back the most sensitive layer until the budget "
                             "holds; relaxed: search by measured latency; auto (default): "
                             "relaxed when uniform int8 breaks --accuracy-budget and "
@@ -104,55 +106,63 @@ def check_arguments(args):
 def _calibration(signature, args, settings):
     from optimizer.inputs.calibration import choose_calibration
 
-    if not settings.calibrates and not _searches_precision(args, settings):
+    if not settings.calibrates and not _searched_targets(args, settings):
         return None
     return choose_calibration(signature, settings.calibration_samples,
                               calibration_data=args.calibration_data, eval_data=args.eval_data)
 
 
-def _searches_precision(args, settings) -> bool:
-    return "onnx" in settings.targets and getattr(args, "precision_search", "off") != "off"
+def _searched_targets(args, settings) -> list[str]:
+    """The targets whose mixed int8 candidate is searched: onnx and litert, when asked for."""
+    if getattr(args, "precision_search", "off") == "off":
+        return []
+    return [t for t in ("onnx", "litert") if t in settings.targets]
 
 
-def _precision_search(args, settings, calibration, eval_data, workdir: Path, policy, built):
-    """The onnx_mixed_int8 candidate's search (:mod:`optimizer.search.precision.candidates`),
-    or None when it does not run; a search that fails leaves the other candidates to the gate."""
+def _precision_search(args, settings, calibration, eval_data, workdir: Path, policy,
+                      built) -> dict:
+    """label -> outcome of each mixed int8 candidate's search that ran
+    (:mod:`optimizer.search.precision.candidates`); a search that fails leaves the other
+    candidates to the gate."""
     from optimizer.errors import first_line
-    from optimizer.search.precision.candidates import mixed_onnx_candidate
+    from optimizer.search.precision.candidates import TARGETS, mixed_candidate
     from optimizer.search.precision.settings import PrecisionSearchSettings
 
-    if not _searches_precision(args, settings):
-        return None
-    try:
-        outcome = mixed_onnx_candidate(
-            args.src, workdir, PrecisionSearchSettings(mode=args.precision_search),
-            args.accuracy_budget, signature=args.signature, calibration=calibration,
-            eval_data=eval_data, samples=settings.calibration_samples, policy=policy,
-            built=built)
-    except Exception as exc:  # noqa: BLE001 - a search that fails leaves the other candidates
-        log.warning("precision search failed, no onnx_mixed_int8: %s", first_line(exc))
-        return None
-    if outcome.strategy == "off":
-        print(f"precision    off: {outcome.reason}")
-        return None  # nothing searched: nothing more to write
-    if outcome.candidate is not None:
-        print(f"precision    {outcome.strategy}: onnx_mixed_int8 keeps "
-              f"{len(outcome.candidate.float_layers)} of {len(outcome.table.layers)} layers in "
-              f"float ({', '.join(outcome.candidate.float_layers)}); "
-              f"{len(outcome.result.tried)} assignments measured in "
-              f"{outcome.search_seconds:.1f}s")
-    else:
-        print(f"precision    {outcome.strategy}: no mixed candidate ({outcome.reason})")
-    return outcome
+    outcomes = {}
+    for target in _searched_targets(args, settings):
+        label = TARGETS[target][0]
+        try:
+            outcome = mixed_candidate(
+                args.src, workdir, PrecisionSearchSettings(mode=args.precision_search),
+                args.accuracy_budget, signature=args.signature, calibration=calibration,
+                eval_data=eval_data, samples=settings.calibration_samples, policy=policy,
+                built=built, target=target)
+        except Exception as exc:  # noqa: BLE001 - a search that fails leaves the others
+            log.warning("precision search failed, no %s: %s", label, first_line(exc))
+            continue
+        if outcome.strategy == "off":
+            print(f"precision    {label} off: {outcome.reason}")
+            continue  # nothing searched: nothing more to write
+        if outcome.candidate is not None:
+            print(f"precision    {outcome.strategy}: {label} keeps "
+                  f"{len(outcome.candidate.float_layers)} of {len(outcome.table.layers)} layers "
+                  f"in float ({', '.join(outcome.candidate.float_layers)}); "
+                  f"{len(outcome.result.tried)} assignments measured in "
+                  f"{outcome.search_seconds:.1f}s")
+        else:
+            print(f"precision    {outcome.strategy}: no {label} ({outcome.reason})")
+        outcomes[label] = outcome
+    return outcomes
 
 
-def _write_precision_search(outcome, path: Path) -> None:
+def _write_precision_search(outcomes: dict, path: Path) -> None:
     import json
 
     from optimizer.files.atomic import atomic_file
 
     with atomic_file(path, overwrite=True) as staging:
-        staging.write_text(json.dumps(outcome.to_dict(), indent=2) + "\n")
+        staging.write_text(json.dumps({label: outcome.to_dict()
+                                       for label, outcome in outcomes.items()}, indent=2) + "\n")
 
 
 def _print_rows(rows: list[dict]) -> None:
@@ -215,10 +225,9 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None,
         with TreeMeter() as meter:
             precision = _precision_search(args, settings, calibration, eval_data, workdir,
                                           policy, {c.label: c.path for c in derived})
-        if precision is not None:
+        if precision:
             costs["precision search"] = meter.cost
-            if precision.candidate is not None:
-                derived.append(precision.candidate)
+            derived += [o.candidate for o in precision.values() if o.candidate is not None]
         candidates = ([optimized] if "savedmodel" in settings.targets else []) + derived
         with TreeMeter() as meter:
             selection = select_candidate(
@@ -233,7 +242,7 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None,
         chosen = selection.chosen
         if chosen is None:
             beside = selection.write_json(dst.parent / f"{dst.name}.{CANDIDATES_FILE}", kept={})
-            if precision is not None:
+            if precision:
                 _write_precision_search(precision,
                                         dst.parent / f"{dst.name}.{PRECISION_SEARCH_FILE}")
             print(f"no candidate passed the gate; nothing written at {dst}; see {beside}")
@@ -243,7 +252,7 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None,
             shutil.copytree(chosen.artifact_dir, staging)
             final = dst / Path(chosen.path).name if is_file else dst
             selection.write_json(staging / CANDIDATES_FILE, kept={chosen.label: str(final)})
-            if precision is not None:
+            if precision:
                 _write_precision_search(precision, staging / PRECISION_SEARCH_FILE)
             if args.tune:
                 with TreeMeter() as meter:

@@ -1,8 +1,9 @@
 """Mixed-precision candidates: search which layers to keep in float, build the answer as a
 candidate the benchmark, the evaluation and the gate treat like every other.
 
-:func:`mixed_onnx_candidate` runs on ONNX Runtime's static int8 (``onnx_mixed_int8``): the
-table is measured once (:func:`optimizer.search.precision.onnx_runtime.build_table`), the
+:func:`mixed_candidate` runs on ONNX Runtime's static int8 (``onnx_mixed_int8``) or LiteRT's
+full int8 (``litert_mixed_int8``): the table is measured once
+(:func:`optimizer.search.precision.measure.build_table`), the
 search (:mod:`optimizer.search.precision.search`) proposes its few best assignments, each is
 built and measured end to end (its error on the same data, its p50 at batch 1 on one thread,
 timed interleaved in blocks with the others), and the fastest inside the budget is written as
@@ -13,7 +14,6 @@ int8 breaks the budget and real data (labelled, or calibration inputs) exist.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import time
@@ -32,7 +32,6 @@ from optimizer.search.precision.table import PrecisionTable
 
 log = logging.getLogger(__name__)
 
-LABEL = "onnx_mixed_int8"
 PROPOSAL_SECONDS = 1.5  # end-to-end timing of the proposals, interleaved
 
 
@@ -82,89 +81,100 @@ def _inputs(signature, calibration: Calibration | None, eval_x: np.ndarray | Non
             for key in signature.input_keys}
 
 
-def _measure(model, meter, reference: Path):
+def _measure(model, meter):
     """``measure(assignments)``: each built, its error, and its p50 timed interleaved."""
-    from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.search.precision.onnx_runtime import _session
+    from optimizer.search.precision.measure import p50_seconds
 
     def measure(assignments) -> list[Measured]:
         paths = [model.build(float_layers=sorted(a)) for a in assignments]
         errors = [meter.error(p) for p in paths]
-        feeds = {k: v[:1] for k, v in meter.x.items()}
-        calls = {str(i): functools.partial(_session(path).run, None, feeds)
-                 for i, path in enumerate(paths)}
-        samples = time_interleaved(calls, warmup=10, min_runs=20, min_seconds=PROPOSAL_SECONDS,
-                                   rotate_order=True, block_size=10)
-        return [Measured(samples[str(i)].p50, errors[i])
-                for i in range(len(paths))]
+        seconds = p50_seconds(paths, model.format, meter.signature, meter.x, PROPOSAL_SECONDS)
+        return [Measured(s, e) for s, e in zip(seconds, errors)]
     return measure
 
 
-def mixed_onnx_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
-                         settings: PrecisionSearchSettings, max_error: float, *,
-                         signature: str, calibration: Calibration, eval_data=None,
-                         metric: str = "top1", samples: int = 100,
-                         source_digest: str | None = None, export=None,
-                         cost_cache: str | os.PathLike | None = None,
-                         policy: ScanPolicy = DEFAULT_POLICY,
-                         built: Mapping[str, str] | None = None) -> PrecisionOutcome:
+# target -> (label, the uniform int8 flavour, the float flavours to read its error against)
+TARGETS = {"onnx": ("onnx_mixed_int8", "onnx_static_int8", ("onnx_optimized", "onnx_fp32")),
+           "litert": ("litert_mixed_int8", "litert_full_int8", ("litert_fp32",))}
+
+
+def mixed_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
+                    settings: PrecisionSearchSettings, max_error: float, *,
+                    signature: str, calibration: Calibration, eval_data=None,
+                    metric: str = "top1", samples: int = 100,
+                    source_digest: str | None = None, export=None,
+                    cost_cache: str | os.PathLike | None = None,
+                    policy: ScanPolicy = DEFAULT_POLICY,
+                    built: Mapping[str, str] | None = None,
+                    target: str = "onnx") -> PrecisionOutcome:
     """Search (``settings.mode``; ``auto`` decided here from uniform int8's measured error) and,
-    when an assignment measures inside ``max_error``, build ``onnx_mixed_int8`` under
-    ``workdir``. ``built``: label -> model file of the ONNX candidates already built; with
-    ``onnx_static_int8`` and a float one among them, ``auto`` reads uniform int8's error from
-    those and, when it passes, converts nothing."""
-    from optimizer.candidates.onnx.convert import OnnxExport, convert_to_onnx
+    when an assignment measures inside ``max_error``, build ``onnx_mixed_int8`` (``target``
+    ``onnx``: ONNX Runtime static int8, ``nodes_to_exclude``) or ``litert_mixed_int8``
+    (``litert``: LiteRT full int8, ``denylisted_nodes``) under ``workdir``. ``built``: label ->
+    model file of the candidates already built; with the target's uniform int8 and a float
+    one among them, ``auto`` reads uniform int8's error from those and, when it passes,
+    converts nothing. ``export``: a tf2onnx conversion to share (onnx)."""
     from optimizer.files.atomic import atomic_directory
     from optimizer.model.savedmodel import get_signature
-    from optimizer.search.precision.onnx_runtime import (
-        ErrorMeter,
-        OnnxLayerCosts,
-        OnnxPrecisionModel,
-        build_table,
-    )
+    from optimizer.search.precision.measure import ErrorMeter, build_table, p50_seconds
 
+    label, uniform_label, float_labels = TARGETS[target]
     started = time.perf_counter()
     workdir = Path(workdir)
     labels = eval_data.y if eval_data is not None else None
+
+    def off(why: str, uniform: float | None = None) -> PrecisionOutcome:
+        log.info("precision search off: %s", why)
+        return PrecisionOutcome("off", None, None, uniform_int8_error=uniform,
+                                search_seconds=time.perf_counter() - started, reason=why)
+
     strategy, why = should_search(settings.mode, None, max_error, calibration, labels is not None)
     if strategy == "off":
-        log.info("precision search off: %s", why)
-        return PrecisionOutcome("off", None, None, reason=why)
+        return off(why)
     info = get_signature(source, signature, policy=policy)
     x = _inputs(info, calibration, eval_data.x if eval_data is not None else None)
-    uniform = None
-    if settings.mode == "auto" and built:
+    fmt = "onnx" if target == "onnx" else "tflite"
+    float_model = next((built[f] for f in float_labels if built and f in built), None)
+    if settings.mode == "auto" and float_model and uniform_label in built:
         # uniform int8's error from the candidates already built: no conversion when it passes
-        float_model = built.get("onnx_optimized") or built.get("onnx_fp32")
-        if float_model and built.get("onnx_static_int8"):
-            uniform = ErrorMeter(Path(float_model), x, labels, metric).error(
-                Path(built["onnx_static_int8"]))
-            strategy, why = should_search(settings.mode, uniform, max_error, calibration,
-                                          labels is not None)
-            if strategy == "off":
-                log.info("precision search off: %s", why)
-                return PrecisionOutcome("off", None, None, uniform_int8_error=uniform,
-                                        search_seconds=time.perf_counter() - started,
-                                        reason=why)
-    export = export or OnnxExport(source, signature)
-    model = OnnxPrecisionModel(export.pre_processed_bytes(), calibration.feeds[:samples],
-                               workdir / "precision_search")
-    meter = ErrorMeter(model.prepared, x, labels, metric)
+        uniform = ErrorMeter(Path(float_model), fmt, signature, x, labels, metric).error(
+            Path(built[uniform_label]))
+        strategy, why = should_search(settings.mode, uniform, max_error, calibration,
+                                      labels is not None)
+        if strategy == "off":
+            return off(why, uniform)
+    feeds = calibration.feeds[:samples]
+    if target == "onnx":
+        from optimizer.candidates.onnx.convert import OnnxExport
+        from optimizer.search.precision.onnx_runtime import OnnxLayerCosts, OnnxPrecisionModel
+
+        export = export or OnnxExport(source, signature)
+        model = OnnxPrecisionModel(export.pre_processed_bytes(), feeds,
+                                   workdir / f"{label}_search")
+        costs = OnnxLayerCosts(cost_cache)
+    else:
+        from optimizer.search.precision.litert_runtime import (
+            LiteRTLayerCosts,
+            LiteRTPrecisionModel,
+        )
+
+        model = LiteRTPrecisionModel(Path(source), signature, feeds, workdir / f"{label}_search")
+        costs = LiteRTLayerCosts(lambda paths: p50_seconds(paths, fmt, signature, x,
+                                                           PROPOSAL_SECONDS))
+    meter = ErrorMeter(model.prepared, fmt, signature, x, labels, metric)
     uniform_int8 = model.build()
     uniform = meter.error(uniform_int8)
     strategy, why = should_search(settings.mode, uniform, max_error, calibration,
                                   labels is not None)
     if strategy == "off":
-        log.info("precision search off: %s", why)
-        return PrecisionOutcome("off", None, None, search_seconds=time.perf_counter() - started,
-                                uniform_int8_error=uniform, reason=why)
-    log.info("precision search %s: %s (uniform int8 error %.4f, budget %.4f)", strategy, why,
-             uniform, max_error)
+        return off(why, uniform)
+    log.info("precision search %s (%s): %s (uniform int8 error %.4f, budget %.4f)", strategy,
+             label, why, uniform, max_error)
     table_started = time.perf_counter()
-    table = build_table(model, meter, OnnxLayerCosts(cost_cache),
-                        _call_seconds(uniform_int8, meter))
+    table = build_table(model, meter, costs,
+                        p50_seconds([uniform_int8], fmt, signature, x, PROPOSAL_SECONDS)[0])
     table_seconds = time.perf_counter() - table_started
-    result = search_precision(table, strategy, max_error, _measure(model, meter, model.prepared),
+    result = search_precision(table, strategy, max_error, _measure(model, meter),
                               alpha=settings.alpha, budget=settings.budget,
                               time_budget=settings.time_budget, keep=settings.measure_top)
     outcome = PrecisionOutcome(strategy, table, result, table_seconds=table_seconds,
@@ -177,36 +187,34 @@ def mixed_onnx_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
                  "" if tried.within_budget else " (outside the budget)")
     if result.chosen is None:
         outcome.reason = "no assignment measured inside the accuracy budget"
-    else:
-        dst = workdir / LABEL
-        with atomic_directory(dst, overwrite=True) as staging:
-            staging.mkdir(parents=True, exist_ok=True)
-            converted = convert_to_onnx(
-                source, staging / "model.onnx", "mixed_int8", signature=signature,
-                calibration=calibration, calibration_samples=samples,
-                source_digest=source_digest, export=export, policy=policy,
-                float_nodes=result.float_layers)
-        outcome.candidate = Candidate(
-            label=LABEL, target="onnx", variant="mixed_int8", format="onnx",
-            runtime="onnxruntime", path=str(dst / "model.onnx"),
-            how_to_load=converted.sidecar.load_python, calibration=calibration.tag,
-            float_layers=tuple(result.float_layers))
+        outcome.search_seconds = time.perf_counter() - started
+        return outcome
+    dst = workdir / label
+    with atomic_directory(dst, overwrite=True) as staging:
+        staging.mkdir(parents=True, exist_ok=True)
+        if target == "onnx":
+            from optimizer.candidates.onnx.convert import convert_to_onnx
+
+            path = staging / "model.onnx"
+            how = convert_to_onnx(
+                source, path, "mixed_int8", signature=signature, calibration=calibration,
+                calibration_samples=samples, source_digest=source_digest, export=export,
+                policy=policy, float_nodes=result.float_layers).sidecar.load_python
+            runtime = "onnxruntime"
+        else:
+            from optimizer.candidates.litert.convert import convert_to_litert
+
+            path = staging / "model.tflite"
+            converted = convert_to_litert(
+                source, path, "mixed_int8", signature=signature,
+                representative_data=calibration.feeds, calibration_samples=samples,
+                calibration_source=calibration.source, source_digest=source_digest,
+                policy=policy, float_nodes=result.float_layers)
+            how = converted.manifest.to_dict()["load"]["python"]
+            runtime = "ai-edge-litert"
+    outcome.candidate = Candidate(
+        label=label, target=target, variant="mixed_int8", format=fmt, runtime=runtime,
+        path=str(dst / path.name), how_to_load=how, calibration=calibration.tag,
+        float_layers=tuple(result.float_layers))
     outcome.search_seconds = time.perf_counter() - started
     return outcome
-
-
-def _call_seconds(path: Path, meter) -> float:
-    """A model's call at batch 1 on one thread, fastest of a few repeats."""
-    from optimizer.search.precision.onnx_runtime import _session
-
-    session = _session(path)
-    feeds = {k: v[:1] for k, v in meter.x.items()}
-    for _ in range(20):
-        session.run(None, feeds)
-    best = float("inf")
-    for _ in range(5):
-        started = time.perf_counter()
-        for _ in range(100):
-            session.run(None, feeds)
-        best = min(best, (time.perf_counter() - started) / 100)
-    return best

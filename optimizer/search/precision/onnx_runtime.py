@@ -16,9 +16,7 @@ float, their sensitivity, and assignments built for real.
   ``$TFOPT_PRECISION_COST_CACHE`` or ``~/.cache/tfopt/precision_costs.json``
   (:class:`~optimizer.search.timing_cache.TimingCache`), so a second model with the same layer
   shapes, or a second search on the same model, times nothing.
-- **Errors** (:class:`ErrorMeter`): with labelled data, the accuracy lost against the float
-  model under the gate's metric; without, the share of calibration rows whose top-1 differs
-  from the float model's (fidelity to the input).
+- **Errors**: :mod:`optimizer.search.precision.measure`, for every runtime.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.search.precision.table import INPUT, OUTPUT, PrecisionTable
+from optimizer.search.precision.table import INPUT, OUTPUT
 from optimizer.search.timing_cache import TimingCache
 
 log = logging.getLogger(__name__)
@@ -70,6 +68,9 @@ def _session(path_or_bytes, threads: int = TIMING_THREADS):
 class OnnxPrecisionModel:
     """A pre-processed float ONNX model and its calibration, from which any assignment's mixed
     model is built under ``work``."""
+
+    suffix = ".onnx"
+    format = "onnx"
 
     def __init__(self, prepared: bytes, feeds: Sequence[Mapping[str, np.ndarray]], work: Path):
         import onnx
@@ -128,39 +129,6 @@ class OnnxPrecisionModel:
             if (found := source(output.name)) is not None and found[0] != INPUT:
                 edges.append((found[0], OUTPUT, found[1]))
         return list(dict.fromkeys(edges))
-
-
-class ErrorMeter:
-    """How much worse than the float model a built model is: accuracy lost on ``labels`` under
-    ``metric`` when given, else the share of rows whose top-1 differs from the float model's."""
-
-    def __init__(self, reference: Path, x: Mapping[str, np.ndarray], labels=None,
-                 metric: str = "top1"):
-        self.x, self.labels, self.metric = dict(x), labels, metric
-        self.reference_outputs = self._outputs(reference)
-        self.reference_score = self._score(self.reference_outputs)
-        self.description = (f"{metric} lost against the float model" if labels is not None
-                            else "top-1 disagreement with the float model")
-
-    def _outputs(self, path: Path) -> np.ndarray:
-        session = _session(path, threads=0)
-        return session.run(None, self.x)[0]
-
-    def _score(self, outputs: np.ndarray) -> float:
-        if self.labels is None:
-            return 1.0
-        from optimizer.verify.evaluation import get_metric
-
-        return float(get_metric(self.metric).fn(outputs, self.labels))
-
-    def error(self, path: Path) -> float:
-        outputs = self._outputs(path)
-        if self.labels is None:
-            return float(np.mean(outputs.argmax(-1) != self.reference_outputs.argmax(-1)))
-        from optimizer.verify.evaluation import get_metric
-
-        drop = self.reference_score - self._score(outputs)
-        return drop if get_metric(self.metric).higher_is_better else -drop
 
 
 class OnnxLayerCosts:
@@ -336,27 +304,3 @@ def _qdq_model(dims, empty: bool = False):
                  helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["y"])]
     graph = helper.make_graph(nodes, "boundary", [x], [y], weights)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-
-
-def build_table(model: OnnxPrecisionModel, meter: ErrorMeter, costs: OnnxLayerCosts,
-                int8_seconds_end_to_end: float | None = None) -> PrecisionTable:
-    """Measure each layer's sensitivity (quantized alone, kept alone in float) and cost, once.
-    ``int8_seconds_end_to_end``, uniform int8's call measured whole, sets what the layers'
-    costs leave out (the call, the unsearched ops: ``base_seconds``), so that predictions read
-    as latencies; their ranking does not depend on it."""
-    started = time.perf_counter()
-    quantized_alone, float_alone = {}, {}
-    int8_error = meter.error(model.build())
-    for layer in model.layers:
-        quantized_alone[layer] = meter.error(model.build(only=[layer]))
-        float_alone[layer] = meter.error(model.build(float_layers=[layer]))
-    log.info("precision search: sensitivity of %d layers measured in %.1fs (%s)",
-             len(model.layers), time.perf_counter() - started, meter.description)
-    int8, floats, edges = costs.table_costs(model)
-    base = 0.0
-    if int8_seconds_end_to_end is not None:
-        all_int8 = PrecisionTable(model.layers, int8, floats, tuple(edges), quantized_alone,
-                                  float_alone, int8_error)
-        base = max(0.0, int8_seconds_end_to_end - all_int8.latency(frozenset()))
-    return PrecisionTable(model.layers, int8, floats, tuple(edges), quantized_alone,
-                          float_alone, int8_error, base, meter.description)
