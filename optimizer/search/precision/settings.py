@@ -32,5 +32,5 @@ class PrecisionSearchSettings(Settings):
                                                   "alpha x the best latency inside the budget")
     budget: int = Field(200, ge=1, description="relaxed: most assignments expanded")
     time_budget: float = Field(120.0, gt=0, title="time budget",
-                               description="search and measurement: wall-time limit, seconds")
+                               description="relaxed: wall-time limit of the queue, seconds")
     measure_top: int = Field(3, ge=1, description="assignments built and measured end to end")
