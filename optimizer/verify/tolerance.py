@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from optimizer.errors import TfoptError, shown
-from optimizer.files.records import Settings
+from optimizer.records import Settings
 
 if TYPE_CHECKING:
     from optimizer.verify.equivalence import EquivalenceReport

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from optimizer.files.records import record_to_dict
+from optimizer.records import record_to_dict
 from optimizer.search.precision.table import Assignment, PrecisionTable
 from optimizer.search.search import SearchStats
 

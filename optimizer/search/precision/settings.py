@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from optimizer.errors import InvalidInputsError
-from optimizer.files.records import Settings
+from optimizer.records import Settings
 
 PRECISION_SEARCH_MODES = ("auto", "off", "greedy", "relaxed")
 
