@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from optimizer.records import record_to_dict
 from optimizer.search.precision.table import Assignment, PrecisionTable
-from optimizer.search.search import SearchStats
+from optimizer.search.search import SearchStats, stop_reason
 
 log = logging.getLogger(__name__)
 
@@ -184,15 +184,12 @@ def relaxed_precision_search(table: PrecisionTable, max_error: float, alpha: flo
     best.sort(key=lambda p: p.predicted_seconds)
     seen = {start} | {p.assignment for p in best}
     queue = [(table.latency(start), next(counter), start, ())]
+    def out_of_time() -> bool:
+        return time.perf_counter() - started >= time_budget
+
     while True:
-        if not queue:
-            stats.stopped_by = "exhausted"
-            break
-        if stats.expansions >= budget:
-            stats.stopped_by = "budget"
-            break
-        if time.perf_counter() - started >= time_budget:
-            stats.stopped_by = "time_budget"
+        stats.stopped_by = stop_reason(queue, stats.expansions, budget, out_of_time)
+        if stats.stopped_by:
             break
         _, _, current, trace = heapq.heappop(queue)
         stats.expansions += 1
