@@ -42,6 +42,7 @@ from optimizer.optimize.recipe import INFERENCE_RECIPE, default_recipe
 from optimizer.records import field_of
 from optimizer.runtime.call_deadline import CallDeadline
 from optimizer.runtime_tuning.settings import TuningSettings
+from optimizer.search.precision.settings import PrecisionSearchSettings
 from optimizer.search.settings import SearchSettings
 from optimizer.verify.tolerance import Tolerance
 
@@ -248,6 +249,9 @@ class CandidatesConfig(_Section):
                     "calibrates (see calibration.data)")
     calibration_samples: int = Field(100, ge=1, description="rows that calibrate the int8 "
                                                             "candidates")
+    # declared once, in optimizer/search/precision/settings.py (docs/precision_search.md)
+    precision_search: Literal["auto", "off", "greedy", "relaxed"] = field_of(
+        PrecisionSearchSettings, "mode")
 
     @field_validator("targets")
     @classmethod

@@ -58,10 +58,12 @@ class PublishInputs:
                                 stderr=subprocess.PIPE, text=True, env=environment)
 
 
-def judge(root: Path, baseline: Path, candidates: list, gate_config=None, **benchmark):
+def judge(root: Path, baseline: Path, candidates: list, gate_config=None, eval_data=None,
+          **benchmark):
     """``(evaluation, gate)`` outputs for ``candidates`` (CandidateModels) benchmarked against
     ``baseline`` and judged by the gate, with its verdict file and report under ``root``, as
-    the evaluate and gate steps write them."""
+    the evaluate and gate steps write them; ``eval_data`` (an ``.npz`` of ``x`` and ``y``):
+    held-out accuracy instead of agreement with the baseline."""
     from components.artifacts import EvaluationOutput, GateOutput
     from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
     from optimizer.candidates.candidate import Candidate
@@ -79,10 +81,11 @@ def judge(root: Path, baseline: Path, candidates: list, gate_config=None, **benc
     result = run_benchmark(
         Subject.baseline(baseline, label="input"),
         [Subject.candidate(c.path, label=c.label, format=c.format) for c in candidates],
-        BenchmarkConfig(**settings))
+        BenchmarkConfig(**settings), eval_data=eval_data)
     tags = [c.candidate().to_dict() for c in candidates]
     evaluation = EvaluationOutput(result_path=str(result.save(root / "evaluation.json")),
-                                  has_labels=False, metric="top1", candidate_tags=tags,
+                                  has_labels=eval_data is not None, metric="top1",
+                                  candidate_tags=tags,
                                   candidates=[c.to_dict() for c in candidates])
     decision = evaluate_gate(result, gate_config or GateConfig(min_speedup=1.05))
     verdict_path = root / "verdict.json"

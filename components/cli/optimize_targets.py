@@ -13,7 +13,11 @@ atomically:
 - the chosen SavedModel itself, or the chosen model's file(s) with its JSON sidecar
   (``model.tflite``, ``model.onnx``, or ``model.xml`` and ``model.bin``; plus ``<file>.json``);
 - ``candidates.json``: every candidate with its format, latency, accuracy and verdict;
-- ``runtime_settings.json`` with ``--tune``: the thread settings measured best for it.
+- ``runtime_settings.json`` with ``--tune``: the thread settings measured best for it;
+- ``precision_search.json`` when the precision search ran (``--precision-search``): its table
+  (each layer's costs and sensitivity), the assignments it built and measured (predicted and
+  measured latency and error) and the float layers of ``onnx_mixed_int8`` and
+  ``litert_mixed_int8``, by label.
 
 When no candidate passes, nothing is written at DST; ``DST.candidates.json`` beside it says why,
 and the exit code is 3, as for ``tfopt gate``.
@@ -31,10 +35,12 @@ from components.cli.output import human_bytes, table
 from components.cli.settings_flags import setting_flag
 from optimizer.benchmark.settings import BenchmarkConfig
 from optimizer.gate.verdict import GateConfig
+from optimizer.search.precision.settings import PRECISION_SEARCH_MODES
 
 log = logging.getLogger(__name__)
 
 CANDIDATES_FILE = "candidates.json"
+PRECISION_SEARCH_FILE = "precision_search.json"
 
 
 def add_arguments(p) -> None:
@@ -63,6 +69,15 @@ def add_arguments(p) -> None:
     group.add_argument("--seconds", type=float,
                        **setting_flag(BenchmarkConfig, "min_seconds",
                                       "benchmark: {description}"))
+    group.add_argument("--precision-search", default="auto", dest="precision_search",
+                       choices=PRECISION_SEARCH_MODES,
+                       help="with the onnx and litert targets, onnx_mixed_int8 and "
+                            "litert_mixed_int8 candidates: int8 with the layers a search keeps "
+                            "in float (docs/precision_search.md)"
+                            "; greedy: fall back the most sensitive layer until the budget "
+                            "holds; relaxed: search by measured latency; auto (default): "
+                            "relaxed when uniform int8 breaks --accuracy-budget and "
+                            "--eval-data or --calibration-data is given, else off")
     group.add_argument("--tune", action="store_true",
                        help="search thread settings for the chosen candidate and write "
                             "DST/runtime_settings.json")
@@ -92,7 +107,7 @@ def check_arguments(args):
 def _calibration(signature, args, settings):
     from optimizer.inputs.calibration import choose_calibration
 
-    if not settings.calibrates:
+    if not settings.calibrates and not _searched_targets(args, settings):
         return None
     return choose_calibration(signature, settings.calibration_samples,
                               calibration_data=args.calibration_data, eval_data=args.eval_data)
@@ -105,6 +120,62 @@ def _accuracy_header(rows: list[dict]) -> str:
     if kinds == {"top1_agreement_with_input"}:
         return "agreement"
     return f"accuracy ({', '.join(sorted(kinds))})" if kinds else "accuracy"
+
+
+def _searched_targets(args, settings) -> list[str]:
+    """The targets whose mixed int8 candidate is searched: onnx and litert, when asked for."""
+    if getattr(args, "precision_search", "off") == "off":
+        return []
+    return [t for t in ("onnx", "litert") if t in settings.targets]
+
+
+def _precision_search(args, settings, calibration, eval_data, workdir: Path, policy,
+                      built) -> dict:
+    """label -> outcome of each mixed int8 candidate's search that ran
+    (:mod:`optimizer.search.precision.candidates`); a search that fails leaves the other
+    candidates to the gate."""
+    from optimizer.errors import first_line
+    from optimizer.search.precision.candidates import TARGETS, mixed_candidate
+    from optimizer.search.precision.settings import PrecisionSearchSettings
+
+    outcomes = {}
+    for target in _searched_targets(args, settings):
+        label = TARGETS[target][0]
+        try:
+            outcome = mixed_candidate(
+                args.src, workdir, PrecisionSearchSettings(mode=args.precision_search),
+                args.accuracy_budget, signature=args.signature, calibration=calibration,
+                eval_data=eval_data, samples=settings.calibration_samples, policy=policy,
+                built=built, target=target)
+        except Exception as exc:  # noqa: BLE001 - a search that fails leaves the others
+            log.warning("precision search failed, no %s: %s", label, first_line(exc))
+            continue
+        if outcome.strategy == "off":
+            said = f"{label} off: {outcome.reason}"
+        elif outcome.candidate is not None:
+            said = (f"{outcome.strategy}: {label} keeps {len(outcome.candidate.float_layers)} "
+                    f"of {len(outcome.table.layers)} layers in float "
+                    f"({', '.join(outcome.candidate.float_layers)}); "
+                    f"{len(outcome.result.tried)} assignments measured in "
+                    f"{outcome.search_seconds:.1f}s")
+        else:
+            said = f"{outcome.strategy}: no {label} ({outcome.reason})"
+        if not args.json:
+            print(f"precision    {said}")
+        if outcome.strategy == "off":
+            continue  # nothing searched: nothing more to write
+        outcomes[label] = outcome
+    return outcomes
+
+
+def _write_precision_search(outcomes: dict, path: Path) -> None:
+    import json
+
+    from optimizer.files.atomic import atomic_file
+
+    with atomic_file(path, overwrite=True) as staging:
+        staging.write_text(json.dumps({label: outcome.to_dict()
+                                       for label, outcome in outcomes.items()}, indent=2) + "\n")
 
 
 def _print_rows(rows: list[dict]) -> None:
@@ -180,12 +251,20 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None,
                               path=str(optimized_dir),
                               how_to_load=savedmodel_load_instructions(args.signature))
         costs = {} if costs is None else costs
+        calibration = _calibration(signature, args, settings)
         with stages.stage("candidates"), TreeMeter() as meter:
             derived, skipped = derive_candidates(
                 args.src, result.candidate.model, workdir, settings, signature=args.signature,
-                calibration=_calibration(signature, args, settings),
-                budget=getattr(args, "budget", None), policy=policy)
+                calibration=calibration, budget=getattr(args, "budget", None), policy=policy)
         costs["candidates"] = meter.cost
+        with stages.stage("precision search"), TreeMeter() as meter:
+            precision = _precision_search(args, settings, calibration, eval_data, workdir,
+                                          policy, {c.label: c.path for c in derived})
+        if precision:
+            costs["precision search"] = meter.cost
+            document["precision_search"] = {label: outcome.to_dict()
+                                            for label, outcome in precision.items()}
+            derived += [o.candidate for o in precision.values() if o.candidate is not None]
         candidates = ([optimized] if "savedmodel" in settings.targets else []) + derived
         with stages.stage("benchmark+evaluate"), TreeMeter() as meter:
             selection = select_candidate(
@@ -204,6 +283,9 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None,
             _print_input_and_budget(held)
         if chosen is None:
             beside = selection.write_json(dst.parent / f"{dst.name}.{CANDIDATES_FILE}", kept={})
+            if precision:
+                _write_precision_search(precision,
+                                        dst.parent / f"{dst.name}.{PRECISION_SEARCH_FILE}")
             document.update(selection.to_dict(kept={}), candidates_file=str(beside))
             if not args.json:
                 print(f"no candidate passed the gate; nothing written at {dst}; see {beside}")
@@ -213,6 +295,8 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None,
         with atomic_directory(dst, overwrite=args.overwrite) as staging:
             shutil.copytree(chosen.artifact_dir, staging)
             selection.write_json(staging / CANDIDATES_FILE, kept={chosen.label: str(final)})
+            if precision:
+                _write_precision_search(precision, staging / PRECISION_SEARCH_FILE)
             if args.tune:
                 with stages.stage("tune"), TreeMeter() as meter:
                     tuned = _tune(staging, staging / Path(chosen.path).name if is_file

@@ -221,7 +221,7 @@ def model_tags(pub: Publication, model: CandidateModel) -> dict[str, str]:
             "tfopt.verdict": "promote" if verdict.get("promote") else "reject",
             "tfopt.load": pub.load_instructions(model)[:TAG_LIMIT],
             "mlflow.note.content": verdict_line(pub, model)[:TAG_LIMIT],
-            **calibration_tag(model)}
+            **calibration_tag(model), **float_layers_tag(model)}
 
 
 def version_tags(pub: Publication, model: CandidateModel) -> dict[str, str]:
@@ -239,6 +239,7 @@ def version_tags(pub: Publication, model: CandidateModel) -> dict[str, str]:
         "tfopt.signature": pub.config.signature,
         "tfopt.load": pub.load_instructions(model)[:TAG_LIMIT],
         **calibration_tag(model),
+        **float_layers_tag(model),
         **(pub.runtime_tags if model.label == pub.gate.chosen else {}),
     }
     if not pub.gate.promote:
@@ -250,6 +251,14 @@ def calibration_tag(model: CandidateModel) -> dict[str, str]:
     """``tfopt.calibration``: what an int8 model was calibrated on, ``data`` or ``synthetic``
     (inputs generated from the signature, no data given); absent for the others."""
     return {"tfopt.calibration": model.calibration} if model.calibration else {}
+
+
+def float_layers_tag(model: CandidateModel) -> dict[str, str]:
+    """``tfopt.float_layers``: the layers a mixed int8 model (``onnx_mixed_int8``,
+    :mod:`optimizer.search.precision`) keeps in float, comma-separated; absent for the others."""
+    if not model.float_layers:
+        return {}
+    return {"tfopt.float_layers": ",".join(model.float_layers)[:TAG_LIMIT]}
 
 
 def version_description(pub: Publication, model: CandidateModel, experiment_id: str,

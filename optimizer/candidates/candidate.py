@@ -25,6 +25,7 @@ VARIANT_PRECISION = {
     "fp32": FLOAT32, "xla": FLOAT32, "optimized": FLOAT32,  # SavedModel variants, ONNX/LiteRT
     "bf16": REDUCED_FLOAT, "fp16": REDUCED_FLOAT,
     "dynamic_int8": INT8, "full_int8": INT8, "static_int8": INT8, "int8": INT8,
+    "mixed_int8": INT8,  # int8 but for the layers a precision search kept in float
 }
 
 
@@ -40,6 +41,8 @@ class Candidate:
     path: str  # the SavedModel directory, or the model file (.tflite, .onnx, .xml)
     how_to_load: str
     calibration: str | None = None  # int8 calibrated on: "data" | "synthetic"; else None
+    # mixed int8: the layers a precision search kept in float (optimizer.search.precision)
+    float_layers: tuple[str, ...] = ()
 
     @property
     def artifact_dir(self) -> Path:

@@ -113,6 +113,7 @@ def candidate_rows(result: BenchmarkResult, decision: GateDecision,
             "format": tag.format,
             "runtime": tag.runtime,
             "calibration": tag.calibration,
+            "float_layers": list(tag.float_layers),  # a mixed int8's layers kept in float
             "path": measurement.path,
             "size_bytes": measurement.size_bytes,
             "p50_seconds": measurement.latency[batch].p50 if batch in measurement.latency

@@ -20,10 +20,8 @@ orders graphs the way their real latency does. Two costs share one interface (``
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +35,7 @@ from optimizer.graph.names import is_control_input, node_name_from_input, output
 from optimizer.inputs.generated import infer_int_ranges, make_inputs
 from optimizer.model.frozen import FrozenModel
 from optimizer.search.op_timer import MAX_CHAINED_COPIES, shared_timer
+from optimizer.search.timing_cache import TimingCache
 from optimizer.transforms.timing import median_run_seconds
 
 log = logging.getLogger(__name__)
@@ -140,6 +139,7 @@ class OpCostModel:
         self.timings = 0
         self._timer = shared_timer(threads)
         self.machine = f"{_machine_fingerprint()}; ops timed on {threads or 'all'} thread(s)"
+        self._cache = TimingCache(self.cache_path, CACHE_VERSION, self.machine, "op cost")
         self._seconds: dict[str, float] = self._load()
         self._failed: set[str] = set()
         self._loops: dict[str, float] = {}
@@ -324,35 +324,12 @@ class OpCostModel:
     # -- the cache file -------------------------------------------------------------------
 
     def _load(self) -> dict[str, float]:
-        try:
-            data = json.loads(self.cache_path.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            log.warning("ignoring unreadable op cost cache %s: %s", self.cache_path, exc)
-            return {}
-        if data.get("version") != CACHE_VERSION or data.get("machine") != self.machine:
-            log.info("op cost cache %s was made on another machine or version; not reused",
-                     self.cache_path)
-            return {}
-        return {str(k): float(v) for k, v in data.get("seconds", {}).items()}
+        return self._cache.load()
 
     def save(self) -> None:
-        """Write the cache atomically (a temp file renamed over it), merged with what another
-        process may have written meanwhile; entries timed here win."""
-        merged = {**self._load(), **self._seconds}
-        self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-        handle, staging = tempfile.mkstemp(prefix=f".{self.cache_path.name}.",
-                                           dir=self.cache_path.parent)
-        try:
-            with os.fdopen(handle, "w") as out:
-                json.dump({"version": CACHE_VERSION, "machine": self.machine,
-                           "seconds": dict(sorted(merged.items()))}, out, indent=0)
-            os.replace(staging, self.cache_path)
-        except BaseException:
-            Path(staging).unlink(missing_ok=True)
-            raise
-        self._seconds = merged
+        """Write the cache (:class:`~optimizer.search.timing_cache.TimingCache`), merged with
+        what another process may have written meanwhile; entries timed here win."""
+        self._seconds = self._cache.save(self._seconds)
         self._unsaved = False
 
     def __len__(self) -> int:

@@ -202,14 +202,8 @@ def relaxed_search(
             next_report = now + PROGRESS_EVERY_SECONDS
 
     while True:
-        if not queue:
-            stats.stopped_by = "exhausted"
-            break
-        if stats.expansions >= budget:
-            stats.stopped_by = "budget"
-            break
-        if out_of_time():
-            stats.stopped_by = "time_budget"
+        stats.stopped_by = stop_reason(queue, stats.expansions, budget, out_of_time)
+        if stats.stopped_by:
             break
         _, current = heapq.heappop(queue)
         stats.expansions += 1
@@ -255,6 +249,17 @@ def relaxed_search(
              "%.1fs; cost %.6g -> %.6g", alpha, cost.name, stats.expansions, stats.generated,
              stats.kept, stats.duplicates, stats.wall_seconds, start.cost, best.cost)
     return _checked_result(model, start, best_few, stats, cost.name, alpha, tolerance, seed)
+
+
+def stop_reason(queue, expansions: int, budget: int, out_of_time: Callable[[], bool]) -> str:
+    """Why a queue search stops now (``""``: it goes on): an empty queue (``"exhausted"``),
+    ``budget`` expansions made, or its time up (``"time_budget"``). The substitution search and
+    the precision search (:mod:`optimizer.search.precision.search`) stop alike."""
+    if not queue:
+        return "exhausted"
+    if expansions >= budget:
+        return "budget"
+    return "time_budget" if out_of_time() else ""
 
 
 def greedy_search(model: FrozenModel, rules: Sequence[Substitution] | None, cost: CostFunction,

@@ -58,7 +58,11 @@ FLAVOURS: dict[str, str] = {
     "dynamic_int8": "int8 weights; activations quantized per op at run time (dynamic range)",
     "full_int8": "int8 weights and activations calibrated on representative data; float32 "
                  "inputs and outputs; ops without an int8 kernel stay float",
+    "mixed_int8": "full_int8 with the ops a precision search chose kept in float32 "
+                  "(denylisted nodes, as the quantization debugger denylists them; the "
+                  "converter options' float_nodes name them)",
 }
+CALIBRATING = ("full_int8", "mixed_int8")
 DEFAULT_CALIBRATION_SAMPLES = 100
 _MAX_REASON = 300
 
@@ -134,6 +138,27 @@ def calibration_feeds(signature: SignatureInfo, x: np.ndarray,
 
 # --- conversion -------------------------------------------------------------------------------
 
+def calibrate_only(tf, converter, feeds: list) -> None:
+    """Make ``converter.convert()`` return the float model with the activation ranges
+    calibrated on ``feeds`` recorded, for :func:`quantize_calibrated` (the quantization
+    debugger's way)."""
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: iter(feeds)
+    converter.experimental_mlir_quantizer = True
+    converter._experimental_calibrate_only = True  # as the quantization debugger sets it
+
+
+def quantize_calibrated(calibrated: bytes, float_nodes=()) -> bytes:
+    """A calibrated model (:func:`calibrate_only`) quantized to int8 with float32 inputs and
+    outputs, the ops whose first output is named in ``float_nodes`` kept in float32."""
+    from tensorflow.lite.python import convert
+
+    with captured_native_output():
+        return convert.mlir_quantize(calibrated, disable_per_channel=False,
+                                     fully_quantize=False,
+                                     denylisted_nodes=list(float_nodes) or None)
+
+
 def _configure(tf, converter, flavour: str, feeds: list | None) -> dict:
     """Set the flavour's options; return them as recorded in the sidecar."""
     if flavour == "fp32":
@@ -145,6 +170,10 @@ def _configure(tf, converter, flavour: str, feeds: list | None) -> dict:
                 "supported_ops": ["TFLITE_BUILTINS"]}
     if flavour == "dynamic_int8":
         return {"optimizations": ["DEFAULT"], "supported_ops": ["TFLITE_BUILTINS"]}
+    if flavour == "mixed_int8":
+        calibrate_only(tf, converter, feeds)
+        return {"optimizations": ["DEFAULT"], "quantizer": "mlir_quantize",
+                "inference_input_type": "float32", "inference_output_type": "float32"}
     converter.representative_dataset = lambda: iter(feeds)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
                                            tf.lite.OpsSet.TFLITE_BUILTINS]
@@ -156,7 +185,7 @@ def _configure(tf, converter, flavour: str, feeds: list | None) -> dict:
 
 
 def _convert_bytes(saved_model: Path, signature: str, flavour: str,
-                   feeds: list | None) -> tuple[bytes, dict]:
+                   feeds: list | None, float_nodes=()) -> tuple[bytes, dict]:
     from optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
@@ -168,6 +197,9 @@ def _convert_bytes(saved_model: Path, signature: str, flavour: str,
                 str(saved_model), signature_keys=[signature])
             options = _configure(tf, converter, flavour, feeds)
             flatbuffer = converter.convert()
+            if flavour == "mixed_int8":
+                flatbuffer = quantize_calibrated(flatbuffer, float_nodes)
+                options["float_nodes"] = list(float_nodes)
             failure = None
         except TfoptError:
             raise
@@ -209,8 +241,12 @@ def convert_to_litert(
     source_digest: str | None = None,
     overwrite: bool = False,
     policy: ScanPolicy = DEFAULT_POLICY,
+    float_nodes: tuple[str, ...] = (),
 ) -> LiteRTModel:
     """Write ``dst`` (a ``.tflite`` path) and its sidecar ``dst + '.json'``.
+
+    ``float_nodes`` (``mixed_int8``): the ops, by their first output's name, kept in float
+    (:mod:`optimizer.search.precision`).
 
     ``representative_data`` (``full_int8`` only): feed dicts ``{input key: array}``, e.g. a
     :class:`optimizer.inputs.calibration.Calibration`'s ``feeds``; the first ``calibration_samples``
@@ -228,13 +264,13 @@ def convert_to_litert(
     saved_model = Path(saved_model)
     contract = get_signature(saved_model, signature, policy=policy)  # typed errors, the scan
     feeds = None
-    if flavour == "full_int8":
+    if flavour in CALIBRATING:
         if representative_data is None:
-            raise InvalidInputsError("full_int8 needs calibration data: pass representative "
+            raise InvalidInputsError(f"{flavour} needs calibration data: pass representative "
                                      "feed dicts of inputs")
         feeds = checked_feeds(contract, representative_data, calibration_samples, flavour)
 
-    flatbuffer, options = _convert_bytes(saved_model, signature, flavour, feeds)
+    flatbuffer, options = _convert_bytes(saved_model, signature, flavour, feeds, float_nodes)
     failure = f"cannot convert {saved_model} to LiteRT {flavour}"
     converted = _converted_signature(flatbuffer, signature, failure)
     if problem := contract_difference(contract, converted):

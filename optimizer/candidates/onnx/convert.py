@@ -88,8 +88,10 @@ FLAVOURS: dict[str, str] = {
                     "observed range (dynamic quantization); convolutions stay float32",
     "static_int8": "the simplified graph with int8 weights and activations (QDQ), activation "
                    "ranges calibrated on representative data; float32 inputs and outputs",
+    "mixed_int8": "static_int8 with the layers a precision search chose kept in float32 "
+                  "(nodes_to_exclude; the converter options' float_nodes name them)",
 }
-CALIBRATING = ("static_int8",)
+CALIBRATING = ("static_int8", "mixed_int8")
 DEFAULT_CALIBRATION_SAMPLES = 100
 # Every flavour's session loads with all optimizations; layout passes are the CPU's own.
 RUNTIME_OPTIONS = {"graph_optimization_level": "ORT_ENABLE_ALL"}
@@ -237,14 +239,8 @@ def _optimize_offline(src: Path, dst: Path) -> dict:
 
 
 def _quantize(export: OnnxExport, dst: Path, work: Path, flavour: str,
-              feeds: list | None) -> dict:
-    from onnxruntime.quantization import (
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_dynamic,
-        quantize_static,
-    )
+              feeds: list | None, float_nodes=()) -> dict:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     prepared = work / "prepared.onnx"
     prepared.write_bytes(export.pre_processed_bytes())
@@ -256,19 +252,39 @@ def _quantize(export: OnnxExport, dst: Path, work: Path, flavour: str,
                          op_types_to_quantize=op_types)
         return {"quantization": "dynamic", "weight_type": "QInt8", "op_types": op_types,
                 "pre_processed": True}
+    return quantize_static_int8(prepared, dst, feeds, float_nodes=float_nodes)
+
+
+def quantize_static_int8(src: Path, dst: Path, feeds: list, *, float_nodes=(),
+                         only_nodes=None, calibration_cache: Path | None = None) -> dict:
+    """``src`` with int8 weights (per channel) and activations in QDQ form, calibrated (min/max)
+    on ``feeds``; the nodes named in ``float_nodes`` left in float (``nodes_to_exclude``: the
+    ``mixed_int8`` flavour), or only ``only_nodes`` quantized. ``calibration_cache``: a file
+    of the activation ranges, written by the first call and read by the next ones (ranges do
+    not depend on which nodes are quantized), so that the precision search calibrates once.
+    The options taken, for the sidecar."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
     # Not CalibMaxIntermediateOutputs (merge the ranges every N rows): in onnxruntime 1.32 it
     # drops each N rows' minima and maxima without merging them. MinMax keeps only those per
     # row (ReduceMin/ReduceMax outputs), not the tensors, so memory does not need it.
-    quantize_static(prepared, dst, _Feeds(feeds), quant_format=QuantFormat.QDQ,
+    quantize_static(src, dst, _Feeds(feeds) if feeds is not None else None,
+                    quant_format=QuantFormat.QDQ,
                     per_channel=True, activation_type=QuantType.QInt8,
-                    weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax)
-    return {"quantization": "static", "quant_format": "QDQ", "per_channel": True,
-            "activation_type": "QInt8", "weight_type": "QInt8", "calibrate_method": "MinMax",
-            "pre_processed": True}
+                    weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
+                    nodes_to_exclude=list(float_nodes) or None,
+                    nodes_to_quantize=list(only_nodes) if only_nodes is not None else None,
+                    calibration_cache_path=calibration_cache)
+    record = {"quantization": "static", "quant_format": "QDQ", "per_channel": True,
+              "activation_type": "QInt8", "weight_type": "QInt8", "calibrate_method": "MinMax",
+              "pre_processed": True}
+    if float_nodes:
+        record["float_nodes"] = list(float_nodes)
+    return record
 
 
 def _build_flavour(export: OnnxExport, flavour: str, work: Path,
-                   feeds: list | None) -> tuple[Path, dict]:
+                   feeds: list | None, float_nodes=()) -> tuple[Path, dict]:
     """The flavour's model file under ``work`` and the converter options it took."""
     import onnxruntime as ort
 
@@ -286,7 +302,7 @@ def _build_flavour(export: OnnxExport, flavour: str, work: Path,
             return {**_optimize_offline(source, built), "graph_simplification": record}
     else:
         def build():
-            return {**_quantize(export, built, work, flavour, feeds),
+            return {**_quantize(export, built, work, flavour, feeds, float_nodes),
                     "graph_simplification": export.simplified()[1]}
     options.update(run_converter(build, f"cannot build ONNX {flavour} from "
                                         f"{export.saved_model}",
@@ -319,9 +335,12 @@ def convert_to_onnx(
     overwrite: bool = False,
     export: OnnxExport | None = None,
     policy: ScanPolicy = DEFAULT_POLICY,
+    float_nodes: tuple[str, ...] = (),
 ) -> OnnxModel:
     """Write ``dst`` (a ``.onnx`` path) and its sidecar ``dst + '.json'``.
 
+    ``float_nodes`` (``mixed_int8`` only): the nodes of the pre-processed graph left in float
+    (:mod:`optimizer.search.precision`).
     ``calibration`` (``static_int8`` only): its first ``calibration_samples`` feeds calibrate.
     ``export``: a tf2onnx conversion of the same model and signature to reuse.
     """
@@ -339,7 +358,8 @@ def convert_to_onnx(
 
     dst = request.dst
     with staging_directory(dst) as work:
-        built, options = _build_flavour(export, flavour, Path(work), request.feeds)
+        built, options = _build_flavour(export, flavour, Path(work), request.feeds,
+                                        float_nodes if flavour == "mixed_int8" else ())
         try:
             session = open_session(built, 1, {"graph_optimization_level": "ORT_DISABLE_ALL"})
         except TfoptError as exc:
