@@ -35,7 +35,7 @@ from components.cli.output import human_bytes, table
 from components.cli.settings_flags import setting_flag
 from optimizer.benchmark.settings import BenchmarkConfig
 from optimizer.gate.verdict import GateConfig
-from optimizer.search.precision.settings import PRECISION_SEARCH_MODES
+from optimizer.search.precision.settings import PRECISION_SEARCH_MODES, PrecisionSearchSettings
 
 log = logging.getLogger(__name__)
 
@@ -69,15 +69,12 @@ def add_arguments(p) -> None:
     group.add_argument("--seconds", type=float,
                        **setting_flag(BenchmarkConfig, "min_seconds",
                                       "benchmark: {description}"))
-    group.add_argument("--precision-search", default="auto", dest="precision_search",
-                       choices=PRECISION_SEARCH_MODES,
-                       help="with the onnx and litert targets, onnx_mixed_int8 and "
-                            "litert_mixed_int8 candidates: int8 with the layers a search keeps "
-                            "in float (docs/precision_search.md)"
-                            "; greedy: fall back the most sensitive layer until the budget "
-                            "holds; relaxed: search by measured latency; auto (default): "
-                            "relaxed when uniform int8 breaks --accuracy-budget and "
-                            "--eval-data or --calibration-data is given, else off")
+    group.add_argument("--precision-search", dest="precision_search",
+                       choices=PRECISION_SEARCH_MODES, **setting_flag(
+                           PrecisionSearchSettings, "mode",
+                           "with the onnx and litert targets, onnx_mixed_int8 and "
+                           "litert_mixed_int8 candidates: int8 with the layers a search keeps in "
+                           "float (docs/precision_search.md); {description}"))
     group.add_argument("--tune", action="store_true",
                        help="search thread settings for the chosen candidate and write "
                             "DST/runtime_settings.json")
@@ -136,7 +133,6 @@ def _precision_search(args, settings, calibration, eval_data, workdir: Path, pol
     candidates to the gate."""
     from optimizer.errors import first_line
     from optimizer.search.precision.candidates import TARGETS, mixed_candidate
-    from optimizer.search.precision.settings import PrecisionSearchSettings
 
     outcomes = {}
     for target in _searched_targets(args, settings):

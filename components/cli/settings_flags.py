@@ -51,6 +51,7 @@ CONFIG_KEYS: dict[str, dict[str, str]] = {
         "seconds": "benchmark.min_seconds", "memory_gb": "resources.memory_gb",
         "allow_ops": "security.allow_ops",
         "model_call_seconds": "resources.model_call_seconds",
+        "precision_search": "candidates.precision_search",
     },
     "benchmark": {
         "signature": "signature", "batch_sizes": "benchmark.batch_sizes",
