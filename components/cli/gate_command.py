@@ -34,6 +34,7 @@ def run(args) -> int:
     result = load_result(args.result)
     decision = evaluate_gate(result, config)
     print(f"baseline     {result.baseline.label} ({result.baseline.role})")
+    print(f"compared     {decision.comparisons}")
     for verdict in decision.verdicts:
         print()
         print(f"candidate    {verdict.candidate}: "
