@@ -59,8 +59,8 @@ def _text(recorded: dict, key: str, where: str, error: type[TfoptError]) -> str 
     value = recorded.get(key)
     if value is None or isinstance(value, str):
         return value
-    raise error(f"{where}: its MLmodel records {key} as a {type(value).__name__} "
-                f"({str(value)[:60]}), not a string")
+    raise error(f"{where}: its MLmodel records {key} as {type(value).__name__} "
+                f"{str(value)[:60]}, not a string")
 
 
 def artifact_inside(directory: Path, artifact: str, where: str,
