@@ -40,7 +40,8 @@ Checks, in order:
 ``accuracy_drop_abs`` / ``accuracy_drop_rel``
     Accuracy is measured against the *unoptimized input* of this run, also when the baseline
     is the champion (the result's ``accuracy_reference``): budgets anchored to the champion
-    would let a small loss pile up from one promotion to the next. With labelled data, the
+    alone would let a small loss pile up from one promotion to the next (the champion's own
+    checks, below, are on top of these). With labelled data, the
     metric's drop (input minus candidate for a higher-is-better metric such as top-1,
     candidate minus input for an error such as MSE) must be at most ``max_accuracy_drop_abs``,
     and relative to the input's value at most ``max_accuracy_drop_rel``; a budget set to null
