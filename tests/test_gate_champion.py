@@ -121,7 +121,7 @@ def test_a_candidate_answering_nan_where_the_input_is_finite_is_rejected_naming_
     finite = checks(decision)["finite_outputs"]
     assert not finite.passed
     assert finite.reason == ("outputs not finite: 40 NaN values where the input's outputs are "
-                             "finite (on generated)")
+                             "finite (on generated inputs)")
 
 
 def test_an_inf_output_is_named_as_inf():

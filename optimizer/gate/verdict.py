@@ -413,7 +413,12 @@ def _finite_check(candidate: ModelMeasurement) -> list[Check]:
     broken = nonfinite_text(fidelity.nan_values, fidelity.inf_values)
     return [Check("finite_outputs", False, fidelity.nan_values + fidelity.inf_values, 0,
                   broken, "none", f"outputs not finite: {broken} where the input's outputs "
-                  f"are finite (on {fidelity.inputs})")]
+                  f"are finite (on {_inputs_text(fidelity.inputs)})")]
+
+
+def _inputs_text(inputs: str) -> str:
+    """What a fidelity was measured on (``Fidelity.inputs``), as a sentence says it."""
+    return {"generated": "generated inputs", "supplied": "supplied inputs"}.get(inputs, inputs)
 
 
 def comparisons(result: BenchmarkResult, config: GateConfig) -> str:
@@ -426,7 +431,7 @@ def comparisons(result: BenchmarkResult, config: GateConfig) -> str:
         how = f"{measured.metric} on labelled data ({measured.examples} examples)"
     else:
         inputs = next((c.fidelity.inputs for c in result.candidates if c.fidelity), "inputs")
-        how = f"agreement with its outputs on {inputs}"
+        how = f"agreement with its outputs on {_inputs_text(inputs)}"
     parts = [f"latency against {baseline.label} ({baseline.role})",
              f"accuracy against {source.label} (the input: {how})"]
     if baseline.role == CHAMPION and source is not baseline:
