@@ -63,6 +63,19 @@ test: install
 lint: install
 	$(BIN)/ruff check optimizer components dags tests benchmarks
 
+# --- docs ----------------------------------------------------------------------------------
+# The docs site (mkdocs.yml, docs/) into site/, warnings as errors; its reference pages are
+# generated from the CLI's parsers and the config's models by docs/gen_reference.py.
+# tests/test_docs.py builds it the same way, so `make test` (CI) builds it too.
+.PHONY: docs docs-serve
+
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+# --- end docs ------------------------------------------------------------------------------
+
 $(KFP_STAMP): Makefile
 	test -x $(KFP_VENV)/bin/python || $(PYTHON) -m venv $(KFP_VENV)
 	$(KFP_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"

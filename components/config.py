@@ -1,6 +1,6 @@
 """The pipeline's one YAML config, validated by typed models. Defaults live here and only here,
 but for the keys that are the library's own settings (search, benchmark, tolerance): those are
-declared with the settings' fields (:func:`~optimizer.files.records.field_of`), so their defaults
+declared with the settings' fields (:func:`~optimizer.records.field_of`), so their defaults
 and bounds live in the library, once.
 
 Unknown keys and bad values are rejected with a message naming the key. Credentials never come
@@ -36,9 +36,10 @@ from pydantic import (
 
 from optimizer.benchmark.settings import BenchmarkConfig
 from optimizer.errors import TfoptError, validation_error_line
-from optimizer.files.records import field_of
 from optimizer.gate.verdict import GateConfig
 from optimizer.optimize.recipe import INFERENCE_RECIPE, default_recipe
+from optimizer.records import field_of
+from optimizer.runtime.call_deadline import CallDeadline
 from optimizer.search.settings import SearchSettings
 from optimizer.verify.tolerance import Tolerance
 
@@ -103,8 +104,13 @@ class BenchmarkSection(_Section):
 
 
 class EvaluationConfig(_Section):
-    data: str | None = Field(None, description=".npz with x/y or a TFRecord; local or s3://")
-    metric: str = Field("top1", description="top1, or mse/mae for regression")
+    data: str | None = Field(
+        None, description=".npz with x/y or a TFRecord; local or s3://. Labels the metric cannot "
+                          "score against the model's output (read from its signature) stop the "
+                          "run at freeze, in one line naming both shapes")
+    metric: str = Field("top1", description="top1 (one label per row, or per position for a "
+                                            "tagger's [rows, positions, tags] output), or "
+                                            "mse/mae for regression")
 
 
 class CalibrationConfig(_Section):
@@ -144,11 +150,13 @@ class S3Config(_Section):
 
 class KubernetesConfig(_Section):
     image: str = Field("tfopt:0.1.0", description="the project image the pods run")
-    namespace: str = "default"
+    namespace: str = Field("default", description="where the step pods run")
     cpu_request: str = Field("2", description="per step pod")
     cpu_limit: str = Field("2", description="request = limit: a whole, quiet node share")
-    memory_request: str = "4Gi"
-    memory_limit: str = "8Gi"
+    memory_request: str = Field("4Gi", description="the pull pod's; the later pods' are sized "
+                                                   "from the model it pulled")
+    memory_limit: str = Field("8Gi", description="the pull pod's; the later pods' are sized "
+                                                 "from the model it pulled")
     node_selector: dict[str, str] = Field(
         default_factory=lambda: {"workload": "cpu-benchmark"},
         description="where the benchmark pod runs")
@@ -167,11 +175,30 @@ class ResourcesConfig(_Section):
         None, gt=0, description="memory budget in GiB where no cgroup limit applies (a pod's "
                                 "limit wins when it is tighter); default: the machine's "
                                 "available memory")
+    model_call_seconds: float = field_of(
+        CallDeadline, "min_seconds",
+        description="seconds a model call may take at least: each call's deadline is this or "
+                    "model_call_multiple x the model's first call, whichever is longer; a call "
+                    "past it stops the run (exit 9, nothing published)")
+    model_call_multiple: float = field_of(
+        CallDeadline, "first_call_multiple",
+        description="a model call may take this many times the model's first call (when that "
+                    "is longer than model_call_seconds)")
+    task_timeout_minutes: float = Field(
+        360, gt=0, description="the Airflow DAG's execution_timeout for every task, in process "
+                               "or in its pod: a task still running after this long is "
+                               "failed (and retried), so one stuck run cannot hold the DAG, "
+                               "which runs one at a time; keep it above model_call_seconds")
     pod_memory_gb: dict[str, float] = Field(
         default_factory=dict,
         description="GiB of memory (request = limit) for a step's pod in Kubernetes and "
                     "Kubeflow modes, e.g. {benchmark: 12}, instead of the estimate from the "
                     "model's size (components/step_table.py)")
+
+    def call_deadline(self) -> CallDeadline:
+        """The deadline of every model call of a run (optimizer/runtime/call_deadline.py)."""
+        return CallDeadline(min_seconds=self.model_call_seconds,
+                            first_call_multiple=self.model_call_multiple)
 
     @field_validator("pod_memory_gb")
     @classmethod

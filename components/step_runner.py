@@ -71,8 +71,11 @@ def run_step(name: str, config: PipelineConfig, inputs: dict[str, Any] | None = 
     before it (so publish, reading only some outputs, has them all).
     ``offline``: no registry, so no champion to judge against (``tfopt run`` without publish).
     """
+    from optimizer.runtime.call_deadline import configure
     from optimizer.system.process_tree import TreeMeter
 
+    # every model call of the step, and of the workers it starts, under the run's deadline
+    configure(config.resources.call_deadline())
     step = step_named(name)
     inputs = inputs or {}
     _require(step, inputs)

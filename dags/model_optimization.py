@@ -51,6 +51,9 @@ def _schedule(config: PipelineConfig):
         "retry_delay": timedelta(seconds=CONFIG.schedule.retry_delay_seconds),
         "retry_exponential_backoff": True,
         "max_retry_delay": timedelta(minutes=30),
+        # one run at a time (max_active_runs): a task that never ends would hold every later
+        # run; a model call that never returns is stopped sooner, by its own deadline
+        "execution_timeout": timedelta(minutes=CONFIG.resources.task_timeout_minutes),
     },
     params={name: Param(None if name == "source" else {}, **schema)
             for name, schema in PARAMS_SCHEMA.items()},

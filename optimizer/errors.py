@@ -84,6 +84,13 @@ class InvalidInputsError(TfoptError):
     """Inputs supplied for a run do not match the signature."""
 
 
+class ModelCallTimeoutError(TfoptError):
+    """A model's call did not return within its deadline (optimizer/runtime/call_deadline.py):
+    the process that made it was stopped, and the run ends without publishing."""
+
+    exit_code = 9
+
+
 class EquivalenceError(TfoptError):
     """A candidate's outputs diverge from the original's beyond the tolerance."""
 

@@ -28,6 +28,8 @@ if dag is not None:
     out["tasks"] = {t.task_id: {"upstream": sorted(t.upstream_task_ids),
                                 "retries": t.retries,
                                 "exponential": bool(t.retry_exponential_backoff),
+                                "timeout_seconds": (t.execution_timeout.total_seconds()
+                                                    if t.execution_timeout else None),
                                 "type": type(t).__name__}
                     for t in dag.tasks}
     out["catchup"] = dag.catchup

@@ -152,6 +152,39 @@ def keras_bilstm_tagger(path, seed: int = 0):
     return model
 
 
+class HugeInputModule(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([1, 40000, 40000], tf.float32, name="x")])
+    def serve(self, x):
+        return {"y": tf.reduce_sum(x, axis=[1, 2])}
+
+
+def huge_declared_input(path):
+    """A model whose signature declares one input of ``[1, 40000, 40000]`` float32: 6 GiB to
+    feed, in a SavedModel of a few KB (no weights)."""
+    module = HugeInputModule()
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+    return module
+
+
+class NeverReturningModule(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def serve(self, x):
+        # the condition reads the input, so no graph rewrite can decide it, and is true for
+        # every input (NaN included): the loop never ends
+        total = tf.reduce_sum(x)
+        steps = tf.while_loop(lambda i: tf.equal(total, total) | tf.not_equal(total, total),
+                              lambda i: i + 1, [tf.constant(0)])
+        return {"y": x * tf.cast(steps, tf.float32)}
+
+
+def never_returning_loop(path):
+    """A model whose call never returns: a ``tf.while_loop`` whose condition never turns
+    false."""
+    module = NeverReturningModule()
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+    return module
+
+
 class DigitsLikeModule(tf.Module):
     """The digits CNN's signature (``image: float32[None, 8, 8, 1]`` -> ``output_0``: 10 class
     scores) around a function of the image, given per instance."""

@@ -37,6 +37,26 @@ def test_tasks_retry_with_backoff(parsed):
         assert task["retries"] >= 1 and task["exponential"], name
 
 
+def test_every_task_has_the_configured_execution_timeout(parsed):
+    # one run at a time: without it, a task that never ends holds every later run
+    from components.config import ResourcesConfig
+
+    minutes = ResourcesConfig().task_timeout_minutes
+    for name, task in parsed["tasks"].items():
+        assert task["timeout_seconds"] == minutes * 60, name
+
+
+def test_pod_tasks_get_the_execution_timeout_set_in_the_config(tmp_path):
+    config = tmp_path / "k8s.yaml"
+    config.write_text("source: s3://models/digits\nexecution: {mode: kubernetes}\n"
+                      "resources: {task_timeout_minutes: 90}\n"
+                      "schedule: {cron: null, asset: null}\n")
+    parsed = parse_dags(tmp_path / "airflow", config)
+    assert parsed["import_errors"] == {}
+    assert {t["type"] for t in parsed["tasks"].values()} == {"KubernetesPodOperator"}
+    assert {t["timeout_seconds"] for t in parsed["tasks"].values()} == {90 * 60}
+
+
 def test_dag_is_documented_tagged_and_does_not_catch_up(parsed):
     assert parsed["catchup"] is False
     assert parsed["doc"] and "mlops" in parsed["tags"]

@@ -337,7 +337,7 @@ def test_a_policy_crosses_to_json_speaking_workers_unchanged():
     """Runtime-tuning probes get the policy in their JSON arguments (records.py's form)."""
     import json
 
-    from optimizer.files.records import record_from_dict, record_to_dict
+    from optimizer.records import record_from_dict, record_to_dict
 
     policy = ScanPolicy.create(["ReadFile"], ["Conv2D"], max_pb_bytes=1234)
     assert record_from_dict(ScanPolicy, json.loads(json.dumps(record_to_dict(policy)))) == policy

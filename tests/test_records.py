@@ -1,5 +1,5 @@
 """Records to JSON-ready dicts and back through pydantic, and the settings the library owns
-(optimizer/files/records.py)."""
+(optimizer/records.py)."""
 
 import json
 from dataclasses import dataclass, field
@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel, Field, ValidationError
 
 from optimizer.errors import TfoptError
-from optimizer.files.records import (
+from optimizer.records import (
     JsonRecord,
     Settings,
     default_of,

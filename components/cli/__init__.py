@@ -7,7 +7,9 @@ line with their exit code; an unexpected failure prints one line too and keeps t
 Exit codes: 0 success; 1 internal error; 2 bad input; 3 the gate rejected the candidate;
 4 a candidate's outputs diverge beyond tolerance (nothing written); 5 the model holds an op that
 could touch files, the network or Python (refused before loading); 6 the registry's champion
-cannot be used (unknown format, runtime not installed, corrupt artifact); 130 interrupted.
+cannot be used (unknown format, runtime not installed, corrupt artifact); 7 the work would not
+fit the memory budget; 8 TF Serving cannot load the chosen model; 9 a model call did not return
+within its deadline (the process was stopped, nothing published); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Make a trained TensorFlow SavedModel faster, with the evidence to trust it.",
         epilog="Exit codes: 0 ok, 1 internal error, 2 bad input, 3 gate rejected, "
                "4 outputs diverge (nothing written), 5 model refused by the op scan, "
-               "6 the registry's champion cannot be used. "
+               "6 the registry's champion cannot be used, 7 over the memory budget, "
+               "8 not servable by TF Serving, 9 a model call passed its deadline. "
                "TFOPT_DEBUG=1 shows tracebacks.",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0,
@@ -61,8 +64,11 @@ def _configure_logging(verbosity: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from optimizer.errors import TfoptError
+    from optimizer.runtime.call_deadline import report_as
 
     args = build_parser().parse_args(argv)
+    # a model call past its deadline ends this process, exit 9, in one line like any error
+    report_as("tfopt: error: ", native_log_filter.drain)
     _configure_logging(args.verbose)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:

@@ -11,10 +11,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from components.cli.call_deadline_flag import add_model_call_seconds_argument, apply_call_deadline
 from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
 from components.cli.output import human_bytes, table
 from optimizer.benchmark.settings import BenchmarkConfig
-from optimizer.files.records import default_of
+from optimizer.records import default_of
 
 
 def _default(name: str):
@@ -93,6 +94,7 @@ def add_parser(sub) -> None:
     p.add_argument("--signature", default=_default("signature"),
                    help="signature to call (default %(default)s)")
     add_allow_op_argument(p)
+    add_model_call_seconds_argument(p)
     p.set_defaults(run=run)
 
 
@@ -133,6 +135,7 @@ def run(args) -> int:
         export_env,
     )
 
+    apply_call_deadline(args)  # before any model is called
     onednn = None if args.onednn is None else args.onednn == "on"
     settings = default_runtime_settings(args.threads, inter_op_threads=args.inter_op_threads,
                                         onednn=onednn)

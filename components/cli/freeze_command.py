@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from components.cli.call_deadline_flag import add_model_call_seconds_argument, apply_call_deadline
 from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
 from components.cli.output import human_bytes
 
@@ -19,6 +20,7 @@ def add_parser(sub) -> None:
     p.add_argument("--atol", type=float, default=1e-5,
                    help="largest absolute output difference accepted (default 1e-5)")
     add_allow_op_argument(p)
+    add_model_call_seconds_argument(p)
     p.set_defaults(run=run)
 
 
@@ -30,6 +32,7 @@ def run(args) -> int:
     from optimizer.model.savedmodel import directory_size
     from optimizer.verify.equivalence import compare
 
+    apply_call_deadline(args)  # before any model is called
     check_writable(args.dst, args.overwrite)
     policy = scan_policy(args)
     frozen = freeze(args.src, args.signature, policy=policy)

@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 from typing import get_args
 
+from components.cli.call_deadline_flag import add_model_call_seconds_argument, apply_call_deadline
 from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
 from components.cli.optimize_targets import add_arguments as add_target_arguments
 from components.cli.output import human_bytes, op_histogram_table, table
-from optimizer.files.records import default_of
+from optimizer.records import default_of
 from optimizer.search.settings import SearchSettings
 from optimizer.verify.tolerance import Tolerance
 
@@ -80,6 +81,7 @@ def add_parser(sub) -> None:
                         "memory); a model estimated not to fit is refused (exit 7), a "
                         "benchmark that does not fit is timed in groups that do")
     add_allow_op_argument(p)
+    add_model_call_seconds_argument(p)
     add_target_arguments(p)
     p.set_defaults(run=run)
 
@@ -228,6 +230,7 @@ def _apply_runtime():
 def run(args) -> int:
     from optimizer.system.process_tree import TreeMeter
 
+    apply_call_deadline(args)  # before any model is called
     costs: dict = {}
     with TreeMeter() as whole:
         code = _run(args, costs)

@@ -71,6 +71,10 @@ def from_inputs(call) -> BenchmarkOutput:
 
 def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[CandidateModel],
               champion: ChampionModel | None, ws: Workspace) -> BenchmarkOutput:
+    from components.memory_check import require_inputs_fit
+
+    require_inputs_fit(config, pulled, "benchmark")  # every batch size, before any is made
+
     def run(step_dir: Path) -> BenchmarkOutput:
         from optimizer.benchmark.harness import Subject
         from optimizer.benchmark.memory_groups import run_benchmark_within

@@ -22,12 +22,21 @@ log = logging.getLogger(__name__)
 
 def local_data_file(location: str, config: PipelineConfig, step_dir: Path) -> Path:
     """``location`` (evaluation or calibration data) as a local file: an ``s3://`` object is
-    downloaded into ``step_dir``."""
+    downloaded into ``step_dir``. An ``.npz`` whose headers declare more than the memory
+    budget is refused here, exit 7, before any array is read."""
+    import zipfile
+
+    from optimizer.inputs.data_files import require_npz_fits
+    from optimizer.system.memory_budget import memory_budget
+
+    path = Path(location)
     if location.startswith("s3://"):
         from components.storage.s3 import download_file
 
-        return download_file(location, step_dir / Path(location).name, config.s3)
-    return Path(location)
+        path = download_file(location, step_dir / Path(location).name, config.s3)
+    if zipfile.is_zipfile(path):
+        require_npz_fits(path, memory_budget(config.resources.memory_gb))
+    return path
 
 
 def check_evaluation_data(config: PipelineConfig, signature):

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.files.records import JsonRecord
+from optimizer.records import JsonRecord
 from optimizer.system.cpu_features import cpu_model, isa_support
 from optimizer.system.cpu_threads import AppliedRuntime
 

@@ -273,6 +273,18 @@ def _scaled_block_size(models: Sequence[_Loaded], config: BenchmarkConfig, feeds
                               for item in models], config.block_size, config.block_seconds)
 
 
+def _timing_deadline(models: Sequence[_Loaded], config: BenchmarkConfig, block_size: int,
+                     batch_size: int):
+    """One batch size's timing under a deadline: every call it may make, plus the time it may
+    go on for (:func:`~optimizer.runtime.call_deadline.timing_deadline`)."""
+    from optimizer.runtime.call_deadline import timing_deadline
+
+    return timing_deadline([item.runner.deadline_clock() for item in models],
+                           config.warmup + (block_size + 1) * config.min_runs,
+                           config.min_seconds + _max_seconds(config),
+                           f"{', '.join(item.label for item in models)} at batch {batch_size}")
+
+
 def _max_seconds(config: BenchmarkConfig) -> float:
     if config.max_seconds is None:
         return MAX_SECONDS_PER_MIN_SECOND * config.min_seconds
@@ -419,6 +431,10 @@ def run_benchmark(
     for batch_size in config.batch_sizes:
         feeds = _batch_feeds(loaded[0].runner.signature, batch_size, config.seed, inputs,
                              eval_data, generation)
+        # one untimed call each under its deadline first: a model that never returns at this
+        # size is stopped here (optimizer.runtime.call_deadline), the bound calls are not
+        for item in timed_models:
+            item.runner(feeds)
         # bound calls: the arguments packed once, as a serving loop with its inputs ready
         # calls the runtime (ModelRunner.bind); packing them per call would be timed too
         calls = {item.label: item.runner.bind(item.runner.to_tensors(feeds))
@@ -428,23 +444,24 @@ def run_benchmark(
         say(f"batch {batch_size}: timing {len(calls)} models interleaved {each}, at least "
             f"{config.min_runs} rounds and {config.min_seconds:g}s")
         timing_started = time.perf_counter()
-        timed = time_interleaved(
-            calls, warmup=config.warmup, min_runs=config.min_runs,
-            min_seconds=config.min_seconds, max_runs=config.max_runs, rotate_order=True,
-            progress_every=config.progress_every, block_size=block_size,
-            settled=_settled(config, block_size, loaded[0].label,
-                             [item.label for item in timed_models[1:] if item is not twin_item],
-                             twin_item.label if twin_item else None,
-                             # the gate chooses at the smallest batch size (its default)
-                             {item.label: item.subject.precision_rank for item in timed_models
-                              if item.subject.precision_rank is not None}
-                             if batch_size == min(config.batch_sizes) else None,
-                             lambda message, b=batch_size: say(f"batch {b}: {message}")),
-            max_seconds=_max_seconds(config),
-            wait_idle_after=[item.label for item in timed_models
-                             if item.runner.spins_after_call],
-            progress=lambda done, elapsed, b=batch_size: say(
-                f"batch {b}: {done} rounds, {elapsed:.0f}s"))
+        with _timing_deadline(timed_models, config, block_size, batch_size):
+            timed = time_interleaved(
+                calls, warmup=config.warmup, min_runs=config.min_runs,
+                min_seconds=config.min_seconds, max_runs=config.max_runs, rotate_order=True,
+                progress_every=config.progress_every, block_size=block_size,
+                settled=_settled(config, block_size, loaded[0].label,
+                                 [item.label for item in timed_models[1:] if item is not twin_item],
+                                 twin_item.label if twin_item else None,
+                                 # the gate chooses at the smallest batch size (its default)
+                                 {item.label: item.subject.precision_rank for item in timed_models
+                                  if item.subject.precision_rank is not None}
+                                 if batch_size == min(config.batch_sizes) else None,
+                                 lambda message, b=batch_size: say(f"batch {b}: {message}")),
+                max_seconds=_max_seconds(config),
+                wait_idle_after=[item.label for item in timed_models
+                                 if item.runner.spins_after_call],
+                progress=lambda done, elapsed, b=batch_size: say(
+                    f"batch {b}: {done} rounds, {elapsed:.0f}s"))
         base_timed = timed[loaded[0].label]
         say(f"batch {batch_size}: {base_timed.rounds} rounds timed, "
             f"{time.perf_counter() - timing_started:.0f}s with the warm-up")

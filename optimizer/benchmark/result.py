@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from optimizer.benchmark.environment import Environment
 from optimizer.benchmark.stats import LatencySummary, RatioInterval, round_figures
 from optimizer.errors import BenchmarkResultError
-from optimizer.files.records import JsonRecord, in_order, record_error_line, record_to_dict
+from optimizer.records import JsonRecord, in_order, record_error_line, record_to_dict
 
 FORMAT_VERSION = 1
 

@@ -12,8 +12,8 @@ from pydantic import Field, PositiveInt
 
 from optimizer.benchmark.interleaved import DEFAULT_BLOCK_SECONDS, DEFAULT_BLOCK_SIZE
 from optimizer.errors import InvalidInputsError
-from optimizer.files.records import Settings
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from optimizer.records import Settings
 
 
 class BenchmarkConfig(Settings):

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.files.records import JsonRecord
+from optimizer.records import JsonRecord
 
 DEFAULT_RESAMPLES = 2000
 _CHUNK = 250  # resamples per vectorised batch, so memory stays at _CHUNK x rounds

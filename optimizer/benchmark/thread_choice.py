@@ -52,6 +52,7 @@ def choose_threads(path: str | os.PathLike, signature: str, fmt: str,
     """``(thread count, median ratio of 1 thread to all CPUs)``; the ratio is None when there
     was nothing to choose (one CPU). ``policy``: the model scan's, for loading ``path``."""
     from optimizer.runtime import load_runner
+    from optimizer.runtime.call_deadline import timing_deadline
 
     if cpus <= 1:
         return 1, None
@@ -61,14 +62,19 @@ def choose_threads(path: str | os.PathLike, signature: str, fmt: str,
         # each runner's bound call, as the benchmark times it: its inputs packed once, in
         # blocks scaled to the call time as the benchmark's are (ResNet50: one call, not
         # eleven, per round; 10 rounds of blocks of 10 took 1-2 minutes per candidate at load)
+        for runner in runners.values():
+            runner(feeds)  # a first call under its deadline (optimizer.runtime.call_deadline)
         calls = {n: r.bind(r.to_tensors(feeds)) for n, r in runners.items()}
         block_size = scaled_block_size(calls.values(), DEFAULT_BLOCK_SIZE,
                                        DEFAULT_BLOCK_SECONDS)
-        timed = time_interleaved(calls, warmup=WARMUP, min_runs=MIN_ROUNDS,
-                                 min_seconds=MIN_SECONDS, rotate_order=True,
-                                 block_size=block_size,
-                                 wait_idle_after=[n for n, r in runners.items()
-                                                  if r.spins_after_call])
+        with timing_deadline([r.deadline_clock() for r in runners.values()],
+                             WARMUP + (block_size + 1) * MIN_ROUNDS, MIN_SECONDS,
+                             f"{path} with 1 and {cpus} threads"):
+            timed = time_interleaved(calls, warmup=WARMUP, min_runs=MIN_ROUNDS,
+                                     min_seconds=MIN_SECONDS, rotate_order=True,
+                                     block_size=block_size,
+                                     wait_idle_after=[n for n, r in runners.items()
+                                                      if r.spins_after_call])
     finally:
         for runner in runners.values():
             runner.close()

@@ -52,13 +52,13 @@ class Candidate:
         return VARIANT_PRECISION.get(self.variant, FLOAT32)
 
     def to_dict(self) -> dict:
-        from optimizer.files.records import record_to_dict
+        from optimizer.records import record_to_dict
 
         return record_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> Candidate:
-        from optimizer.files.records import record_from_dict
+        from optimizer.records import record_from_dict
 
         return record_from_dict(cls, data)
 
@@ -71,7 +71,7 @@ class Skipped:
     reason: str
 
     def to_dict(self) -> dict:
-        from optimizer.files.records import record_to_dict
+        from optimizer.records import record_to_dict
 
         return record_to_dict(self)
 

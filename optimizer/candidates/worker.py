@@ -5,7 +5,7 @@ for XLA or retyping it for bf16 holds several times the model's size, and Tensor
 keeps what it took until its process ends. Built in the step's process, the candidates would
 pile up: the measured peak of ``tfopt optimize --targets savedmodel,litert`` on a 200 MB MLP
 was 8.9 GiB where converting it by hand took 1.3 GiB. So :func:`build_in_worker` runs
-``python -m optimizer.candidates.worker`` for one candidate (or the flavours that share one
+``python -m optimizer.candidates.worker_main`` for one candidate (or the flavours that share one
 conversion) and returns once it has written its artifacts and exited: the next build starts
 from the parent's own memory.
 
@@ -24,13 +24,12 @@ from __future__ import annotations
 import json
 import logging
 import signal
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from optimizer.errors import TfoptError
 from optimizer.system.memory_budget import GIB, MemoryBudget
-from optimizer.system.worker_process import read_job, run_job
+from optimizer.system.worker_process import run_job
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +50,7 @@ def build_in_worker(source, optimized, workdir: Path, settings, labels: Sequence
     (:mod:`optimizer.system.memory_watchdog`), and its candidates skipped with the figure."""
     from optimizer.candidates.candidate import Candidate, Skipped
 
-    outcome = run_job(__name__, {
+    outcome = run_job("optimizer.candidates.worker_main", {
         "source": str(source), "optimized": optimized, "workdir": str(workdir),
         "settings": settings, "labels": list(labels), "signature": signature,
         "calibration": calibration, "source_digest": source_digest, "policy": policy,
@@ -78,22 +77,3 @@ def build_in_worker(source, optimized, workdir: Path, settings, labels: Sequence
     answer = json.loads(outcome.answer)
     return ([Candidate.from_dict(c) for c in answer["made"]],
             [Skipped(**s) for s in answer["skipped"]])
-
-
-def main(argv: Sequence[str]) -> int:
-    """The worker: read the job, build, write the answer."""
-    from optimizer.candidates.build import build_candidates
-
-    job, write_answer = read_job(argv)
-    logging.basicConfig(level=job["log_level"], format="%(message)s", stream=sys.stderr)
-    made, skipped = build_candidates(
-        job["source"], job["optimized"], Path(job["workdir"]), job["settings"], job["labels"],
-        signature=job["signature"], calibration=job["calibration"],
-        source_digest=job["source_digest"], policy=job["policy"], measure_flavours=True)
-    write_answer(json.dumps({"made": [c.to_dict() for c in made],
-                             "skipped": [s.to_dict() for s in skipped]}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -30,13 +30,10 @@ reads the builders' label convention for those.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from optimizer.benchmark.stats import RatioInterval, tied
 from optimizer.candidates.candidate import FLOAT32, INT8, PRECISION_ORDER, REDUCED_FLOAT
-
-if TYPE_CHECKING:
-    from optimizer.gate.verdict import Verdict
 
 # The builders' labels are ``{target}_{variant}`` (``litert_fp16``, ``onnx_static_int8``) or a
 # SavedModel variant (``bf16``).
@@ -65,7 +62,18 @@ def _overlaps(a: RatioInterval, b: RatioInterval) -> bool:
 HeadToHead = Callable[[str, str], RatioInterval | None]
 
 
-def choose_among_promoted(promoted: Sequence[Verdict],
+class Promoted(Protocol):
+    """What the rule reads of a promoted candidate's verdict
+    (:class:`optimizer.gate.verdict.Verdict`): its label and its speedup."""
+
+    @property
+    def candidate(self) -> str: ...
+
+    @property
+    def speedup(self) -> float | None: ...
+
+
+def choose_among_promoted(promoted: Sequence[Promoted],
                           intervals: dict[str, dict[int, RatioInterval]],
                           batch: int, precisions: Mapping[str, str] | None = None,
                           head_to_head: HeadToHead | None = None) -> str | None:

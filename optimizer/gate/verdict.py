@@ -95,8 +95,8 @@ from optimizer.benchmark.stats import (
     unpaired_ratio_interval,
 )
 from optimizer.errors import GateConfigError, validation_error_line
-from optimizer.files.records import JsonRecord, in_order, record_to_dict
 from optimizer.gate.near_ties import choose_among_promoted
+from optimizer.records import JsonRecord, in_order, record_to_dict
 from optimizer.verify.finite import nonfinite_text
 
 EXIT_PROMOTE = 0
@@ -116,12 +116,20 @@ class GateConfig(BaseModel):
                                                           "of the p50 ratio's interval")
     min_rounds: int = Field(20, ge=2, description="fewest timed rounds the gate accepts (a "
                                                   "round: one block of calls of each model)")
-    max_accuracy_drop_abs: float | None = Field(0.01, ge=0.0)
-    max_accuracy_drop_rel: float | None = Field(None, ge=0.0)
+    max_accuracy_drop_abs: float | None = Field(
+        0.01, ge=0.0, description="largest drop of the metric from the input's (with labels), "
+                                  "or 1 - top-1 agreement with the input (without); null: not "
+                                  "checked")
+    max_accuracy_drop_rel: float | None = Field(
+        None, ge=0.0, description="largest drop of the metric relative to the input's value "
+                                  "(with labels); null: not checked")
     max_output_rel_error: float | None = Field(None, ge=0.0, description="fidelity bound for "
                                                "outputs without top-1, when there are no labels")
-    max_size_bytes: int | None = Field(None, ge=1)
-    max_peak_rss_bytes: int | None = Field(None, ge=1)
+    max_size_bytes: int | None = Field(None, ge=1, description="largest size on disk; null: "
+                                                               "not checked")
+    max_peak_rss_bytes: int | None = Field(
+        None, ge=1, description="largest growth of the process's peak memory while loading and "
+                                "first calling the model; null: not checked")
     allow_latency_only_replacement: bool = Field(
         False, description="without labelled data, let a candidate optimized from another "
                            "source model than the champion's replace the champion on latency "

@@ -42,7 +42,6 @@ signature's own graph (TensorFlow's freezing cannot prune their initializers).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,8 +52,6 @@ from optimizer.graph.control_flow import ENTER_OPS, SWITCH_OPS, nodes_under_cont
 from optimizer.graph.functional_control_flow import FUNCTIONAL_CONTROL_FLOW_OPS
 from optimizer.graph.names import is_control_input, node_name_from_input
 from optimizer.graph.rewrite import make_const
-
-log = logging.getLogger(__name__)
 
 FIND_OP = "LookupTableFindV2"
 SIZE_OP = "LookupTableSizeV2"
@@ -77,7 +74,7 @@ SCOPE = "folded_table"
 KEYS_NODE = "keys"
 HIT_NODE = "hit"
 
-_RESOURCE = 20  # DataType enum (types.proto)
+RESOURCE = 20  # DataType enum (types.proto)
 _STRING = 7
 _INT32 = 3
 _INT64 = 9
@@ -195,7 +192,7 @@ def captured_tables(fn, frozen_fn) -> dict[str, object]:
     handles = {node_name_from_input(t.name): h
                for t, h in zip(fn.inputs[arguments:], fn.captured_inputs)}
     return {node_name_from_input(t.name): handles.get(node_name_from_input(t.name))
-            for t in frozen_fn.inputs if t.dtype.as_datatype_enum == _RESOURCE}
+            for t in frozen_fn.inputs if t.dtype.as_datatype_enum == RESOURCE}
 
 
 def _readers(graph_def) -> dict[str, list]:
@@ -383,55 +380,3 @@ def rebuilt_graph(graph_def, replaced: dict[str, list], dropped: set[str]):
                 del copy.input[:]
                 copy.input.extend(kept)
     return result
-
-
-def fold_captured_tables(fn, frozen_fn):
-    """``frozen_fn``'s graph with the tables ``fn`` captures folded, and its input tensor names
-    without their resource placeholders: what :func:`optimizer.model.freeze.freeze` continues with."""
-    graph_def = frozen_fn.graph.as_graph_def()
-    handles = captured_tables(fn, frozen_fn)
-    inputs = [t.name for t in frozen_fn.inputs if node_name_from_input(t.name) not in handles]
-    if not handles:
-        return graph_def, inputs
-    tables = {}
-    for table, handle in handles.items():
-        uses, _ = table_uses(graph_def, table)
-        finds = [u for u in uses if u.op == FIND_OP]
-        where = f"lookup table input '{table}'"
-        if handle is None:
-            raise TableNotFoldable(f"{where} of the frozen graph is not a captured table")
-        if finds:
-            from optimizer.tf_runtime import import_tensorflow
-
-            tf = import_tensorflow()
-            key_dtype = tf.as_dtype(finds[0].attr["Tin"].type)
-            value_dtype = tf.as_dtype(finds[0].attr["Tout"].type)
-            tables[table] = export_table(handle, key_dtype, value_dtype, where)
-        else:
-            tables[table] = _size_only(handle, where)
-        log.info("freeze: folded lookup table %s (%d keys, %d lookups) into constants",
-                 table, len(tables[table]), len(uses))
-    folded = fold_tables(graph_def, tables)
-    finds = [u.name for table in tables for u in table_uses(graph_def, table)[0]
-             if u.op == FIND_OP]
-    from optimizer.graph.lookup_gathers import fold_lookups_into_gathers
-
-    folded = fold_lookups_into_gathers(folded, finds, [t.name for t in frozen_fn.outputs])
-    leftover = [n.name for n in folded.node if n.op == "Placeholder"
-                and n.attr["dtype"].type == _RESOURCE]
-    if leftover:
-        raise TableNotFoldable(f"resource input '{leftover[0]}' is still in the frozen graph")
-    return folded, inputs
-
-
-def _size_only(handle, where: str) -> TableContents:
-    """A table the signature only measures: its size, as empty placeholder contents."""
-    from optimizer.tf_runtime import import_tensorflow
-
-    tf = import_tensorflow()
-    try:
-        size = int(tf.raw_ops.LookupTableSizeV2(table_handle=handle).numpy())
-    except tf.errors.OpError as exc:
-        raise TableNotFoldable(f"{where}: cannot read the table's size: "
-                               f"{first_line(exc)}") from None
-    return TableContents(keys=np.zeros(size, np.int64), values=np.zeros(size, np.int64))

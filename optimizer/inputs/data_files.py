@@ -10,12 +10,14 @@ the input's shape without the batch dimension (:func:`stack_feature`).
 from __future__ import annotations
 
 import os
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from optimizer.errors import InvalidInputsError
+from optimizer.errors import InvalidInputsError, first_line, shown
 from optimizer.model.signature import TensorSpecInfo
+from optimizer.system.memory_budget import GIB, MemoryBudget
 
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".record")
 
@@ -24,8 +26,60 @@ def is_tfrecord(path: str | os.PathLike) -> bool:
     return Path(path).suffix in TFRECORD_SUFFIXES
 
 
-def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Every array of an ``.npz`` file (never pickled objects); one line when it is not one."""
+def npz_member_bytes(path: str | os.PathLike) -> dict[str, int]:
+    """``{member: bytes once read}`` of an ``.npz`` file, from each ``.npy`` header's shape and
+    dtype (the zip's stated size for any other member), reading no data: an 11 MB archive of
+    zeros may declare 11 GiB. Not a zip, or a header that does not parse: one line."""
+    sizes = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                name = info.filename.removesuffix(".npy")
+                with archive.open(info) as member:
+                    if member.read(6) != np.lib.format.MAGIC_PREFIX:  # raw bytes, not an array
+                        sizes[name] = info.file_size
+                        continue
+                    shape, _, dtype = _array_header(member, tuple(member.read(2)))
+                elements = 1
+                for d in shape:
+                    elements *= d  # Python ints: a hostile shape cannot overflow the size
+                sizes[name] = elements * dtype.itemsize
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, IndexError,
+            NotImplementedError) as exc:
+        raise InvalidInputsError(f"{path}: unreadable .npz: {first_line(exc)}") from None
+    return sizes
+
+
+def _array_header(member, version: tuple[int, ...]):
+    """``(shape, fortran order, dtype)`` of an ``.npy`` header past its magic and version
+    (3.0, a UTF-8 header numpy writes only for non-Latin-1 field names, is refused)."""
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(member)
+    if version == (2, 0):
+        return np.lib.format.read_array_header_2_0(member)
+    raise ValueError(f"unsupported .npy header version {version}")
+
+
+def require_npz_fits(path: str | os.PathLike, budget: MemoryBudget) -> None:
+    """Refuse an ``.npz`` whose arrays, all read at once, would not fit ``budget`` (exit 7),
+    from their headers (:func:`npz_member_bytes`) and before any is read."""
+    sizes = npz_member_bytes(path)
+    if sizes and sum(sizes.values()) > budget.bytes:
+        largest = max(sizes, key=sizes.get)
+        budget.require(sum(sizes.values()),
+                       f"reading {path} (its headers declare {len(sizes)} array(s), the "
+                       f"largest '{shown(largest)}' of {sizes[largest] / GIB:.1f} GiB)")
+
+
+def read_npz(path: str | os.PathLike, budget: MemoryBudget | None = None
+             ) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` file (never pickled objects); one line when it is not one.
+    Sized from its headers against ``budget`` (default: this process's) before any array is
+    read (:func:`require_npz_fits`)."""
+    from optimizer.system.memory_budget import memory_budget
+
+    if zipfile.is_zipfile(path):
+        require_npz_fits(path, budget or memory_budget())
     try:
         data = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError):

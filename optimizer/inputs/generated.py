@@ -20,7 +20,9 @@ import numpy as np
 from optimizer.errors import InvalidInputsError
 from optimizer.graph.consts import const_shape, resolve_through_identity
 from optimizer.graph.names import node_name_from_input
+from optimizer.inputs.sizing import DEFAULT_UNKNOWN_DIM, feed_shape, require_generated_inputs_fit
 from optimizer.model.signature import SignatureInfo
+from optimizer.system.memory_budget import MemoryBudget
 
 GATHER_OPS = frozenset({"GatherV2", "Gather", "ResourceGather", "GatherNd"})
 DEFAULT_INT_HIGH = 2
@@ -63,11 +65,20 @@ def make_inputs(
     batch_size: int = 1,
     seed: int = 0,
     int_ranges: dict[str, tuple[int, int]] | None = None,
-    unknown_dim: int = 8,
+    unknown_dim: int = DEFAULT_UNKNOWN_DIM,
     vocabularies: dict[str, np.ndarray] | None = None,
+    budget: MemoryBudget | None = None,
 ) -> dict[str, np.ndarray]:
     """One batch of inputs; the first unknown dimension is the batch, others ``unknown_dim``.
-    ``vocabularies``: input key -> the tokens it expects (strings, or integer table keys)."""
+    ``vocabularies``: input key -> the tokens it expects (strings, or integer table keys).
+    Inputs estimated not to fit ``budget`` (default: this process's,
+    :func:`~optimizer.system.memory_budget.memory_budget`) are refused before they are made
+    (:mod:`optimizer.inputs.sizing`)."""
+    from optimizer.system.memory_budget import memory_budget
+
+    # sized before a byte is drawn: a declared [1, 50000, 50000] is refused here, exit 7
+    require_generated_inputs_fit(signature, [batch_size], budget or memory_budget(),
+                                 unknown_dim=unknown_dim)
     rng = np.random.default_rng(seed)
     int_ranges = int_ranges or {}
     vocabularies = vocabularies or {}
@@ -76,12 +87,13 @@ def make_inputs(
         if spec.shape is None:
             raise InvalidInputsError(
                 f"input '{spec.key}' has unknown rank; supply data for it instead")
-        shape = tuple(
-            (batch_size if i == 0 else unknown_dim) if d is None else d
-            for i, d in enumerate(spec.shape))
+        shape = feed_shape(spec, batch_size, unknown_dim)
         vocabulary = vocabularies.get(spec.key)
-        if spec.dtype in ("float16", "float32", "float64", "bfloat16"):
-            feeds[spec.key] = rng.standard_normal(shape).astype(spec.numpy_dtype)
+        if spec.dtype in ("float32", "float64", "bfloat16"):
+            # drawn in its own dtype: no float64 copy of a float32 input on the way
+            feeds[spec.key] = rng.standard_normal(shape, dtype=spec.numpy_dtype)
+        elif spec.dtype == "float16":
+            feeds[spec.key] = rng.standard_normal(shape, dtype=np.float32).astype(np.float16)
         elif spec.dtype == "string" or (vocabulary is not None and len(vocabulary)
                                         and spec.dtype.startswith(("int", "uint"))):
             feeds[spec.key] = draw_tokens(rng, shape, vocabulary).astype(spec.numpy_dtype)

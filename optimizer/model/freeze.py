@@ -19,12 +19,9 @@ import logging
 import os
 
 from optimizer.errors import CorruptSavedModelError, UnknownSignatureError, first_line
+from optimizer.graph.captured_tables import fold_captured_tables
 from optimizer.graph.functional_control_flow import lower_at_load
-from optimizer.graph.lookup_tables import (
-    TableReadInFunction,
-    check_no_graph_tables,
-    fold_captured_tables,
-)
+from optimizer.graph.lookup_tables import TableReadInFunction, check_no_graph_tables
 from optimizer.graph.names import node_name_from_input
 from optimizer.model.frozen import FrozenModel
 from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy

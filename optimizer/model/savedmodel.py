@@ -18,9 +18,9 @@ from optimizer.errors import (
     UnknownSignatureError,
 )
 from optimizer.files.bounded_parse import parse_file
-from optimizer.files.records import JsonRecord
 from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy, check_saved_model
 from optimizer.model.signature import SignatureInfo
+from optimizer.records import JsonRecord
 
 DEFAULT_SIGNATURE = "serving_default"
 SERVE_TAG = "serve"

@@ -28,6 +28,7 @@ from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.optimize.recipe import BACKENDS, Recipe
 from optimizer.optimize.recipe_building import build_transforms
+from optimizer.optimize.worker import copy_written, optimize_in_worker
 from optimizer.search.settings import SearchSettings
 from optimizer.transforms.base import TransformConfigError
 from optimizer.transforms.pipeline import run_transforms
@@ -331,8 +332,6 @@ def optimize(
 
         in_worker = builds_in_workers(source)
     if in_worker:
-        from optimizer.optimize.worker import optimize_in_worker
-
         return optimize_in_worker(source, recipe, signature_name, tolerance, backend, search,
                                   policy=policy)
     return optimize_here(source, recipe, signature_name, tolerance, backend, search,
@@ -381,8 +380,6 @@ def write_optimized(result: OptimizeResult, dst: str | os.PathLike,
         raise EquivalenceError(result.divergence())
     written = getattr(result.candidate.model, "written", None)
     if written is not None:  # optimized in a worker, which wrote it: a copy of the files
-        from optimizer.optimize.worker import copy_written
-
         return copy_written(written, dst, overwrite=overwrite)
     return write_saved_model(result.candidate.model, dst, overwrite=overwrite,
                              metadata=result.provenance())

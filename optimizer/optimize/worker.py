@@ -6,7 +6,7 @@ transform's output, the graphs TensorFlow imports to run both sides of the check
 191 MiB MLP the stage peaked at 2.9 GiB, and glibc and TensorFlow keep what they took while the
 process lives, so the step's process carried ~2 GiB into the candidate builds and the
 benchmark, beside their own workers. :func:`optimize_in_worker` runs the stage in
-``python -m optimizer.optimize.worker`` instead, which:
+``python -m optimizer.optimize.worker_main`` instead, which:
 
 1. freezes the source and makes the equivalence inputs from the frozen original;
 2. keeps only an *outline* of the original (its graph without the constants' values: what the
@@ -29,21 +29,18 @@ TensorFlow for it: the step's process stays at ~0.1 GiB beside its workers.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import pickle
 import shutil
-import sys
 import tempfile
 import weakref
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from optimizer.errors import TfoptError
 from optimizer.model.frozen import FrozenModel
-from optimizer.system.worker_process import read_job, run_job
+from optimizer.system.worker_process import run_job
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +134,7 @@ def optimize_in_worker(source, recipe, signature_name: str, tolerance, backend,
     the child reads the source under it."""
     scratch = Path(tempfile.mkdtemp(prefix="tfopt-optimize-"))
     try:
-        outcome = run_job(__name__, {
+        outcome = run_job("optimizer.optimize.worker_main", {
             "source": str(source), "recipe": recipe, "signature": signature_name,
             "tolerance": tolerance, "backend": backend, "search": search, "policy": policy,
             "scratch": str(scratch), "log_level": logging.getLogger().getEffectiveLevel()},
@@ -156,66 +153,3 @@ def optimize_in_worker(source, recipe, signature_name: str, tolerance, backend,
         raise
     weakref.finalize(result.candidate.model, shutil.rmtree, str(scratch), True)
     return result
-
-
-def _optimize(job: dict):
-    from optimizer.optimize.flow import optimize_here
-    from optimizer.system.free_memory import return_freed_memory
-
-    scratch = Path(job["scratch"])
-    result = optimize_here(job["source"], job["recipe"], job["signature"], job["tolerance"],
-                           job["backend"], job["search"], on_frozen=outline,
-                           policy=job["policy"])
-    candidate = result.candidate.model
-    stored = written = None
-    if result.accepted:
-        from optimizer.model.export import write_saved_model
-
-        return_freed_memory()
-        written = write_saved_model(candidate, scratch / SAVEDMODEL_DIR,
-                                    metadata=result.provenance())
-        stored = scratch / GRAPH_FILE
-        with open(stored, "wb") as out:
-            pickle.dump(candidate, out, protocol=pickle.HIGHEST_PROTOCOL)
-    lean = dataclasses.replace(result, candidate=dataclasses.replace(
-        result.candidate, model=outline(candidate, str(stored) if stored else None,
-                                        str(written) if written else None)))
-    with open(scratch / RESULT_FILE, "wb") as out:
-        pickle.dump(lean, out, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _portable(error: TfoptError) -> bytes:
-    """``error`` pickled, or, where its class cannot be rebuilt from its arguments, its line
-    and exit code in an :class:`OptimizeWorkerError`."""
-    from optimizer.errors import first_line
-
-    try:
-        data = pickle.dumps(error)
-        pickle.loads(data)
-        return data
-    except Exception:  # noqa: BLE001 - any failure to round-trip means: send the line
-        plain = OptimizeWorkerError(first_line(error))
-        plain.exit_code = error.exit_code
-        return pickle.dumps(plain)
-
-
-def main(argv: Sequence[str]) -> int:
-    """The worker: read the job, optimize, write the result; a refusal (a TfoptError) goes
-    back to the parent as the answer, to be raised there."""
-    job, write_answer = read_job(argv)
-    logging.basicConfig(level=job["log_level"], format="%(message)s", stream=sys.stderr)
-    # Run as __main__, this module is imported again under its own name, so that the classes
-    # pickled for the parent are optimizer.optimize.worker's.
-    from optimizer.optimize.worker import _optimize as optimize_job
-
-    try:
-        optimize_job(job)
-    except TfoptError as exc:
-        write_answer(_portable(exc).hex())
-        return exc.exit_code
-    write_answer(pickle.dumps(None).hex())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

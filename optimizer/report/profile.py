@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.files.records import JsonRecord
 from optimizer.model.frozen import FrozenModel
 from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE, read_saved_model_proto, serving_meta_graph
+from optimizer.records import JsonRecord
 
 _LABEL_OP = re.compile(r"^\S+ = ([A-Za-z0-9_]+)\(")
 

@@ -100,7 +100,20 @@ class ModelRunner:
         return {k: np.asarray(v) for k, v in raw.items()}
 
     def __call__(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return self.outputs(self.call(self.to_tensors(feeds)))
+        """The outputs for ``feeds``, the call under its deadline: one that never returns
+        stops this process, exit 9 (:mod:`optimizer.runtime.call_deadline`)."""
+        with self.deadline_clock().call():
+            return self.outputs(self.call(self.to_tensors(feeds)))
+
+    def deadline_clock(self):
+        """This model's :class:`~optimizer.runtime.call_deadline.FirstCallClock`."""
+        from optimizer.runtime.call_deadline import FirstCallClock
+
+        clock = self.__dict__.get("_deadline_clock")
+        if clock is None:
+            name = getattr(self, "description", "") or type(self).__name__
+            clock = self.__dict__["_deadline_clock"] = FirstCallClock(name)
+        return clock
 
     def close(self) -> None:
         """Drop the runtime's hold on the model; the runner is unusable afterwards."""

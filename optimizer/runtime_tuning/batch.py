@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from pydantic import computed_field
 
-from optimizer.files.records import JsonRecord
 from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from optimizer.records import JsonRecord
 from optimizer.runtime_tuning.checks import ProbeStopped, RuntimeTuningError, positive
 from optimizer.runtime_tuning.grid import ThreadSetting, has_per_model_threads, validate_grid
 from optimizer.runtime_tuning.probes import PROBE_MIN_RUNS, PROBE_WARMUP, Probe, Probes, Progress

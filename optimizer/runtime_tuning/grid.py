@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from optimizer.files.records import JsonRecord
+from optimizer.records import JsonRecord
 from optimizer.runtime_tuning.checks import RuntimeTuningError, positive
 
 

@@ -20,8 +20,8 @@ import json
 import time
 from collections.abc import Callable, Sequence
 
-from optimizer.files.records import record_to_dict
 from optimizer.model.op_scan import ScanPolicy
+from optimizer.records import record_to_dict
 from optimizer.runtime_tuning.budget import probes_beside, process_peak_bytes
 from optimizer.runtime_tuning.checks import ProbeStopped, RuntimeTuningError
 from optimizer.runtime_tuning.grid import ThreadSetting, serving_env

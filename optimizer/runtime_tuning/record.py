@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from optimizer.files.records import record_error_line, record_from_dict, record_to_dict
+from optimizer.records import record_error_line, record_from_dict, record_to_dict
 from optimizer.runtime_tuning.batch import BatchPoint
 from optimizer.runtime_tuning.checks import RuntimeTuningError
 from optimizer.runtime_tuning.grid import ThreadSetting, serving_env

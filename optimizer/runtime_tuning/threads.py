@@ -19,9 +19,9 @@ from pathlib import Path
 from pydantic import computed_field
 
 from optimizer.errors import SourceNotFoundError
-from optimizer.files.records import JsonRecord
 from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from optimizer.records import JsonRecord
 from optimizer.runtime_tuning.checks import ProbeStopped, check_min_gain, positive
 from optimizer.runtime_tuning.grid import (
     ThreadSetting,

@@ -22,8 +22,8 @@ _MAX_RUNS = 100_000
 
 
 def _load_for_setting(model: str, signature: str, setting: ThreadSetting, policy: dict):
-    from optimizer.files.records import record_from_dict
     from optimizer.model.op_scan import ScanPolicy
+    from optimizer.records import record_from_dict
     from optimizer.runtime import load_runner
 
     return load_runner(model, signature, num_threads=setting.num_threads,
@@ -45,12 +45,15 @@ def _in_effect(setting: ThreadSetting, runner) -> dict:
 
 def _time_calls(runner, tensors, seconds: float, min_runs: int, warmup: int) -> dict:
     from optimizer.benchmark.interleaved import time_interleaved
+    from optimizer.runtime.call_deadline import timing_deadline
 
     # One model per process: its calls are consecutive, as a server makes them, so one call per
     # "round" already times it warm; blocks (and their untimed call) would add nothing.
-    samples = time_interleaved({"model": lambda: runner.call(tensors)}, warmup=warmup,
-                               min_runs=min_runs, min_seconds=seconds,
-                               max_runs=_MAX_RUNS)["model"]
+    with timing_deadline([runner.deadline_clock()], warmup + min_runs + 1, seconds,
+                         runner.description):
+        samples = time_interleaved({"model": lambda: runner.call(tensors)}, warmup=warmup,
+                                   min_runs=min_runs, min_seconds=seconds,
+                                   max_runs=_MAX_RUNS)["model"]
     return {"p50": samples.p50, "runs": len(samples.seconds)}
 
 
@@ -71,13 +74,15 @@ def _start(config_text: str):
     def batch(size: int):
         if size not in tensors:
             tensors[size] = runner.to_tensors(make_inputs(runner.signature, size, seed=0))
+            with runner.deadline_clock().call():  # a first call at this size, under its own
+                runner.call(tensors[size])
         return tensors[size]
 
     def handle(command: dict) -> dict:
         return _time_calls(runner, batch(command["batch_size"]), command["seconds"],
                            command["min_runs"], command["warmup"])
 
-    runner.call(batch(1))
+    batch(1)  # its first call
     in_effect = _in_effect(setting, runner)
     return {"ready": True, "pid": os.getpid(), "in_effect": in_effect, **in_effect}, handle
 

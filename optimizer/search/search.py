@@ -35,9 +35,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 
-from optimizer.files.records import record_to_dict
 from optimizer.graph.validate import InvalidGraphError, validate_graph
 from optimizer.model.frozen import FrozenModel
+from optimizer.records import record_to_dict
 from optimizer.search.cost import CostFunction
 from optimizer.search.hashing import canonical_hash
 from optimizer.search.settings import DEFAULT_ALPHA, DEFAULT_BUDGET, DEFAULT_TIME_BUDGET_SECONDS

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from optimizer.files.records import Settings, default_of
+from optimizer.records import Settings, default_of
 from optimizer.transforms.base import TransformConfigError
 
 SEARCH_STRATEGIES = ("greedy", "relaxed")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from pydantic import computed_field
 
-from optimizer.files.records import JsonRecord
+from optimizer.records import JsonRecord
 from optimizer.system.cgroup import CGROUP_ROOT, PROC_SELF_CGROUP, own_cgroup_paths, with_ancestors
 
 log = logging.getLogger(__name__)

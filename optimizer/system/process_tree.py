@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from optimizer.files.records import JsonRecord
+from optimizer.records import JsonRecord
 
 PROC = Path("/proc")
 SAMPLE_SECONDS = 0.2

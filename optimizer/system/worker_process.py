@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.errors import TfoptError, first_line
+from optimizer.errors import ModelCallTimeoutError, TfoptError, first_line
 
 
 def child_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -59,7 +59,9 @@ def run_job(module: str, job: object, directory: str | os.PathLike | None = None
     ``directory`` (default: the system's temporary directory; give one on disk for a large
     job, as a tmpfs is memory). With ``memory_limit`` (bytes), a
     :class:`~optimizer.system.memory_watchdog.MemoryWatchdog` kills the child (SIGKILL, its
-    process group) once this process's tree crosses it: the outcome says at what figure."""
+    process group) once this process's tree crosses it: the outcome says at what figure. A
+    child whose model call passed its deadline (exit 9) is raised as
+    :class:`~optimizer.errors.ModelCallTimeoutError` with its last line."""
     import pickle
 
     from optimizer.system.memory_watchdog import MemoryWatchdog
@@ -87,6 +89,10 @@ def run_job(module: str, job: object, directory: str | os.PathLike | None = None
                     child.wait()
             stderr.seek(0)
             errors = stderr.read().decode(errors="replace")
+        if code == ModelCallTimeoutError.exit_code:
+            # the child's model call passed its deadline (optimizer.runtime.call_deadline):
+            # its last line says which, and ends this run too
+            raise ModelCallTimeoutError(JobOutcome(code, None, errors).last_line())
         if errors.strip():
             sys.stderr.write(errors)
         return JobOutcome(code, answer.read_text() if answer.is_file() else None, errors,
@@ -137,6 +143,8 @@ class WorkerProcess:
 
     def _exited(self) -> Exception:
         code = self.process.wait()
+        if code == ModelCallTimeoutError.exit_code:  # a model call past its deadline
+            return ModelCallTimeoutError(self._stderr_tail())
         return self.error(f"{self.name} exited with code {code}: {self._stderr_tail()}")
 
     def send(self, message: dict) -> None:

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from optimizer.errors import TfoptError
-from optimizer.files.records import record_to_dict
 from optimizer.graph.validate import InvalidGraphError
 from optimizer.model.frozen import FrozenModel
+from optimizer.records import record_to_dict
 from optimizer.transforms.base import Transform, TransformContext
 
 log = logging.getLogger(__name__)

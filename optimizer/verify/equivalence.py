@@ -27,13 +27,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from optimizer.errors import EquivalenceError
-from optimizer.files.records import JsonRecord
 from optimizer.inputs.generated import infer_int_ranges, make_inputs
 from optimizer.inputs.vocabulary import infer_vocabularies
 from optimizer.model.frozen import FrozenModel
 from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from optimizer.model.signature import contract_difference
+from optimizer.records import JsonRecord
 from optimizer.runtime import Model, ModelRunner, load_runner
 from optimizer.system.free_memory import return_freed_memory
 from optimizer.verify.finite import (

@@ -48,6 +48,7 @@ def _serve_once(path: str, signature: str) -> dict[str, list[int]]:
     from optimizer.errors import InvalidInputsError
     from optimizer.inputs.generated import make_inputs
     from optimizer.model.signature import SignatureInfo
+    from optimizer.runtime.call_deadline import current, deadline, past_deadline_line
 
     graph = tf.Graph()
     with tf.compat.v1.Session(graph=graph) as session:
@@ -64,5 +65,8 @@ def _serve_once(path: str, signature: str) -> dict[str, list[int]]:
         fetches = {spec.key: graph.get_tensor_by_name(spec.tensor_name) for spec in info.outputs}
         feed_dict = {graph.get_tensor_by_name(spec.tensor_name): feeds[spec.key]
                      for spec in info.inputs}
-        outputs = session.run(fetches, feed_dict=feed_dict)
+        # a call that never returns stops the run here, before anything is published
+        seconds = current().seconds(None)
+        with deadline(seconds, past_deadline_line(f"{path} in TF Serving's loader", seconds)):
+            outputs = session.run(fetches, feed_dict=feed_dict)
     return {key: list(getattr(value, "shape", ())) for key, value in outputs.items()}

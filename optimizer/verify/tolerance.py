@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from optimizer.errors import TfoptError, shown
-from optimizer.files.records import Settings
+from optimizer.records import Settings
 from optimizer.verify.finite import nonfinite_text
 
 if TYPE_CHECKING:
