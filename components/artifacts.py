@@ -53,6 +53,9 @@ class ChampionModel(Record):
     num_threads: int | None = None  # a per-model runtime's thread count
     intra_op_threads: int | None = None  # TensorFlow's, as tuned (informative here)
     inter_op_threads: int | None = None
+    # the digest of the source it was optimized from (its tfopt.source_digest tag); None when
+    # the version does not record one (registered by hand)
+    source_digest: str | None = None
 
     @property
     def label(self) -> str:

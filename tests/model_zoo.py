@@ -183,3 +183,44 @@ def never_returning_loop(path):
     module = NeverReturningModule()
     tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
     return module
+
+
+class DigitsLikeModule(tf.Module):
+    """The digits CNN's signature (``image: float32[None, 8, 8, 1]`` -> ``output_0``: 10 class
+    scores) around a function of the image, given per instance."""
+
+    def __init__(self, scores):
+        super().__init__()
+        self.scores = scores
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 8, 8, 1], tf.float32, name="image")])
+    def serve(self, image):
+        per_row = tf.reduce_sum(image, axis=[1, 2, 3], keepdims=True)[:, :, 0, 0]  # [batch, 1]
+        return {"output_0": self.scores(per_row)}
+
+
+def _digits_like(path, scores):
+    module = DigitsLikeModule(scores)
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+    return path
+
+
+def constant_classifier(path):
+    """Class 0 for every image of the digits model's signature, with softmax scores: as
+    accurate as the share of class 0 (~0.1 on digits), and far cheaper than any real model."""
+    return _digits_like(path, lambda per_row: tf.nn.softmax(
+        per_row * 0.0 + tf.constant([[5.0] + [0.0] * 9])))
+
+
+def nan_classifier(path):
+    """NaN for every image and class of the digits model's signature (log of a negative
+    number): numpy's argmax of such a row is 0, which matches class 0 labels."""
+    return _digits_like(path, lambda per_row: tf.math.log(-1.0 - tf.abs(per_row))
+                        * tf.ones([1, 10]))
+
+
+def softmax_classifier(path):
+    """Finite scores for every image of the digits model's signature: the softmax of ten
+    multiples of the image's sum, a model ``nan_classifier`` can be compared with."""
+    return _digits_like(path, lambda per_row: tf.nn.softmax(
+        per_row * tf.constant([[float(k) for k in range(10)]]) / 64.0))

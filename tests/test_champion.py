@@ -304,6 +304,55 @@ def test_a_champion_recorded_in_an_mlmodel_file_is_read_from_its_metadata(
     assert champion.path.endswith("artifacts/model.tflite")
 
 
+@pytest.mark.parametrize("tfopt_block, named", [
+    ("{format: [tflite], runtime: ai-edge-litert, artifact: artifacts/model.tflite}",
+     "its MLmodel records format as list ['tflite'], not a string"),
+    ("{format: tflite, runtime: ai-edge-litert, artifact: 7}",
+     "its MLmodel records artifact as int 7, not a string"),
+    ("[tflite]", "its MLmodel's metadata.tfopt is a list, not a mapping"),
+])
+def test_an_mlmodel_recording_its_format_or_artifact_in_the_wrong_type_is_unusable(
+        mlflow_server, client, litert_folder, tmp_path, tfopt_block, named):
+    folder = tmp_path / "mlflow_model"
+    shutil.copytree(litert_folder, folder / "artifacts")
+    (folder / "MLmodel").write_text(
+        "flavors:\n  python_function: {loader_module: tfopt_pyfunc}\n"
+        f"metadata:\n  tfopt: {tfopt_block}\n")
+    version = register(client, "wrong-types", folder, alias="champion")
+
+    with pytest.raises(ChampionUnusableError) as caught:
+        find_champion(config(mlflow_server, tmp_path, "wrong-types"))
+
+    assert caught.value.exit_code == 6
+    assert str(caught.value).startswith(f"models:/wrong-types/{version} (the 'champion' alias)")
+    assert named in str(caught.value)
+
+
+def test_a_thread_count_below_one_names_the_version(mlflow_server, client, litert_folder,
+                                                    tmp_path):
+    folder = tmp_path / "negative_threads"
+    shutil.copytree(litert_folder, folder)
+    (folder / "runtime_settings.json").write_text(json.dumps({"num_threads": -7}))
+    version = register(client, "negative-threads", folder, alias="champion",
+                       tags={"tfopt.format": "tflite", "tfopt.runtime": "ai-edge-litert"})
+
+    with pytest.raises(ChampionUnusableError, match=(
+            rf"^models:/negative-threads/{version} \(the 'champion' alias\) records "
+            r"num_threads -7 in its runtime settings; a thread count is at least 1$")):
+        find_champion(config(mlflow_server, tmp_path, "negative-threads"))
+
+
+def test_a_champion_records_the_source_it_was_optimized_from(mlflow_server, client,
+                                                             litert_folder, tmp_path):
+    register(client, "with-source", litert_folder, alias="champion",
+             tags={"tfopt.format": "tflite", "tfopt.runtime": "ai-edge-litert",
+                   "tfopt.source_digest": "sha256:the-source"})
+
+    champion = find_champion(config(mlflow_server, tmp_path, "with-source"))
+
+    assert champion.source_digest == "sha256:the-source"
+
+
 def test_an_unreachable_registry_fails_fast_instead_of_finding_no_champion(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -192,6 +192,9 @@ def test_a_promoted_candidate_is_logged_registered_and_made_champion(made, mlflo
     version = p.client.get_model_version("promoted", out.version)
     assert version.run_id == out.run_id and version.source == logged.artifact_location
     assert version.description.startswith("**PROMOTE optimized: ")
+    # which comparisons the gate made: here, no champion and no labels
+    assert ("\n\nCompared: latency against input (input); accuracy against input (the input: "
+            "agreement with its outputs on generated inputs)") in version.description
     assert f"/runs/{out.run_id}/artifactPath/report/report.html" in version.description
     assert version.tags["tfopt.role"] == "champion"
     assert version.tags["tfopt.verdict"] == "promote"

@@ -52,6 +52,7 @@ def run(args) -> int:
 
 def _print_decision(result, decision) -> None:
     print(f"baseline     {result.baseline.label} ({result.baseline.role})")
+    print(f"compared     {decision.comparisons}")
     for verdict in decision.verdicts:
         print()
         print(f"candidate    {verdict.candidate}: "

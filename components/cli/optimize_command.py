@@ -294,6 +294,12 @@ def _run(args, costs: dict, document: dict) -> int:
     runtime = None
     if args.targets is not None and not in_worker:
         runtime = _apply_runtime()  # thread pools are sized when TensorFlow starts
+        # before any work; a model optimized in workers is not loaded here (its outputs on
+        # generated inputs are checked in the optimize flow, as every model's are)
+        if eval_data is not None:
+            from optimizer.verify.evaluation import refuse_nonfinite_input_model
+
+            refuse_nonfinite_input_model(args.src, eval_data, args.signature, scan_policy(args))
     from optimizer.system.process_tree import TreeMeter
 
     with stages.stage("optimize (freeze, transform, check)"), TreeMeter() as meter:

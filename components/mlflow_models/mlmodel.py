@@ -30,15 +30,37 @@ def recorded_format(mlmodel: Path, where: str,
     data = read_yaml_file(mlmodel, f"{where}: MLmodel", error)
     if not isinstance(data, dict):
         raise error(f"{where}: its MLmodel file is not a mapping")
-    recorded = (data.get("metadata") or {}).get("tfopt") or {}
-    if isinstance(recorded, dict) and recorded.get("format"):
-        return recorded["format"], recorded.get("runtime"), recorded.get("artifact")
-    flavors = data.get("flavors") or {}
+    metadata = _mapping(data.get("metadata"), f"{where}: its MLmodel's metadata", error)
+    recorded = _mapping(metadata.get("tfopt"), f"{where}: its MLmodel's metadata.tfopt", error)
+    if recorded.get("format"):
+        return (_text(recorded, "format", where, error), _text(recorded, "runtime", where, error),
+                _text(recorded, "artifact", where, error))
+    flavors = _mapping(data.get("flavors"), f"{where}: its MLmodel's flavors", error)
     for flavor, (fmt, artifact_key) in FLAVOR_FORMATS.items():
         if flavor in flavors:
-            return fmt, None, (flavors[flavor] or {}).get(artifact_key)
+            entry = _mapping(flavors[flavor], f"{where}: its MLmodel's flavor {flavor}", error)
+            return fmt, None, _text(entry, artifact_key, where, error)
     raise error(f"{where} is an MLflow Model with flavors {', '.join(sorted(flavors)) or 'none'}, "
                 f"none of which this tfopt can run")
+
+
+def _mapping(value, what: str, error: type[TfoptError]) -> dict:
+    """``value`` when it is a mapping, ``{}`` when absent; else ``error`` naming ``what``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise error(f"{what} is a {type(value).__name__}, not a mapping")
+    return value
+
+
+def _text(recorded: dict, key: str, where: str, error: type[TfoptError]) -> str | None:
+    """``recorded[key]`` when it is a string, None when absent; else ``error``: a format or
+    path written as a list or a number is a damaged or hostile MLmodel, never guessed at."""
+    value = recorded.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise error(f"{where}: its MLmodel records {key} as {type(value).__name__} "
+                f"{str(value)[:60]}, not a string")
 
 
 def artifact_inside(directory: Path, artifact: str, where: str,

@@ -265,6 +265,8 @@ def version_description(pub: Publication, model: CandidateModel, experiment_id: 
                         run_id: str) -> str:
     """The verdict in one line, why a challenger lost, and the report's link."""
     lines = [f"**{verdict_line(pub, model)}**"]
+    if pub.decision.get("comparisons"):
+        lines.append(f"Compared: {pub.decision['comparisons']}")
     if not pub.gate.promote:
         lines.append(f"Lost because: {lost_because(pub, model)}")
     lines.append(f"[Report]({report_link(experiment_id, run_id)}) "

@@ -116,6 +116,9 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
                 f"inter_op={champion.inter_op_threads}; it ran with this process's "
                 f"intra_op={runtime.intra_op_threads}, inter_op={runtime.inter_op_threads}, "
                 f"like every TensorFlow model here")))
+        if champion is not None:  # for the gate: was the champion made from this input?
+            result = dataclasses.replace(result, baseline=dataclasses.replace(
+                result.baseline, source_digest=champion.source_digest))
         result_path = result.save(step_dir / "benchmark.json")
         return BenchmarkOutput(
             result_path=str(result_path), baseline_label=result.baseline.label,

@@ -39,19 +39,22 @@ def local_data_file(location: str, config: PipelineConfig, step_dir: Path) -> Pa
     return path
 
 
-def check_evaluation_data(config: PipelineConfig, signature) -> None:
-    """Refuse now labels ``evaluation.metric`` cannot score against the model's output
-    (``signature``), in the first step that reads it, not once every candidate has been built
-    and timed. An ``s3://`` file is fetched into a directory of its own and let go."""
+def check_evaluation_data(config: PipelineConfig, signature):
+    """Refuse now evaluation data that does not fit the model (``signature``: ``x`` of other
+    dtypes or shapes, no rows) or labels ``evaluation.metric`` cannot score against its output,
+    in the first step that reads it, not once every candidate has been built and timed.
+    Returns the data (a :class:`~optimizer.verify.evaluation.LabelledData`), None without any.
+    An ``s3://`` file is fetched into a directory of its own and let go."""
     if not config.evaluation.data:
-        return
+        return None
     import tempfile
 
     from optimizer.verify.evaluation import load_labelled_data
 
     with tempfile.TemporaryDirectory(prefix="tfopt-eval-check-") as scratch:
-        load_labelled_data(local_data_file(config.evaluation.data, config, Path(scratch)),
-                           signature, config.evaluation.metric)
+        return load_labelled_data(
+            local_data_file(config.evaluation.data, config, Path(scratch)), signature,
+            config.evaluation.metric)
 
 
 def from_inputs(call) -> EvaluationOutput:
@@ -102,8 +105,7 @@ def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
             fidelity = model.fidelity
             if model is not reference:
                 report = compare(runners[reference.label], runners[model.label], feeds)
-                fidelity = Fidelity(report.max_abs_diff, report.max_rel_diff,
-                                    report.top1_agreement, report.batches, "eval data")
+                fidelity = Fidelity.of(report, "eval data")
             updated[model.label] = dataclasses.replace(model, quality=quality, fidelity=fidelity)
         result = dataclasses.replace(
             result, baseline=updated[result.baseline.label],

@@ -31,12 +31,19 @@ def freeze(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> Candid
         from optimizer.model.export import write_saved_model
         from optimizer.model.freeze import freeze as freeze_model
         from optimizer.verify.equivalence import compare
+        from optimizer.verify.evaluation import refuse_nonfinite_input_model
+        from optimizer.verify.finite import refuse_nonfinite_source
 
         log.info("freeze: %s [%s]", pulled.path, config.signature)
         policy = config.security.scan_policy()
         frozen = freeze_model(pulled.path, config.signature, policy=policy)
-        check_evaluation_data(config, frozen.signature)
+        data = check_evaluation_data(config, frozen.signature)
+        if data is not None:
+            refuse_nonfinite_input_model(pulled.path, data, config.signature, policy,
+                                         name=pulled.uri)
         report = compare(pulled.path, frozen, signature_name=config.signature, policy=policy)
+        refuse_nonfinite_source(report.original_nan_values, report.original_inf_values,
+                                pulled.uri, "inputs generated from its signature")
         if not report.within(atol=config.optimize.atol):
             raise EquivalenceError(f"frozen outputs differ from the source: {report.summary()}")
         target = step_dir / "savedmodel"

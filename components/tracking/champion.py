@@ -131,13 +131,14 @@ def usable_champion(directory: Path, tags: dict[str, str], *, uri: str, version:
             f"{runtime.package} package is not installed here")
     path = _artifact_path(directory, artifact, runtime, where)
     _check_readable(path, fmt, signature, where, policy)
-    threads = _recorded_threads(path, directory, tags)
+    threads = _recorded_threads(path, directory, tags, where)
     log.info("champion: %s is %s on %s%s", where, fmt, runtime_name or runtime.name,
              f", {threads['num_threads']} threads" if threads.get("num_threads") else "")
     return ChampionModel(uri=uri, version=version, path=str(path), directory=str(directory),
                          digest=model_digest(path.parent if path.is_file() else path),
                          format=fmt, runtime=runtime_name or runtime.name,
-                         candidate=tags.get("tfopt.candidate"), **threads)
+                         candidate=tags.get("tfopt.candidate"),
+                         source_digest=tags.get("tfopt.source_digest") or None, **threads)
 
 
 def _recorded_format(directory: Path, tags: dict[str, str],
@@ -186,11 +187,12 @@ def _check_readable(path: Path, fmt: str, signature: str, where: str, policy) ->
                                     ) from None
 
 
-def _recorded_threads(path: Path, directory: Path,
-                      tags: dict[str, str]) -> dict[str, int | None]:
+def _recorded_threads(path: Path, directory: Path, tags: dict[str, str],
+                      where: str) -> dict[str, int | None]:
     """The runtime settings tuning recorded for the version: the JSON beside the artifact or
     at the version's root (an MLflow Model keeps it there), else the version's
-    ``tfopt.runtime.*`` tags."""
+    ``tfopt.runtime.*`` tags. A count below 1 is a damaged record: refused, naming the
+    version (``where``), since the champion would otherwise run with settings nobody tuned."""
     import json
 
     beside = (path if path.is_dir() else path.parent) / RUNTIME_SETTINGS_FILE
@@ -209,4 +211,7 @@ def _recorded_threads(path: Path, directory: Path,
             out[name] = int(value) if value not in (None, "", "None") else None
         except (TypeError, ValueError):
             out[name] = None
+        if out[name] is not None and out[name] < 1:
+            raise ChampionUnusableError(f"{where} records {name} {out[name]} in its runtime "
+                                        f"settings; a thread count is at least 1")
     return out

@@ -496,8 +496,7 @@ def run_benchmark(
         if item is ref_item:
             continue
         report = compare(ref_item.runner, item.runner, inputs=feeds_list)
-        fidelities[item.label] = Fidelity(report.max_abs_diff, report.max_rel_diff,
-                                          report.top1_agreement, report.batches, feeds_source)
+        fidelities[item.label] = Fidelity.of(report, feeds_source)
 
     files = {item.label: model_files(item.subject.path, item.runner.format) for item in loaded}
     measurements = [

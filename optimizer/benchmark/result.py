@@ -59,6 +59,15 @@ class Fidelity(JsonRecord):
     top1_agreement: float | None
     batches: int
     inputs: str  # "eval data" or "generated"
+    # output values NaN / ±Inf where the input's are finite (written before: 0, never counted)
+    nan_values: int = 0
+    inf_values: int = 0
+
+    @classmethod
+    def of(cls, report, inputs: str) -> Fidelity:
+        """From an :class:`~optimizer.verify.equivalence.EquivalenceReport` on ``inputs``."""
+        return cls(report.max_abs_diff, report.max_rel_diff, report.top1_agreement,
+                   report.batches, inputs, report.nan_values, report.inf_values)
 
 
 @dataclass(frozen=True)
@@ -90,11 +99,17 @@ class ModelMeasurement(JsonRecord):
     # timed calls per round in ``samples`` (and ``baseline_samples``); None: the result's
     # settings.block_size (results written before blocks were scaled to the call time)
     block_size: int | None = None
+    # A champion's: the digest of the source model it was optimized from, as its registry
+    # version records it (``tfopt.source_digest``); None when unknown or not a champion. The
+    # gate compares it with the input's, to know whether the two are the same model.
+    source_digest: str | None = None
 
     def to_dict(self) -> dict:
         data = record_to_dict(self)
         if self.baseline_samples is None:
             del data["baseline_samples"]  # written only when the benchmark ran in groups
+        if self.source_digest is None:
+            del data["source_digest"]  # written only for a champion that records it
         return in_order(data, _MEASUREMENT_KEYS)
 
 
@@ -104,7 +119,7 @@ _MEASUREMENT_KEYS = (
     "label", "role", "path", "digest", "format", "runtime", "num_threads", "size_bytes",
     "load_seconds", "first_call_seconds", "rss_growth_bytes", "peak_rss_growth_bytes",
     "peak_rss_exact", "block_size", "latency", "samples", "quality", "fidelity",
-    "baseline_samples")
+    "baseline_samples", "source_digest")
 
 
 @dataclass(frozen=True)

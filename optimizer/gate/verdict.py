@@ -40,7 +40,8 @@ Checks, in order:
 ``accuracy_drop_abs`` / ``accuracy_drop_rel``
     Accuracy is measured against the *unoptimized input* of this run, also when the baseline
     is the champion (the result's ``accuracy_reference``): budgets anchored to the champion
-    would let a small loss pile up from one promotion to the next. With labelled data, the
+    alone would let a small loss pile up from one promotion to the next (the champion's own
+    checks, below, are on top of these). With labelled data, the
     metric's drop (input minus candidate for a higher-is-better metric such as top-1,
     candidate minus input for an error such as MSE) must be at most ``max_accuracy_drop_abs``,
     and relative to the input's value at most ``max_accuracy_drop_rel``; a budget set to null
@@ -50,6 +51,18 @@ Checks, in order:
     top-1; they need ``max_output_rel_error`` (max relative output error against the baseline).
     When neither labels nor a usable fidelity bound exist, the check fails: an unverified
     accuracy never passes.
+``champion_accuracy_drop_abs`` / ``champion_accuracy_drop_rel`` / ``champion_comparison``
+    Beside the input's budget, a candidate is judged against what it would replace. With a
+    champion as the baseline and labelled data, the candidate's metric may be below the
+    champion's (each measured in its own runtime) by at most the same budgets: a faster model
+    far worse than production is not promoted because it is as bad as its own input (a constant
+    model against an accurate champion). Without labels, accuracy cannot be compared with the
+    champion; when the champion was optimized from this same input (its version's source digest,
+    or its own digest, is the input's) fidelity to the input stands for it, and otherwise the
+    ``champion_comparison`` check fails unless ``allow_latency_only_replacement`` is set.
+``finite_outputs``
+    Present only when the candidate answers NaN or Inf where the input's outputs are finite, and
+    then it fails, naming them: NaN never equals NaN (:mod:`optimizer.verify.finite`).
 ``differs_from_baseline``
     A candidate whose files are the baseline's (the same digest: the champion's own LiteRT file
     rebuilt by a scheduled run on the same source) is never promoted, however it times:
@@ -71,7 +84,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
-from optimizer.benchmark.result import BenchmarkResult, ModelMeasurement
+from optimizer.benchmark.result import CHAMPION, BenchmarkResult, ModelMeasurement, Quality
 from optimizer.benchmark.settings import BenchmarkConfig
 from optimizer.benchmark.stats import (
     RatioInterval,
@@ -90,6 +103,7 @@ from optimizer.errors import (
 )
 from optimizer.gate.near_ties import choose_among_promoted
 from optimizer.records import JsonRecord, field_of, in_order, record_to_dict
+from optimizer.verify.finite import nonfinite_text
 
 EXIT_PROMOTE = EXIT_OK
 EXIT_REJECT = EXIT_GATE_REJECTED
@@ -125,6 +139,11 @@ class GateConfig(BaseModel):
     max_peak_rss_bytes: int | None = Field(
         None, ge=1, description="largest growth of the process's peak memory while loading and "
                                 "first calling the model; null: not checked")
+    allow_latency_only_replacement: bool = Field(
+        False, description="without labelled data, let a candidate optimized from another "
+                           "source model than the champion's replace the champion on latency "
+                           "alone (their accuracies are never compared); off: such a candidate "
+                           "is rejected")
 
 
 def gate_config_from_dict(data: dict | None, source: str = "gate config") -> GateConfig:
@@ -191,6 +210,8 @@ class GateDecision:
     latency_batch_size: int
     intervals: dict[str, dict[int, RatioInterval]]  # as recomputed at config.confidence
     twin: dict[int, RatioInterval] = field(default_factory=dict)  # the baseline's twin's
+    # what each candidate was compared with, in one line (:func:`comparisons`)
+    comparisons: str = ""
 
     @computed_field  # written first, for the record's readers
     @property
@@ -209,8 +230,8 @@ class GateDecision:
 
 
 # The verdict's JSON order (verdict.json, the report): the decision before what it rests on.
-_DECISION_KEYS = ("promote", "chosen", "latency_batch_size", "config", "verdicts", "intervals",
-                  "twin")
+_DECISION_KEYS = ("promote", "chosen", "latency_batch_size", "comparisons", "config", "verdicts",
+                  "intervals", "twin")
 
 
 def _pct(confidence: float) -> str:
@@ -284,7 +305,7 @@ def _accuracy_checks(reference: ModelMeasurement, candidate: ModelMeasurement,
     """``reference``: the unoptimized input (the baseline itself when it is the input)."""
     if reference.quality is not None and candidate.quality is not None:
         base, cand = reference.quality, candidate.quality
-        drop = base.value - cand.value if base.higher_is_better else cand.value - base.value
+        drop = _drop(base, cand)
         metric = base.metric
         checks = []
         if config.max_accuracy_drop_abs is None and config.max_accuracy_drop_rel is None:
@@ -335,6 +356,114 @@ def _accuracy_checks(reference: ModelMeasurement, candidate: ModelMeasurement,
     return [Check("accuracy", False, None, None, "not measured", "-",
                   "accuracy unverified: no labelled data, and no top-1 agreement bound applies "
                   "(set max_output_rel_error, or benchmark with --eval-data)")]
+
+
+def _drop(base: Quality, cand: Quality) -> float:
+    """How far ``cand`` is worse than ``base`` (NaN, a metric of NaN outputs, is worse than
+    any budget)."""
+    drop = base.value - cand.value if base.higher_is_better else cand.value - base.value
+    return math.inf if math.isnan(drop) else drop
+
+
+def _champion_checks(result: BenchmarkResult, candidate: ModelMeasurement,
+                     config: GateConfig) -> list[Check]:
+    """The candidate against the champion it would replace (none when the baseline is the
+    input): its accuracy within the budget of the champion's with labels; without them, only
+    when the champion was made from this input, or the config allows latency alone."""
+    champion, source = result.baseline, result.accuracy_reference
+    if champion.role != CHAMPION or source is champion:
+        return []  # no champion, or accuracy is already measured against it (tfopt gate)
+    if candidate.quality is not None:
+        if champion.quality is None:
+            return [Check("champion_accuracy", False, None, None, "not measured", "-",
+                          f"the champion {champion.label}'s accuracy was not measured on the "
+                          f"labelled data, so the candidate cannot be compared with it")]
+        base, cand = champion.quality, candidate.quality
+        drop = _drop(base, cand)
+        checks = []
+        for name, budget, value, text in (
+                ("champion_accuracy_drop_abs", config.max_accuracy_drop_abs, drop,
+                 f"{drop:.4f}"),
+                ("champion_accuracy_drop_rel", config.max_accuracy_drop_rel,
+                 drop / abs(base.value) if base.value else (0.0 if drop <= 0 else math.inf),
+                 None)):
+            if budget is None:
+                continue
+            ok = value <= budget
+            shown = text or f"{value:.2%}"
+            reason = (f"{base.metric} {cand.value:.4f} against the champion {champion.label}'s "
+                      f"{base.value:.4f} (drop {shown}) {'within' if ok else 'exceeds'} the "
+                      f"budget of {budget:g}")
+            checks.append(Check(name, ok, value, budget, shown, f"<= {budget:g}",
+                                reason if ok else f"worse than the champion: {reason}"))
+        return checks
+    if same_source(result):
+        return [Check("champion_comparison", True, None, None, "same source", "-",
+                      f"no labelled data: the champion {champion.label} was optimized from "
+                      f"this same input, so fidelity to the input bounds both")]
+    recorded = (f"from {champion.source_digest[:19]}..." if champion.source_digest
+                else "from a source it does not record")
+    if config.allow_latency_only_replacement:
+        return [Check("champion_comparison", True, None, None, "not compared",
+                      "latency only", f"accuracy not compared with the champion "
+                      f"{champion.label} (no labelled data; it was optimized {recorded}, this "
+                      f"input is {source.digest[:19]}...): replaced on latency alone, as "
+                      f"allow_latency_only_replacement allows")]
+    return [Check("champion_comparison", False, None, None, "not compared", "labelled data",
+                  f"accuracy cannot be compared with the champion {champion.label}: no labelled "
+                  f"data, and it was optimized {recorded}, not from this input "
+                  f"({source.digest[:19]}...); give labelled evaluation data, or set "
+                  f"allow_latency_only_replacement to replace it on latency alone")]
+
+
+def same_source(result: BenchmarkResult) -> bool:
+    """Whether the champion baseline was made from this run's input: its recorded source digest
+    is the input's, or it is the input itself (a version registered by hand)."""
+    champion, source = result.baseline, result.accuracy_reference
+    return source.digest in (champion.source_digest, champion.digest)
+
+
+def _finite_check(candidate: ModelMeasurement) -> list[Check]:
+    fidelity = candidate.fidelity
+    if fidelity is None or not (fidelity.nan_values or fidelity.inf_values):
+        return []
+    broken = nonfinite_text(fidelity.nan_values, fidelity.inf_values)
+    return [Check("finite_outputs", False, fidelity.nan_values + fidelity.inf_values, 0,
+                  broken, "none", f"outputs not finite: {broken} where the input's outputs "
+                  f"are finite (on {_inputs_text(fidelity.inputs)})")]
+
+
+def _inputs_text(inputs: str) -> str:
+    """What a fidelity was measured on (``Fidelity.inputs``), as a sentence says it."""
+    return {"generated": "generated inputs", "supplied": "supplied inputs"}.get(inputs, inputs)
+
+
+def comparisons(result: BenchmarkResult, config: GateConfig) -> str:
+    """What the candidates were compared with, in one line, for the report and the registry:
+    latency against the baseline; accuracy against the input, and against the champion with
+    labels, or why not."""
+    baseline, source = result.baseline, result.accuracy_reference
+    measured = next((c.quality for c in result.candidates if c.quality is not None), None)
+    if measured is not None:
+        how = f"{measured.metric} on labelled data ({measured.examples} examples)"
+    else:
+        inputs = next((c.fidelity.inputs for c in result.candidates if c.fidelity), "inputs")
+        how = f"agreement with its outputs on {_inputs_text(inputs)}"
+    parts = [f"latency against {baseline.label} ({baseline.role})",
+             f"accuracy against {source.label} (the input: {how})"]
+    if baseline.role == CHAMPION and source is not baseline:
+        if measured is not None:
+            parts.append(f"accuracy against {baseline.label} (the champion: {how})")
+        elif same_source(result):
+            parts.append(f"not against {baseline.label}'s accuracy: it was optimized from the "
+                         f"same input, no labelled data")
+        elif config.allow_latency_only_replacement:
+            parts.append(f"not against {baseline.label}'s accuracy: no labelled data, another "
+                         f"source model; latency-only replacement allowed")
+        else:
+            parts.append(f"not against {baseline.label}'s accuracy: no labelled data, another "
+                         f"source model, so no candidate may replace it")
+    return "; ".join(parts)
 
 
 def _limit_checks(candidate: ModelMeasurement, config: GateConfig) -> list[Check]:
@@ -443,7 +572,9 @@ def evaluate_gate(result: BenchmarkResult, config: GateConfig | None = None, *,
             checks.append(Check("differs_from_baseline", False, None, None, candidate.digest[:19],
                                 "another model", f"identical to the baseline "
                                 f"{result.baseline.label} (same files): nothing to promote"))
+        checks.extend(_finite_check(candidate))
         checks.extend(_accuracy_checks(result.accuracy_reference, candidate, config))
+        checks.extend(_champion_checks(result, candidate, config))
         checks.extend(_limit_checks(candidate, config))
         verdicts.append(Verdict(
             candidate=candidate.label, baseline=result.baseline.label,
@@ -453,4 +584,5 @@ def evaluate_gate(result: BenchmarkResult, config: GateConfig | None = None, *,
     promoted = [v for v in verdicts if v.promote]
     chosen = choose_among_promoted(promoted, intervals, batch, precisions,
                                    _head_to_head(result, batch, config.confidence))
-    return GateDecision(tuple(verdicts), chosen, config, batch, intervals, twin)
+    return GateDecision(tuple(verdicts), chosen, config, batch, intervals, twin,
+                        comparisons(result, config))

@@ -33,6 +33,7 @@ from optimizer.search.settings import SearchSettings
 from optimizer.transforms.base import TransformConfigError
 from optimizer.transforms.pipeline import run_transforms
 from optimizer.verify.equivalence import EquivalenceReport, compare
+from optimizer.verify.finite import refuse_nonfinite_source
 from optimizer.verify.tolerance import Tolerance
 
 log = logging.getLogger(__name__)
@@ -282,6 +283,8 @@ def check_equivalence(source: str | os.PathLike, original: FrozenModel, inputs: 
     ``load_candidate(frozen model)`` makes the candidate's runner (default: ``load_runner``)."""
     report = compare(str(source), candidate.model, inputs, signature_name=signature_name,
                      load_candidate=load_candidate, policy=policy)
+    refuse_nonfinite_source(report.original_nan_values, report.original_inf_values,
+                            str(source), "inputs generated from its signature")
     log.info("equivalence: %s", report.summary())
     return OptimizeResult(source=str(source), original=original, candidate=candidate,
                           report=report, tolerance=tolerance)

@@ -225,6 +225,8 @@ def render_markdown(result: BenchmarkResult, decision=None,
         else:
             lines.append("**Gate: REJECT: no candidate passes; keep the baseline.**")
         lines.append("")
+        if decision.comparisons:
+            lines += [f"Compared: {decision.comparisons}.", ""]
     if candidate_rows:
         lines += ["## Candidates", ""] + candidates_table(candidate_rows) + [""]
     if result.reference is not None or any(m.quality for m in result.models):

@@ -8,6 +8,11 @@ the signature, both models run on each batch, and the report carries the largest
   near-zero elements do not blow it up), the largest over outputs.
 - ``top1_agreement``: for outputs shaped ``[..., classes]`` with more than one class, the share
   of positions whose argmax is the same; the lowest over such outputs, ``None`` when there are none.
+- ``nan_values`` / ``inf_values``: values the candidate answers NaN / ±Inf where the original's
+  are finite; ``original_nan_values`` / ``original_inf_values``: the original's own.
+
+NaN never equals NaN here (:mod:`optimizer.verify.finite`): a NaN on either side is an infinite
+difference, and a row holding NaN agrees with nothing.
 
 Outputs that are not numbers (strings, from a table mapping ids back to tokens) either match
 element for element (differences 0) or do not (infinite).
@@ -31,6 +36,13 @@ from optimizer.model.signature import contract_difference
 from optimizer.records import JsonRecord, default_of
 from optimizer.runtime import Model, ModelRunner, load_runner
 from optimizer.system.free_memory import return_freed_memory
+from optimizer.verify.finite import (
+    NO_CLASS,
+    count_nonfinite,
+    nonfinite_counts,
+    nonfinite_text,
+    top1_predictions,
+)
 from optimizer.verify.tolerance import Tolerance
 
 DEFAULT_ATOL = default_of(Tolerance, "atol")  # one bound for every check: the tolerance's
@@ -51,11 +63,16 @@ class EquivalenceReport(JsonRecord):
     top1_agreement: float | None
     outputs: tuple[OutputDiff, ...]
     batches: int
+    nan_values: int = 0
+    inf_values: int = 0
+    original_nan_values: int = 0
+    original_inf_values: int = 0
 
     def within(self, atol: float = DEFAULT_ATOL, rtol: float | None = None,
                min_top1: float | None = None) -> bool:
         """True when every stated bound holds; a bound given as ``None`` is not checked."""
-        checks = [self.max_abs_diff <= atol if atol is not None else True]
+        checks = [self.max_abs_diff <= atol if atol is not None else True,
+                  not (self.nan_values or self.inf_values)]
         if rtol is not None:
             checks.append(self.max_rel_diff <= rtol)
         if min_top1 is not None and self.top1_agreement is not None:
@@ -64,8 +81,10 @@ class EquivalenceReport(JsonRecord):
 
     def summary(self) -> str:
         top1 = "n/a" if self.top1_agreement is None else f"{self.top1_agreement:.4f}"
+        broken = (f", {nonfinite_text(self.nan_values, self.inf_values)} where the original's "
+                  f"are finite" if self.nan_values or self.inf_values else "")
         return (f"max abs diff {self.max_abs_diff:.3g}, max rel diff {self.max_rel_diff:.3g}, "
-                f"top-1 agreement {top1} over {self.batches} batch(es)")
+                f"top-1 agreement {top1} over {self.batches} batch(es){broken}")
 
 
 def _diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
@@ -73,8 +92,8 @@ def _diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
         same = a.shape == b.shape and bool(np.all(a == b))
         return (0.0, 0.0) if same else (np.inf, np.inf)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    both_nan = np.isnan(a64) & np.isnan(b64)
-    gap = np.where(both_nan, 0.0, np.abs(a64 - b64))
+    gap = np.abs(a64 - b64)
+    # NaN on either side (and Inf against Inf, whose difference is NaN) is no agreement
     gap = np.where(np.isnan(gap), np.inf, gap)
     max_abs = float(gap.max()) if gap.size else 0.0
     scale = float(np.nanmax(np.abs(a64))) if a64.size and not np.all(np.isnan(a64)) else 0.0
@@ -85,7 +104,8 @@ def _diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 def _top1(a: np.ndarray, b: np.ndarray) -> tuple[int, int] | None:
     if a.ndim < 2 or a.shape[-1] < 2 or not np.issubdtype(a.dtype, np.floating):
         return None
-    same = np.argmax(a, axis=-1) == np.argmax(b, axis=-1)
+    predicted_a = top1_predictions(a)
+    same = (predicted_a == top1_predictions(b)) & (predicted_a != NO_CLASS)
     return int(same.sum()), int(same.size)
 
 
@@ -160,12 +180,16 @@ def _report(output_keys, expected: list[dict], outputs: list[dict]) -> Equivalen
     abs_by_key = {k: 0.0 for k in output_keys}
     rel_by_key = dict(abs_by_key)
     top1_by_key: dict[str, list[int]] = {}
+    nan = inf = 0
+    original_nan, original_inf = count_nonfinite(expected)
     for out_a, out_b in zip(expected, outputs):
         for key in output_keys:
             x, y = out_a[key], out_b[key]
             if x.shape != y.shape:
                 raise EquivalenceError(f"output '{key}' has shape {y.shape}, expected {x.shape}")
             max_abs, max_rel = _diff(x, y)
+            broken = nonfinite_counts(x, y)
+            nan, inf = nan + broken[0], inf + broken[1]
             abs_by_key[key] = max(abs_by_key[key], max_abs)
             rel_by_key[key] = max(rel_by_key[key], max_rel)
             agree = _top1(x, y)
@@ -185,4 +209,8 @@ def _report(output_keys, expected: list[dict], outputs: list[dict]) -> Equivalen
         top1_agreement=min(agreements) if agreements else None,
         outputs=outputs,
         batches=len(expected),
+        nan_values=nan,
+        inf_values=inf,
+        original_nan_values=original_nan,
+        original_inf_values=original_inf,
     )

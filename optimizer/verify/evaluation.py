@@ -22,6 +22,7 @@ from optimizer.errors import InvalidInputsError
 from optimizer.inputs.data_files import is_tfrecord, read_examples, read_npz, stack_feature
 from optimizer.model.signature import SignatureInfo
 from optimizer.runtime import ModelRunner
+from optimizer.verify.finite import count_nonfinite, refuse_nonfinite_source, top1_predictions
 
 
 @dataclass(frozen=True)
@@ -32,19 +33,24 @@ class Metric:
     description: str
     # labels per row the metric scores against one row of output of this shape; None: unchecked
     labels_per_row: Callable[[tuple[int, ...]], int] | None = None
+    # its labels are class ids: whole numbers from 0, below the output's last dimension
+    class_ids: bool = False
 
 
 METRICS: dict[str, Metric] = {}
 
 
 def register_metric(name: str, higher_is_better: bool, description: str,
-                    labels_per_row: Callable[[tuple[int, ...]], int] | None = None):
+                    labels_per_row: Callable[[tuple[int, ...]], int] | None = None,
+                    class_ids: bool = False):
     """Decorator: ``@register_metric("f1", True, "...")`` makes a metric usable by name.
     ``labels_per_row`` lets labels be checked against the model's output before anything runs
-    (:func:`check_labels_fit`)."""
+    (:func:`check_labels_fit`); ``class_ids`` that its labels are class ids, checked as such.
+    """
 
     def register(fn: Callable[[np.ndarray, np.ndarray], float]):
-        METRICS[name] = Metric(name, fn, higher_is_better, description, labels_per_row)
+        METRICS[name] = Metric(name, fn, higher_is_better, description, labels_per_row,
+                               class_ids)
         return fn
 
     return register
@@ -58,9 +64,9 @@ def get_metric(name: str) -> Metric:
 
 @register_metric("top1", True, "top-1 accuracy: share of rows (of positions, for a tagger's "
                                 "per-position scores) whose argmax is the label",
-                 labels_per_row=lambda row: int(np.prod(row[:-1])))
+                 labels_per_row=lambda row: int(np.prod(row[:-1])), class_ids=True)
 def top1(scores: np.ndarray, labels: np.ndarray) -> float:
-    predicted = np.argmax(scores, axis=-1)
+    predicted = top1_predictions(scores)  # a row holding NaN predicts no class
     if labels.size != predicted.size:
         raise InvalidInputsError(
             f"the labels (y of shape {tuple(labels.shape)}) do not match the model's top-1 "
@@ -110,13 +116,68 @@ def _read_tfrecord(path: Path, signature: SignatureInfo | None) -> LabelledData:
 
 def load_labelled_data(path: str | os.PathLike, signature: SignatureInfo | None = None,
                        metric: str | None = None) -> LabelledData:
-    """``x``/``y`` from an ``.npz`` or a TFRecord file of ``tf.train.Example``; with the model's
-    ``signature`` and a ``metric``, labels that metric could not score are refused now
-    (:func:`check_labels_fit`)."""
+    """``x``/``y`` from an ``.npz`` or a TFRecord file of ``tf.train.Example``, at least one
+    row; with the model's ``signature``, ``x`` that does not fit its input is refused now
+    (:func:`check_inputs_fit`), and with a ``metric`` too, labels that metric could not score
+    (:func:`check_labels_fit`). Each refusal is one line (exit 2), before any model runs."""
     data = _read_labelled_data(Path(path), signature)
-    if signature is not None and metric is not None:
-        check_labels_fit(data, signature, metric)
+    if signature is not None:
+        check_inputs_fit(data, signature)
+    if metric is not None:
+        check_label_values(data, metric)
+        if signature is not None:
+            check_labels_fit(data, signature, metric)
     return data
+
+
+def _first_bad(mask: np.ndarray) -> int:
+    """The first row holding a True of ``mask``."""
+    return int(np.argwhere(mask.reshape(len(mask), -1).any(axis=1))[0][0])
+
+
+def check_inputs_fit(data: LabelledData, signature: SignatureInfo) -> None:
+    """Refuse ``x`` the model's single input cannot take: strings for a numeric input or
+    numbers for a string input, a row of another shape than the input's (where it is static),
+    NaN or Inf in float ``x``. A model of several inputs is fed ``x`` by nothing here."""
+    if len(signature.inputs) != 1:
+        return
+    spec, x = signature.inputs[0], data.x
+    wants_strings = spec.numpy_dtype == np.dtype(object)
+    if wants_strings != (x.dtype.kind in "OSU"):
+        what = f"strings ({x.dtype})" if x.dtype.kind in "OSU" else f"{x.dtype} numbers"
+        raise InvalidInputsError(f"{data.source}: x holds {what}, but the model's input is "
+                                 f"{spec.describe()}")
+    if spec.shape is not None:
+        row = tuple(spec.shape[1:])
+        if x.ndim - 1 != len(row) or any(d is not None and d != n
+                                         for d, n in zip(row, x.shape[1:])):
+            raise InvalidInputsError(
+                f"{data.source}: x has rows of shape {tuple(x.shape[1:])}, but the model's "
+                f"input is {spec.describe()}")
+    if x.dtype.kind in "fc" and not np.isfinite(x).all():
+        raise InvalidInputsError(f"{data.source}: x holds NaN or Inf (row "
+                                 f"{_first_bad(~np.isfinite(x))}); evaluation data must be "
+                                 f"finite numbers")
+
+
+def check_label_values(data: LabelledData, metric: str) -> None:
+    """Refuse labels no ``metric`` score could mean anything against: not numbers, NaN or Inf,
+    and for a metric of class ids (``top1``) anything but whole numbers from 0 (their upper
+    bound, the output's classes, is :func:`check_labels_fit`'s)."""
+    y = data.y
+    if y.dtype.kind not in "biuf":
+        raise InvalidInputsError(f"{data.source}: y holds {y.dtype} values, not numbers; "
+                                 f"metric {metric} needs numeric labels")
+    if y.dtype.kind == "f" and not np.isfinite(y).all():
+        raise InvalidInputsError(f"{data.source}: y holds NaN or Inf (row "
+                                 f"{_first_bad(~np.isfinite(y))}); labels must be finite")
+    if get_metric(metric).class_ids:
+        whole = y == np.floor(y) if y.dtype.kind == "f" else np.ones(y.shape, bool)
+        if not whole.all() or (y < 0).any():
+            bad = y[~whole | (y < 0)].flat[0].item()
+            raise InvalidInputsError(f"{data.source}: y holds {bad!r} (row "
+                                     f"{_first_bad(~whole | (y < 0))}); metric {metric} needs "
+                                     f"class ids, whole numbers from 0")
 
 
 def check_labels_fit(data: LabelledData, signature: SignatureInfo, metric: str,
@@ -140,6 +201,13 @@ def check_labels_fit(data: LabelledData, signature: SignatureInfo, metric: str,
             f"{data.source}: the labels (y of shape {tuple(data.y.shape)}) do not fit the "
             f"model's output {output.describe()} for metric {metric}: it scores "
             f"{expected} label(s) per row, y has {given}")
+    if scorer.class_ids and data.y.dtype.kind in "biuf" and row:
+        classes = row[-1]
+        if (data.y >= classes).any():
+            raise InvalidInputsError(
+                f"{data.source}: y holds class id {data.y.max().item()!r} (row "
+                f"{_first_bad(data.y >= classes)}), outside the model's output "
+                f"{output.describe()}: {classes} classes, ids 0 to {classes - 1}")
 
 
 def _read_labelled_data(path: Path, signature: SignatureInfo | None) -> LabelledData:
@@ -152,8 +220,13 @@ def _read_labelled_data(path: Path, signature: SignatureInfo | None) -> Labelled
         raise InvalidInputsError(f"{path}: an .npz of evaluation data needs arrays 'x' "
                                  f"and 'y'; found {', '.join(data) or 'none'}")
     x, y = data["x"], data["y"]
+    if x.ndim == 0 or y.ndim == 0:
+        raise InvalidInputsError(f"{path}: x and y must be arrays of rows; "
+                                 f"{'x' if x.ndim == 0 else 'y'} is a single value")
     if len(x) != len(y):
         raise InvalidInputsError(f"{path}: x has {len(x)} rows but y has {len(y)}")
+    if not len(x):
+        raise InvalidInputsError(f"{path}: no rows: evaluation data needs at least one example")
     return LabelledData(x=x, y=y, source=str(path))
 
 
@@ -184,3 +257,24 @@ def evaluate(runner: ModelRunner, data: LabelledData, metric: str = "top1",
 def top1_accuracy(runner: ModelRunner, x: np.ndarray, y: np.ndarray, batch_size: int = EVAL_BATCH_SIZE,
                   output_key: str | None = None) -> float:
     return top1(predict(runner, x, batch_size, output_key), y)
+
+
+def refuse_nonfinite_input_model(model: str | os.PathLike, data: LabelledData,
+                                 signature_name: str, policy, name: str | None = None) -> None:
+    """One line (exit 2) when the input ``model`` answers NaN or Inf on ``data``'s ``x``
+    (:func:`~optimizer.verify.finite.refuse_nonfinite_source`): every candidate's accuracy and
+    agreement would be measured against outputs that mean nothing. ``name``: how the line
+    names the model (default its path)."""
+    from optimizer.runtime import load_runner
+
+    runner = load_runner(model, signature_name, policy=policy)
+    try:
+        if len(runner.signature.inputs) != 1:
+            return  # evaluation data feeds one input; such a model is not evaluated on it
+        key = runner.signature.inputs[0].key
+        x = data.x.astype(runner.signature.inputs[0].numpy_dtype, copy=False)
+        nan, inf = count_nonfinite(runner({key: x[i:i + EVAL_BATCH_SIZE]})
+                                   for i in range(0, len(x), EVAL_BATCH_SIZE))
+    finally:
+        runner.close()
+    refuse_nonfinite_source(nan, inf, name or str(model), f"the evaluation data {data.source}")

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from optimizer.errors import TfoptError, shown
 from optimizer.records import Settings
+from optimizer.verify.finite import nonfinite_text
 
 if TYPE_CHECKING:
     from optimizer.verify.equivalence import EquivalenceReport
@@ -66,6 +67,9 @@ class Tolerance(Settings):
     def violations(self, report: EquivalenceReport) -> list[str]:
         """Each bound the report breaks, with both figures, e.g. ``max abs diff 0.3 > atol 1e-4``."""
         broken = []
+        if report.nan_values or report.inf_values:
+            broken.append(f"{nonfinite_text(report.nan_values, report.inf_values)} where the "
+                          f"source's outputs are finite")
         if report.max_abs_diff > self.atol:
             broken.append(f"max abs diff {report.max_abs_diff:.3g} > atol {self.atol:g}")
         if self.rtol is not None and report.max_rel_diff > self.rtol:
