@@ -25,15 +25,25 @@ from components.trigger_conf import MAX_OVERRIDES, MAX_TRIGGER_CHARS, MAX_VALUE_
 ASSET = "tfopt://models/digits/trained"
 
 
+DAG_YAML = ("source: s3://models/digits/v1\n"
+            "evaluation: {data: s3://models/digits/eval.npz}\n"
+            "gate: {min_speedup: 1.05}\n")
+
+
 @pytest.fixture
 def dag_yaml(tmp_path, monkeypatch):
+    """The DAG's YAML, allowing triggers nothing beyond the defaults."""
     path = tmp_path / "pipeline.yaml"
-    path.write_text("source: s3://models/digits/v1\n"
-                    "evaluation: {data: s3://models/digits/eval.npz}\n"
-                    "gate: {min_speedup: 1.05}\n"
-                    "triggers: {allow_overrides: [gate.min_speedup]}\n")
+    path.write_text(DAG_YAML)
     monkeypatch.setenv("TFOPT_PIPELINE_CONFIG", str(path))
     return path
+
+
+@pytest.fixture
+def allowing_yaml(dag_yaml):
+    """The DAG's YAML, letting a trigger set ``gate.min_speedup`` too."""
+    dag_yaml.write_text(DAG_YAML + "triggers: {allow_overrides: [gate.min_speedup]}\n")
+    return dag_yaml
 
 
 def _event(**extra):
@@ -44,7 +54,7 @@ def _events(*events) -> dict:
     return {"triggering_asset_events": {ASSET: list(events)}}
 
 
-def test_an_asset_event_names_the_model_and_its_data(dag_yaml):
+def test_an_asset_event_names_the_model_and_its_data(allowing_yaml):
     context = _events(_event(source="s3://models/digits/v7",
                              evaluation_data="s3://models/digits/v7.npz",
                              overrides={"gate.min_speedup": 1.2}, trained_by="job-42"))
@@ -60,7 +70,7 @@ def test_an_asset_event_names_the_model_and_its_data(dag_yaml):
     assert config.gate.min_speedup == 1.2  # the YAML allows it
 
 
-def test_the_latest_event_wins_and_conf_wins_over_it_key_by_key(dag_yaml):
+def test_the_latest_event_wins_and_conf_wins_over_it_key_by_key(allowing_yaml):
     context = _events(_event(source="s3://models/digits/v6"),
                       _event(source="s3://models/digits/v7", overrides={"gate.min_speedup": 1.2}),
                       _event(trained_by="job-43"))  # names no model: not the latest hand-over
@@ -256,9 +266,9 @@ def _cli_args(config, conf=None, event=None, overrides=()):
                               overrides=list(overrides))
 
 
-def test_the_operators_set_keeps_full_power_and_wins_over_the_trigger(dag_yaml):
+def test_the_operators_set_keeps_full_power_and_wins_over_the_trigger(allowing_yaml):
     config = load_config_from_args(_cli_args(
-        dag_yaml, conf=json.dumps({"source": "s3://models/digits/v9",
+        allowing_yaml, conf=json.dumps({"source": "s3://models/digits/v9",
                                    "overrides": {"gate.min_speedup": 1.4}}),
         overrides=["security.allow_ops=[PrintV2]", "mlflow.tracking_uri=http://mlflow:5000",
                    "gate.min_speedup=1.1", "gate.max_accuracy_drop_abs=null"]))
