@@ -71,6 +71,9 @@ def test_trigger_conf_is_validated_by_json_schema(parsed):
     assert set(params) == {"source", "overrides"}
     assert params["overrides"]["type"] == "object"
     assert "string" in params["source"]["type"]
+    # the trust boundary's sizes, refused by Airflow when the run is triggered
+    assert params["overrides"]["maxProperties"] == 32
+    assert params["source"]["maxLength"] == 2048
 
 
 @pytest.fixture(scope="module")
