@@ -16,10 +16,9 @@ from typing import Any
 
 from components import trigger_conf
 from components.config import PipelineConfig, load_config
-from components.trigger_conf import ASSET_EXTRA_KEYS, PARAMS_SCHEMA
+from components.trigger_conf import ASSET_EXTRA_KEYS
 
-__all__ = ["ASSET_EXTRA_KEYS", "PARAMS_SCHEMA", "asset_event_extra", "config_path", "dag_config",
-           "in_process_tasks"]
+PARAMS_SCHEMA = trigger_conf.PARAMS_SCHEMA  # the DAG's Params (dags/model_optimization.py)
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "dags" / "model_optimization.yaml"
 CONFIG_ENV = "TFOPT_PIPELINE_CONFIG"
