@@ -234,6 +234,7 @@ REGRESSIONS = [
     ("source: x\n", ["source.x\r=1"], "'source' is not a section"),
     ("source: x\n", ["a\n.b=1"], "unknown key 'a\\n'"),
     ('source: x\n"\\r": 1\n', [], "unknown key '\\r'"),
+    ("!!float nan# a comment\n", [], "invalid YAML: could not convert string to float"),
 ]
 
 
