@@ -14,11 +14,15 @@ models forbid extra keys, so a pasted ``aws_secret_access_key`` is an error, not
     gate: {min_speedup: 1.05, max_accuracy_drop_abs: 0.005}
     mlflow: {tracking_uri: http://127.0.0.1:5000, registered_model: digits}
 
-``--set key.path=value`` overrides any key from the command line or ``dag_run.conf``.
+``--set key.path=value`` overrides any key from the command line: the operator's own flag. What
+triggers a run (an asset event's extra, ``dag_run.conf``, ``tfopt run --conf``) may set only
+``source``, ``evaluation.data`` and the keys ``triggers.allow_overrides`` lists, never those of
+:data:`NEVER_FROM_A_TRIGGER` (components/trigger_conf.py checks it; docs/triggers.md).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -36,7 +40,7 @@ from pydantic import (
 )
 
 from optimizer.benchmark.settings import BenchmarkConfig
-from optimizer.errors import TfoptError, validation_error_line
+from optimizer.errors import TfoptError, shown, validation_error_line
 from optimizer.gate.verdict import GateConfig
 from optimizer.optimize.recipe import INFERENCE_RECIPE, default_recipe
 from optimizer.records import field_of
@@ -326,6 +330,64 @@ class SecurityConfig(_Section):
                                  max_parse_memory_bytes=self.max_parse_memory_mb * MIB)
 
 
+# Keys a trigger may never set, whatever the YAML lists, and why: each would hand whoever posts
+# an event the worker's credentials, its files, or the checks that stand between a model and
+# the registry. A listed key that is one of these, or under one, is a config error.
+NEVER_FROM_A_TRIGGER = {
+    "security": "the op scan and the model's limits",
+    "mlflow": "where the worker's MLflow credentials are sent, and which model is replaced",
+    "s3": "where the worker's S3 keys are sent",
+    "workdir": "where the run writes files",
+    "resources": "the memory budget",
+    "triggers": "what a trigger may set",
+    "execution": "fixed when the DAG is parsed",
+    "schedule": "fixed when the DAG is parsed",
+}
+# What a trigger may set with no allow-list: the model it hands over and the data to judge it.
+TRIGGER_DEFAULT_KEYS = ("source", "evaluation.data")
+
+
+def never_from_a_trigger(dotted: str) -> str | None:
+    """Why ``dotted`` may never come from a trigger, or None when it may be allowed."""
+    top = dotted.split(".", 1)[0]
+    return NEVER_FROM_A_TRIGGER.get(top)
+
+
+def is_config_key(dotted: str) -> bool:
+    """Whether ``dotted`` names a key or a section of :class:`PipelineConfig`."""
+    model: type[BaseModel] | None = PipelineConfig
+    for part in dotted.split("."):
+        field = model.model_fields.get(part) if model is not None else None
+        if field is None:
+            return False
+        annotation = field.annotation
+        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) \
+            else None
+    return True
+
+
+class TriggersConfig(_Section):
+    """What whoever triggers a run may set (components/trigger_conf.py, docs/triggers.md)."""
+
+    allow_overrides: list[str] = Field(
+        default_factory=list,
+        description="config keys (gate.min_speedup) or sections (tuning) that an asset "
+                    "event's extra, a dag_run.conf and tfopt run --conf may set, besides "
+                    f"{' and '.join(TRIGGER_DEFAULT_KEYS)}; never "
+                    f"{', '.join(NEVER_FROM_A_TRIGGER)}")
+
+    @field_validator("allow_overrides")
+    @classmethod
+    def _grantable(cls, value: list[str]) -> list[str]:
+        for key in value:
+            reason = never_from_a_trigger(key)
+            if reason:
+                raise ValueError(f"{shown(key)!r} can never come from a trigger ({reason})")
+            if not is_config_key(key):
+                raise ValueError(f"{shown(key)!r} is not a config key")
+        return value
+
+
 class PipelineConfig(_Section):
     source: str = Field(description="s3://bucket/prefix, a local path, or models:/name@alias")
     signature: str = field_of(BenchmarkConfig, "signature",
@@ -345,6 +407,7 @@ class PipelineConfig(_Section):
     candidates: CandidatesConfig = Field(default_factory=CandidatesConfig)
     tuning: TuningConfig = Field(default_factory=TuningConfig)
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    triggers: TriggersConfig = Field(default_factory=TriggersConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -406,12 +469,54 @@ def read_renamed_keys(data: Any) -> Any:
 
 
 FINGERPRINT_EXCLUDES = {"schedule": True, "execution": True, "workdir": True, "resources": True,
-                        "mlflow": {"tracking_uri"}}
+                        "triggers": True, "mlflow": {"tracking_uri"}}
 
 
-def _set_path(data: dict, dotted: str, raw: str) -> None:
+# The most values a config may expand to: a real one has a few hundred. YAML anchors let a few
+# hundred characters name billions of values (a "billion laughs"), which copying would build.
+MAX_CONFIG_VALUES = 100_000
+
+
+class _AliasError(Exception):
+    pass
+
+
+@functools.cache
+def _no_alias_loader():
     import yaml
 
+    class NoAliasLoader(yaml.SafeLoader):
+        """``yaml.safe_load``'s loader, refusing anchors and aliases: an override is one value
+        on one line, and an alias is how a short value becomes a huge one."""
+
+        def compose_node(self, parent, index):
+            event = self.peek_event()
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise _AliasError
+            return super().compose_node(parent, index)
+
+    return NoAliasLoader
+
+
+def parse_override_value(raw: str, what: str) -> Any:
+    """An override's text as YAML (``1.2`` a number, ``[1, 32]`` a list), or as the string it
+    is when it is not YAML. ``what`` names it in the error: an anchor or alias is refused."""
+    import yaml
+
+    if raw == "":
+        return ""
+    try:
+        return yaml.load(raw, Loader=_no_alias_loader())  # a SafeLoader: no tags
+    except _AliasError:
+        raise ConfigError(f"{what}: YAML anchors and aliases (& and *) are not allowed in a "
+                          f"value") from None
+    except yaml.YAMLError:
+        return raw
+    except RecursionError:
+        raise ConfigError(f"{what}: the value is nested too deeply") from None
+
+
+def _set_path(data: dict, dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     # repr: the text is the user's, and an error message stays on one line.
     if not all(keys):
@@ -422,18 +527,42 @@ def _set_path(data: dict, dotted: str, raw: str) -> None:
         if not isinstance(child, dict):
             raise ConfigError(f"--set {dotted!r}: {key!r} is not a section")
         node = child
-    try:
-        node[keys[-1]] = yaml.safe_load(raw) if raw != "" else ""
-    except yaml.YAMLError:
-        node[keys[-1]] = raw
-    except RecursionError:
-        raise ConfigError(f"--set {dotted!r}: the value is nested too deeply") from None
+    node[keys[-1]] = value
+
+
+def _expanded_size(data: Any, limit: int) -> int:
+    """How many values ``data`` holds once every shared (aliased) value is copied out, counted
+    without copying; past ``limit`` the count stops. A value that contains itself counts once
+    (the copy refuses it)."""
+    sizes: dict[int, int] = {}
+
+    def size(value: Any) -> int:
+        if not isinstance(value, (dict, list)):
+            return 1
+        known = sizes.get(id(value))
+        if known is not None:
+            return known
+        sizes[id(value)] = 1  # a cycle back to here counts once
+        children = value.values() if isinstance(value, dict) else value
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > limit:
+                break
+        sizes[id(value)] = total
+        return total
+
+    return size(data)
 
 
 def _plain_copy(data: Any, where: str) -> Any:
-    """A deep copy, refusing what YAML can hold but a config cannot: dates, sets, binary and
-    anchors that make a value contain itself."""
+    """A deep copy, refusing what YAML can hold but a config cannot: dates, sets, binary,
+    anchors that make a value contain itself, and aliases that expand it past
+    :data:`MAX_CONFIG_VALUES`."""
     try:
+        if _expanded_size(data, MAX_CONFIG_VALUES) > MAX_CONFIG_VALUES:
+            raise ConfigError(f"{where}: the config expands to more than {MAX_CONFIG_VALUES} "
+                              f"values (YAML aliases repeating a value?)")
         return json.loads(json.dumps(data))
     except (TypeError, ValueError, RecursionError) as exc:
         raise ConfigError(f"{where}: the config holds a value that is not plain data "
@@ -443,19 +572,23 @@ def _plain_copy(data: Any, where: str) -> Any:
 
 def apply_overrides(data: dict, overrides: list[str] | dict | None,
                     where: str = "config") -> dict:
-    """``["a.b=1", ...]`` or ``{"a.b": 1}`` applied on top of a config mapping."""
+    """``["a.b=1", ...]`` (the text after ``=`` read as YAML) or ``{"a.b": value}`` (a string
+    value read as YAML, others taken as they are) applied on top of a config mapping."""
     data = _plain_copy(data, where)
     if not overrides:
         return data
     if isinstance(overrides, dict):
         for key, value in overrides.items():
-            _set_path(data, key, json.dumps(value) if not isinstance(value, str) else value)
+            if isinstance(value, str):
+                value = parse_override_value(value, f"--set {key!r}")
+            _set_path(data, key, value)
     else:
         for item in overrides:
             key, sep, value = item.partition("=")
             if not sep:
                 raise ConfigError(f"--set takes key=value, got {item!r}")
-            _set_path(data, key.strip(), value)
+            key = key.strip()
+            _set_path(data, key, parse_override_value(value, f"--set {key!r}"))
     return _plain_copy(data, where)  # an override's YAML value may be a date, too
 
 
@@ -472,15 +605,26 @@ def config_from_mapping(data: Any, where: str = "config",
         raise ConfigError(validation_error_line(exc, where)) from None
 
 
-def load_config(path: str | os.PathLike | None, overrides: list[str] | dict | None = None
-                ) -> PipelineConfig:
-    """Read YAML with ``yaml.safe_load`` (no Python tags, no code), validate, apply overrides."""
+def load_config(path: str | os.PathLike | None, overrides: list[str] | dict | None = None,
+                triggers: list | None = None) -> PipelineConfig:
+    """Read YAML with ``yaml.safe_load`` (no Python tags, no code), validate, apply overrides.
+
+    ``overrides`` are the operator's (``--set``): any key. ``triggers``
+    (:class:`components.trigger_conf.Trigger`: an asset event's extra, a ``dag_run.conf``) come
+    between the YAML and them, and may set only what the operator's ``triggers`` section
+    allows; a trigger that sets anything else is refused, naming the key."""
     from optimizer.files.yaml_files import read_yaml_file
 
-    if path is None:
-        return config_from_mapping({}, "defaults", overrides)
-    data = read_yaml_file(path, "config file", ConfigError)
-    return config_from_mapping(data, str(path), overrides)
+    data = read_yaml_file(path, "config file", ConfigError) if path is not None else {}
+    data = {} if data is None else data  # an empty file: every key from the overrides
+    where = str(path) if path is not None else "defaults"
+    operator = config_from_mapping(data, where, overrides)
+    if not triggers:
+        return operator
+    from components.trigger_conf import trigger_overrides
+
+    data = apply_overrides(data, trigger_overrides(triggers, operator.triggers), where)
+    return config_from_mapping(data, where, overrides)
 
 
 def example_yaml(source: str) -> str:

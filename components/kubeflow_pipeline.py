@@ -153,7 +153,8 @@ def build_pipeline(options: ClusterOptions):
                            config_map: str = CONFIG_MAP, work_pvc: str = WORK_PVC,
                            credentials_secret: str = CREDENTIALS_SECRET):
         """conf: the trigger's conf, as in the Airflow DAG: {"source": "s3://...",
-        "overrides": {"gate.min_speedup": 1.1}}."""
+        "overrides": {"evaluation.data": "s3://..."}}; each pod checks it against the
+        config's triggers.allow_overrides (docs/triggers.md)."""
         tasks = {}
         for step in STEPS:
             upstream = {name: tasks[name].outputs["result"] for name in step.needs}

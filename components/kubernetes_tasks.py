@@ -18,18 +18,35 @@ from __future__ import annotations
 from components.config import PipelineConfig
 from components.step_runner import POD_MEMORY_KEY
 from components.step_table import BY_NAME, STEPS
+from components.trigger_conf import ASSET_EXTRA_KEYS
 
 XCOM_RETURN = "/airflow/xcom/return.json"
 WORK_VOLUME = "tfopt-work"
 CONFIG_VOLUME = "tfopt-config"
 
+# The known keys of the extra of the latest asset event that triggered the run, as JSON: what
+# components.orchestration.asset_event_extra takes in process, rendered into the pod's
+# arguments (a pod cannot ask Airflow for the event). The pod checks it like any trigger.
+_KNOWN = " or ".join(f'event.extra.get("{key}")' for key in ASSET_EXTRA_KEYS)
+EVENT_TEMPLATE = (
+    "{%- set latest = namespace(extra={}) -%}"
+    "{%- for events in triggering_asset_events.values() -%}{%- for event in events -%}"
+    f"{{%- if event.extra is mapping and ({_KNOWN}) -%}}"
+    "{%- set latest.extra = event.extra -%}"
+    "{%- endif -%}{%- endfor -%}{%- endfor -%}"
+    "{{ {" + ", ".join(f'"{key}": latest.extra.get("{key}")' for key in ASSET_EXTRA_KEYS)
+    + "} | tojson }}")
+
 
 def step_arguments(name: str, config_file: str) -> list[str]:
-    """``tfopt step`` arguments; upstream outputs and the trigger's conf come by templating."""
+    """``tfopt step`` arguments; upstream outputs and the trigger (the asset event's extra and
+    ``dag_run.conf``, checked by the pod against the config's ``triggers``) come by
+    templating."""
     needs = BY_NAME[name].needs
     pairs = ", ".join(f'"{n}": {{{{ ti.xcom_pull(task_ids="{n}") | tojson }}}}' for n in needs)
     return ["step", name, "--config", config_file,
             "--inputs", "{" + pairs + "}",
+            "--event", EVENT_TEMPLATE,
             "--conf", "{{ dag_run.conf | tojson }}",
             "--output", XCOM_RETURN, "--run-id", "{{ run_id }}"]
 

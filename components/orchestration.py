@@ -2,8 +2,10 @@
 
 The DAG file only declares: :func:`in_process_tasks` makes a task per step of
 :mod:`components.step_table`, each calling :func:`run_dag_step`, which loads the config (the
-DAG's YAML plus the run's ``dag_run.conf``), takes credentials from an Airflow connection when
-one is named, and runs the step through :func:`components.step_runner.run_step`.
+DAG's YAML, then what the run's trigger may set: the asset event's extra and ``dag_run.conf``,
+checked against the YAML's ``triggers`` section by :mod:`components.trigger_conf`), takes
+credentials from an Airflow connection when one is named, and runs the step through
+:func:`components.step_runner.run_step`.
 """
 
 from __future__ import annotations
@@ -12,67 +14,47 @@ import os
 from pathlib import Path
 from typing import Any
 
+from components import trigger_conf
 from components.config import PipelineConfig, load_config
+from components.trigger_conf import ASSET_EXTRA_KEYS
+
+PARAMS_SCHEMA = trigger_conf.PARAMS_SCHEMA  # the DAG's Params (dags/model_optimization.py)
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "dags" / "model_optimization.yaml"
 CONFIG_ENV = "TFOPT_PIPELINE_CONFIG"
 AWS_CONN_ENV = "TFOPT_AWS_CONN_ID"
-
-# JSON schema of dag_run.conf, enforced by the DAG's Params.
-PARAMS_SCHEMA = {
-    "source": {"type": ["null", "string"], "minLength": 1,
-               "description": "override source: s3://bucket/prefix, a path, models:/name@alias"},
-    "overrides": {"type": "object",
-                  "additionalProperties": {"type": ["string", "number", "boolean", "array",
-                                                    "null"]},
-                  "description": "dotted config keys to override, e.g. "
-                                 "{\"gate.min_speedup\": 1.1}"},
-}
 
 
 def config_path() -> Path:
     return Path(os.environ.get(CONFIG_ENV, str(DEFAULT_CONFIG)))
 
 
-# What a training job may put in the extra of the asset event that hands over its model.
-ASSET_EXTRA_KEYS = {
-    "source": "the trained model: s3://bucket/prefix, a path, models:/name@alias",
-    "evaluation_data": "labelled data for this model (sets evaluation.data)",
-    "overrides": "dotted config keys, as in dag_run.conf",
-}
-
-
 def dag_config(params: dict[str, Any] | None = None,
                asset_extra: dict[str, Any] | None = None) -> PipelineConfig:
-    """The DAG's YAML, then the asset event's extra, then ``dag_run.conf``: the later wins."""
-    overrides: dict[str, Any] = {}
-    for layer in (asset_extra or {}, params or {}):
-        overrides.update(layer.get("overrides") or {})
-        if layer.get("evaluation_data"):
-            overrides["evaluation.data"] = layer["evaluation_data"]
-        if layer.get("source"):
-            overrides["source"] = layer["source"]
-    return load_config(config_path(), overrides)
+    """The DAG's YAML, then the asset event's extra, then ``dag_run.conf`` (the later wins, key
+    by key): the event and the conf may set only what the YAML lets a trigger set."""
+    triggers = [trigger_conf.event(asset_extra), trigger_conf.conf(params)]
+    return load_config(config_path(), triggers=triggers if asset_extra or params else None)
 
 
 def asset_event_extra(context: dict[str, Any]) -> dict[str, Any]:
-    """The known keys of the extra of the latest asset event that triggered this run.
+    """The known keys of the extra of the latest asset event that triggered this run (the last
+    one listed whose extra names any of them).
 
     A training job hands over its model by emitting the DAG's asset (``schedule.asset``) with
     ``extra={"source": "s3://.../model"}`` (and optionally ``evaluation_data``, ``overrides``),
-    so one DAG serves every newly trained version. Unknown keys are ignored.
+    so one DAG serves every newly trained version. Unknown keys are ignored; the known ones are
+    checked when the config is loaded (:func:`dag_config`). Kubernetes pods get the same from
+    :data:`components.kubernetes_tasks.EVENT_TEMPLATE`.
     """
-    events = context.get("triggering_asset_events") or {}
-    try:
-        for asset_events in events.values():
-            for event in reversed(list(asset_events)):
-                extra = getattr(event, "extra", None) or {}
+    latest: dict[str, Any] = {}
+    for asset_events in (context.get("triggering_asset_events") or {}).values():
+        for event in asset_events:
+            extra = getattr(event, "extra", None)
+            if isinstance(extra, dict):
                 known = {k: extra[k] for k in ASSET_EXTRA_KEYS if extra.get(k)}
-                if known:
-                    return known
-    except (AttributeError, TypeError):
-        return {}
-    return {}
+                latest = known or latest
+    return latest
 
 
 def run_context_of(context: dict[str, Any]) -> dict[str, Any]:

@@ -5,6 +5,13 @@ that a training job posts, whose extra names the model (``{"source": "s3://..."}
 ``evaluation_data`` and ``overrides``); or a manual/API trigger whose ``dag_run.conf`` may set
 ``source`` and dotted ``overrides`` (conf wins over the event, the event over the YAML).
 
+Trust boundary (docs/triggers.md): whoever posts an event or a conf is not the operator. A
+trigger may set only ``source``, ``evaluation.data`` and the keys the YAML lists in
+``triggers.allow_overrides``; ``security``, ``mlflow``, ``s3``, ``workdir`` and ``resources``
+never. Its shape and sizes are checked, YAML anchors in its values refused; anything else fails
+the task in one line naming the key (a config error, exit 2), before any model work. In
+Kubernetes mode the pods get the event's extra and the conf, and check them the same way.
+
 Steps (components/step_table.py): pull -> freeze, optimize (and its candidates) -> benchmark
 (baseline and candidates in one task, on one node) -> evaluate -> gate (report, tuning) ->
 publish (MLflow run, registered version, alias moved only on a pass).

@@ -61,6 +61,23 @@ if dag is not None:
                                               {"ti": PulledXCom()}, dag.get_template_env())
                 out["memory"][label][t.task_id] = {"request": resources.requests["memory"],
                                                    "limit": resources.limits["memory"]}
+    if len(sys.argv) > 4:
+        # The render task's arguments as its pod gets them for each given trigger: the run's
+        # dag_run.conf and the extras of the asset events that started it, in order.
+        from types import SimpleNamespace
+        class UpstreamXCom:
+            def xcom_pull(self, task_ids):
+                return {"step": task_ids}
+        op = dag.get_task(sys.argv[2])
+        out["rendered_args"] = {}
+        for label, trigger in json.loads(sys.argv[4]).items():
+            context = {"ti": UpstreamXCom(), "run_id": "asset_triggered__1",
+                       "dag_run": SimpleNamespace(conf=trigger["conf"]),
+                       "triggering_asset_events": {
+                           "tfopt://models/trained": [SimpleNamespace(extra=extra)
+                                                      for extra in trigger["events"]]}}
+            out["rendered_args"][label] = op.render_template(list(op.arguments), context,
+                                                             dag.get_template_env())
 print("RESULT " + json.dumps(out))
 """
 
@@ -78,13 +95,18 @@ def airflow_env(home: Path, config: Path | None = None) -> dict[str, str]:
 
 
 def parse_dags(home: Path, config: Path | None = None, render_task: str | None = None,
-               pull_outputs: dict[str, dict] | None = None) -> dict:
+               pull_outputs: dict[str, dict] | None = None,
+               triggers: dict[str, dict] | None = None) -> dict:
     """The DAG as Airflow parses it; with ``render_task``, that task's pod; with
-    ``pull_outputs`` ({label: a pull's output}) too, every pod's memory as rendered for each."""
+    ``pull_outputs`` ({label: a pull's output}) too, every pod's memory as rendered for each;
+    with ``triggers`` too ({label: {"conf": dag_run.conf, "events": [an asset event's extra,
+    ...]}}), the render task's arguments as rendered for each (``rendered_args``)."""
     args = [sys.executable, "-c", _PARSE_SCRIPT, str(DAGS)] + ([render_task] if render_task
                                                                 else [])
     if pull_outputs is not None:
         args.append(json.dumps(pull_outputs))
+    if triggers is not None:
+        args.append(json.dumps(triggers))
     done = subprocess.run(args, check=False, capture_output=True, text=True, timeout=300, cwd=REPO,
                           env=airflow_env(home, config))
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]

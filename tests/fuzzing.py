@@ -11,6 +11,8 @@ Settings are derandomized so that CI sees the same examples every run.
 
 from __future__ import annotations
 
+import itertools
+
 import yaml
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -83,3 +85,13 @@ def parses_or_fails_cleanly(function, *args, **kwargs):
         breaks = [c for c in LINE_BREAKS if c in message]
         assert not breaks, f"{type(exc).__name__} breaks lines at {breaks}: {message!r}"
         return None
+
+
+def alias_bomb(levels: int) -> str:
+    """YAML of nested aliases: 9**levels strings once expanded, from ~32 characters a level (a
+    "billion laughs" at 9 levels; tests/test_triggers.py runs that one under a memory limit)."""
+    names = "abcdefghijklmnop"[:levels]
+    return "[" + ", ".join(
+        ["&a [x,x,x,x,x,x,x,x,x]"]
+        + [f"&{name} [" + ",".join([f"*{before}"] * 9) + "]"
+           for before, name in itertools.pairwise(names)]) + "]"

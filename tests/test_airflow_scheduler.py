@@ -6,10 +6,14 @@ A training job hands over a newly trained model by posting an event for the DAG'
 ``asset_triggered`` run takes that model, and a second event's model is judged against the
 champion the first promoted (a LiteRT file here). Unpausing the DAG also starts the latest cron
 interval's run, on the config's own source; it shares the work directory and the registry and
-must succeed too.
+must succeed too. A last event that tries to send the worker's MLflow traffic elsewhere fails
+its run at the first task (docs/triggers.md), and nothing reaches the other host.
 """
 
 from __future__ import annotations
+
+import contextlib
+import threading
 
 import pytest
 from airflow_services import start_airflow
@@ -106,7 +110,45 @@ def test_the_scheduler_runs_the_dag_from_a_training_jobs_asset_events(
         for run in scheduled:
             assert _mlflow_run(mlflow_server, run["dag_run_id"]).data.tags[
                 "tfopt.source_uri"] == str(first.saved_model)
+
+        with _listener() as (elsewhere, requests):
+            airflow.request("POST", "/api/v2/assets/events", {
+                "asset_id": asset["id"],
+                "extra": {"source": str(second.saved_model),
+                          "overrides": {"mlflow.tracking_uri": elsewhere}}})
+            runs = airflow.wait_for("the hostile event's run did not finish",
+                                    finished_asset_runs(3), RUN_SECONDS)
+            assert runs[-1]["state"] == "failed", airflow.logs()
+            assert requests == []
+        refusal = "asset event extra: 'mlflow.tracking_uri' can never come from a trigger"
+        pull_logs = [log.read_text(errors="replace") for log in
+                     (tmp_path / "airflow" / "logs").rglob("task_id=pull/*.log")]
+        assert any(refusal in log for log in pull_logs), pull_logs[-1:]
     finally:
         airflow.stop()
     for name, process in airflow.processes.items():
         assert process.poll() is not None, f"airflow {name} still runs"
+
+
+@contextlib.contextmanager
+def _listener():
+    """An HTTP server on a free loopback port: its URL, and the paths it was asked for."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    requests: list[str] = []
+
+    class Record(BaseHTTPRequestHandler):
+        def do_GET(self):
+            requests.append(self.path)
+            self.send_error(404)
+
+        do_POST = do_GET
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Record)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", requests
+    finally:
+        server.shutdown()
+        server.server_close()

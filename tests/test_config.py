@@ -1,6 +1,7 @@
 """The pipeline YAML: typed, validated, with overrides; bad input named precisely."""
 
 import pytest
+from fuzzing import alias_bomb
 
 from components.config import ConfigError, config_from_mapping, load_config
 
@@ -105,3 +106,40 @@ def test_the_search_benchmark_and_tolerance_keys_are_the_librarys_settings():
                        ("tuning.rounds", 0)]:
         with pytest.raises(ConfigError, match=f"key '{key}'"):
             config_from_mapping({"source": "/m"}, overrides=[f"{key}={value}"])
+
+
+# 9**6 = 531,441 strings: past MAX_CONFIG_VALUES, and still only ~100 MB should a regression
+# expand it in this process
+ALIAS_BOMB = alias_bomb(6)
+
+
+def test_an_alias_bomb_in_a_set_value_is_refused_at_once(tmp_path):
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"^--set 'evaluation.data': YAML anchors and aliases"):
+        config_from_mapping({"source": "/m"}, overrides=[f"evaluation.data={ALIAS_BOMB}"])
+    with pytest.raises(ConfigError, match="anchors and aliases"):  # the dict form, too
+        config_from_mapping({"source": "/m"}, overrides={"evaluation.data": ALIAS_BOMB})
+    assert time.monotonic() - started < 5
+
+
+def test_an_alias_bomb_in_a_config_file_is_refused_without_expanding_it(tmp_path):
+    import time
+    import tracemalloc
+
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(f"source: /m\nevaluation: {{data: {ALIAS_BOMB}}}\n")
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(ConfigError, match="expands to more than 100000 values"):
+            load_config(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.monotonic() - started < 5 and peak < 50 * 2**20
+    # an alias that repeats a value is still fine in a file
+    path.write_text("source: /m\noptimize: {atol: &tolerance 0.001}\n"
+                    "gate: {max_output_rel_error: *tolerance}\n")
+    assert load_config(path).gate.max_output_rel_error == 0.001

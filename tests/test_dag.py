@@ -71,10 +71,14 @@ def test_trigger_conf_is_validated_by_json_schema(parsed):
     assert set(params) == {"source", "overrides"}
     assert params["overrides"]["type"] == "object"
     assert "string" in params["source"]["type"]
+    # the trust boundary's sizes, refused by Airflow when the run is triggered
+    assert params["overrides"]["maxProperties"] == 32
+    assert params["source"]["maxLength"] == 2048
 
 
-def test_containerized_mode_renders_pod_specs_without_a_cluster(tmp_path):
-    config = tmp_path / "k8s.yaml"
+@pytest.fixture(scope="module")
+def kubernetes_config(tmp_path_factory):
+    config = tmp_path_factory.mktemp("k8s") / "k8s.yaml"
     config.write_text(
         "source: s3://models/digits\n"
         "execution:\n"
@@ -85,8 +89,19 @@ def test_containerized_mode_renders_pod_specs_without_a_cluster(tmp_path):
         "    cpu_limit: '4'\n"
         "    node_selector: {workload: cpu-benchmark}\n"
         "schedule: {cron: null, asset: null}\n")
-    parsed = parse_dags(tmp_path / "airflow", config, render_task="benchmark",
-                        pull_outputs=PULLED)
+    return config
+
+
+@pytest.fixture(scope="module")
+def kubernetes_parsed(tmp_path_factory, kubernetes_config):
+    """The DAG in Kubernetes mode, its benchmark pod rendered for each pull output and each
+    trigger (one parse: Airflow's import is most of a parse's time)."""
+    return parse_dags(tmp_path_factory.mktemp("airflow"), kubernetes_config,
+                      render_task="benchmark", pull_outputs=PULLED, triggers=TRIGGERS)
+
+
+def test_containerized_mode_renders_pod_specs_without_a_cluster(kubernetes_parsed):
+    parsed = kubernetes_parsed
     assert parsed["import_errors"] == {}
     assert {t["type"] for t in parsed["tasks"].values()} == {"KubernetesPodOperator"}
     assert {name: task["upstream"] for name, task in parsed["tasks"].items()} == UPSTREAM
@@ -120,3 +135,53 @@ def _pulled(size_bytes: int) -> dict:
 
 
 PULLED = {"48 MiB": _pulled(48 * 2**20), "191 MiB": _pulled(191 * 2**20)}
+
+
+# What an asset-triggered run's pods are handed (on main they got dag_run.conf only, so the pods
+# optimized the YAML's source instead of the event's model).
+TRIGGERS = {
+    "asset event": {"conf": {}, "events": [
+        {"source": "s3://models/digits/v6"},
+        {"source": "s3://models/digits/v7", "evaluation_data": "s3://models/digits/v7.npz",
+         "trained_by": "job-42"},
+        {"trained_by": "job-43"}]},  # names no model: not the latest hand-over
+    "allowed override": {"conf": {}, "events": [
+        {"source": "s3://models/digits/v7", "overrides": {"gate.min_speedup": 1.2}}]},
+    "cron": {"conf": None, "events": []},
+    "conf over event": {"conf": {"source": "models:/digits@candidate"},
+                        "events": [{"source": "s3://models/digits/v7"}]},
+    "hostile event": {"conf": {}, "events": [
+        {"source": "s3://models/digits/v7",
+         "overrides": {"mlflow.tracking_uri": "http://203.0.113.7:5000"}}]},
+}
+
+
+def test_kubernetes_pods_get_the_asset_events_model_checked_like_any_trigger(
+        kubernetes_parsed, kubernetes_config, tmp_path):
+    from components.cli import build_parser
+    from components.cli.run_command import load_config_from_args
+    from components.config import ConfigError
+
+    def pod_config(label: str, mounted=kubernetes_config):
+        """The config ``tfopt step`` builds from the pod's rendered arguments, with ``mounted``
+        as the config file at the pod's path."""
+        args = build_parser().parse_args(kubernetes_parsed["rendered_args"][label])
+        assert args.config == "/etc/tfopt/pipeline.yaml"
+        args.config = str(mounted)
+        return load_config_from_args(args)
+
+    asset = pod_config("asset event")
+    assert asset.source == "s3://models/digits/v7"
+    assert asset.evaluation.data == "s3://models/digits/v7.npz"
+    assert pod_config("cron").source == "s3://models/digits"
+    assert pod_config("conf over event").source == "models:/digits@candidate"
+    with pytest.raises(ConfigError, match="^--event: 'gate.min_speedup' may not come from a "
+                                          "trigger"):
+        pod_config("allowed override")
+    allowing = tmp_path / "allowing.yaml"
+    allowing.write_text(kubernetes_config.read_text()
+                        + "triggers: {allow_overrides: [gate.min_speedup]}\n")
+    assert pod_config("allowed override", allowing).gate.min_speedup == 1.2
+    with pytest.raises(ConfigError, match="^--event: 'mlflow.tracking_uri' can never come from "
+                                          "a trigger"):
+        pod_config("hostile event", allowing)

@@ -155,6 +155,45 @@ def test_any_trigger_conf_override_applies_or_is_a_config_error(overrides):
     parses_or_fails_cleanly(load_config, DAG_CONFIG, overrides)
 
 
+ALLOWING = ("source: s3://bucket/models/m\n"
+            "triggers: {allow_overrides: [gate.min_speedup, tuning, optimize.recipe]}\n")
+trigger_payloads = st.one_of(
+    json_values,
+    st.fixed_dictionaries({}, optional={
+        "source": st.one_of(json_values, st.sampled_from(YAML_CORNERS)),
+        "evaluation_data": json_values,
+        "overrides": st.one_of(json_values, st.dictionaries(
+            st.one_of(st.sampled_from(DOTTED), st.text(max_size=10)),
+            st.one_of(json_values, st.sampled_from(YAML_CORNERS)), max_size=4))}))
+
+
+@settings(FUZZ, max_examples=200)
+@given(extra=trigger_payloads, conf=trigger_payloads)
+def test_any_trigger_loads_only_what_the_yaml_allows_or_is_a_config_error(tmp_path_factory,
+                                                                          extra, conf):
+    from components import trigger_conf
+
+    path = tmp_path_factory.mktemp("fuzz") / "pipeline.yaml"
+    path.write_text(ALLOWING)
+    config = parses_or_fails_cleanly(load_config, path,
+                                     triggers=[trigger_conf.event(extra), trigger_conf.conf(conf)])
+    if config is not None:  # whatever a trigger sent, nothing it may not set has changed
+        defaults = PipelineConfig(source="s3://bucket/models/m").model_dump(mode="json")
+        loaded = config.model_dump(mode="json")
+        for section in ("security", "mlflow", "s3", "workdir", "resources", "execution",
+                        "schedule", "benchmark", "evaluation.metric", "signature"):
+            *parents, leaf = section.split(".")
+            assert _at(loaded, parents)[leaf] == _at(defaults, parents)[leaf], section
+        gate = {k: v for k, v in loaded["gate"].items() if k != "min_speedup"}
+        assert gate == {k: v for k, v in defaults["gate"].items() if k != "min_speedup"}
+
+
+def _at(data: dict, keys: list[str]) -> dict:
+    for key in keys:
+        data = data[key]
+    return data
+
+
 conf_texts = st.one_of(
     st.fixed_dictionaries({}, optional={"source": json_values, "overrides": json_values})
       .map(json.dumps),
@@ -190,11 +229,12 @@ REGRESSIONS = [
     ("source: x\n2024-01-01: y\n", [], "keys must be str"),
     ("[" * 1000 + "]" * 1000 + "\n", [], "invalid YAML: nested too deeply"),
     ("source: x\n", ["gate.min_speedup=" + "[" * 1000], "nested too deeply"),
-    ("source: x\n", ["gate.min_speedup=&a [*a]"], "Circular reference"),
+    ("source: x\n", ["gate.min_speedup=&a [*a]"], "anchors and aliases (& and *) are not allowed"),
     ("source: x\n", ["benchmark.batch_sizes\r"], "--set takes key=value, got "),
     ("source: x\n", ["source.x\r=1"], "'source' is not a section"),
     ("source: x\n", ["a\n.b=1"], "unknown key 'a\\n'"),
     ('source: x\n"\\r": 1\n', [], "unknown key '\\r'"),
+    ("!!float nan# a comment\n", [], "invalid YAML: could not convert string to float"),
 ]
 
 

@@ -185,13 +185,17 @@ def test_a_step_without_the_outputs_it_needs_is_a_clear_error(local_config, caps
     assert "needs the outputs of: pull, freeze, optimize" in capsys.readouterr().err
 
 
-def test_conf_overrides_apply_like_a_dag_trigger(local_config, capsys):
+def test_conf_overrides_apply_like_a_dag_trigger_where_the_yaml_allows(local_config, capsys):
     conf = json.dumps({"overrides": {"optimize.recipe": "no_such_transform"}})
     assert main(["step", "pull", "--config", str(local_config)]) == 0
     pulled = json.loads(capsys.readouterr().out)
-    code = main(["step", "optimize", "--config", str(local_config), "--conf", conf,
-                 "--inputs", json.dumps({"pull": pulled})])
-    assert code == 2
+    optimize = ["step", "optimize", "--config", str(local_config), "--conf", conf,
+                "--inputs", json.dumps({"pull": pulled})]
+    assert main(optimize) == 2
+    assert "'optimize.recipe' may not come from a trigger" in capsys.readouterr().err
+    local_config.write_text(local_config.read_text()
+                            + "triggers: {allow_overrides: [optimize.recipe]}\n")
+    assert main(optimize) == 2
     assert "unknown transform 'no_such_transform'" in capsys.readouterr().err
 
 

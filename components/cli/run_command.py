@@ -9,33 +9,45 @@ def add_config_arguments(p) -> None:
     p.add_argument("--config", required=True,
                    help="pipeline YAML (every key: tfopt config --example)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key, e.g. --set gate.min_speedup=1.1 (repeatable)")
+                   help="the operator's override of any config key, e.g. --set "
+                        "gate.min_speedup=1.1 (repeatable; wins over --event and --conf)")
     p.add_argument("--conf", default=None, metavar="JSON",
-                   help='a trigger\'s conf: {"source": ..., "overrides": {"key.path": value}}')
+                   help='what a trigger posts as dag_run.conf: {"source": ..., "overrides": '
+                        '{"key.path": value}}; untrusted: it may set only source, '
+                        "evaluation.data and the keys the config's triggers.allow_overrides "
+                        "lists (docs/triggers.md)")
+    p.add_argument("--event", default=None, metavar="JSON",
+                   help='the extra of the asset event that triggered the run: {"source": ..., '
+                        '"evaluation_data": ..., "overrides": {...}}; untrusted, as --conf, '
+                        "which wins over it (Kubernetes pods get it this way)")
+
+
+def _trigger_json(text: str | None, flag: str):
+    from components.config import ConfigError
+    from components.trigger_conf import MAX_TRIGGER_CHARS
+
+    if text is None:
+        return None
+    if len(text) > 4 * MAX_TRIGGER_CHARS:  # JSON escapes may quadruple what it holds
+        raise ConfigError(f"{flag}: {len(text)} characters, more than a trigger may send")
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ConfigError(f"{flag} is not JSON: {str(exc).splitlines()[0]}") from None
 
 
 def load_config_from_args(args):
-    """The YAML, then the trigger's conf (``--conf``), then ``--set`` overrides, in that order."""
-    import json as _json
+    """The YAML, then the trigger (``--event``, then ``--conf``: only what the YAML lets a
+    trigger set), then the operator's ``--set`` overrides, in that order."""
+    from components import trigger_conf
+    from components.config import load_config
 
-    from components.config import ConfigError, load_config
-
-    overrides = {}
-    if args.conf:
-        try:
-            conf = _json.loads(args.conf) or {}
-        except _json.JSONDecodeError as exc:
-            raise ConfigError(f"--conf is not JSON: {exc}") from None
-        if not isinstance(conf, dict):
-            raise ConfigError("--conf must be a JSON object")
-        if not isinstance(conf.get("overrides") or {}, dict):
-            raise ConfigError('--conf: "overrides" must be a JSON object of dotted keys')
-        overrides.update(conf.get("overrides") or {})
-        if conf.get("source"):
-            overrides["source"] = conf["source"]
-    merged = [f"{k}={_json.dumps(v) if not isinstance(v, str) else v}"
-              for k, v in overrides.items()] + list(args.overrides)
-    return load_config(args.config, merged)
+    triggers = []
+    if getattr(args, "event", None) is not None:
+        triggers.append(trigger_conf.event(_trigger_json(args.event, "--event"), "--event"))
+    if args.conf is not None:
+        triggers.append(trigger_conf.conf(_trigger_json(args.conf, "--conf"), "--conf"))
+    return load_config(args.config, args.overrides, triggers)
 
 
 def add_parser(sub) -> None:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from optimizer.errors import TfoptError
+from optimizer.errors import TfoptError, shown
 
 
 def parse_yaml(text: str, where: str, error: type[TfoptError]) -> Any:
@@ -27,6 +27,8 @@ def parse_yaml(text: str, where: str, error: type[TfoptError]) -> Any:
         raise error(f"{where}: invalid YAML: {str(exc).splitlines()[0]}") from None
     except RecursionError:
         raise error(f"{where}: invalid YAML: nested too deeply") from None
+    except (ValueError, TypeError) as exc:  # a tag PyYAML cannot build, e.g. "!!float nan#x"
+        raise error(f"{where}: invalid YAML: {shown(str(exc).splitlines()[0])}") from None
 
 
 def read_yaml_file(path: str | os.PathLike, what: str, error: type[TfoptError]) -> Any:
