@@ -41,7 +41,12 @@ def validation_error_line(exc, where: str, section: str = "", allowed: Iterable[
     if error["type"] == "missing":
         return f"{where}: missing required key {key!r}{within}"
     named = f"{section} key" if section else "key"
-    return f"{where}: {named} {key!r}: {error['msg']} (got {error.get('input')!r})"
+    return f"{where}: {named} {key!r}: {error['msg']} (got {_shortened(repr(error.get('input')))})"
+
+
+def _shortened(text: str, most: int = 200) -> str:
+    """A bad value as the error line quotes it: a value of any size stays one short line."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text)} characters)"
 
 
 # The CLI's exit codes, the one table: every error's ``exit_code`` is one of these, and

@@ -143,3 +143,12 @@ def test_an_alias_bomb_in_a_config_file_is_refused_without_expanding_it(tmp_path
     path.write_text("source: /m\noptimize: {atol: &tolerance 0.001}\n"
                     "gate: {max_output_rel_error: *tolerance}\n")
     assert load_config(path).gate.max_output_rel_error == 0.001
+
+
+def test_a_huge_bad_value_is_quoted_short_in_the_error_line():
+    from components.config import ConfigError, config_from_mapping
+
+    with pytest.raises(ConfigError) as raised:
+        config_from_mapping({"source": "/m", "benchmark": {"min_seconds": "x" * 100_000}})
+    line = str(raised.value)
+    assert "min_seconds" in line and len(line) < 500 and "100002 characters" in line
