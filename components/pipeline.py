@@ -24,7 +24,7 @@ from components.artifacts import (
 )
 from components.config import PipelineConfig
 from components.step_runner import COSTS_KEY, run_step, workspace_for
-from components.step_table import NAMES, STEP_COSTS_CONTEXT
+from components.step_table import BY_NAME, NAMES, STEP_COSTS_CONTEXT
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,22 @@ class PipelineOutcome:
                 "workspace": self.workspace, "costs": self.costs}
 
 
+def hold_benchmark_threads(config: PipelineConfig) -> None:
+    """Size TensorFlow's pools as the benchmark step will ask, before any step starts it:
+    TensorFlow sizes them once per process, so in one process the benchmark then runs with
+    the settings it records, in this process. Where TensorFlow started already (another
+    caller's), nothing changes: the benchmark step runs in a process started with them."""
+    from optimizer.system.cpu_threads import (
+        apply_runtime_settings,
+        default_runtime_settings,
+        settings_take_effect_here,
+    )
+
+    settings = default_runtime_settings(config.benchmark.threads)
+    if settings_take_effect_here(settings):
+        apply_runtime_settings(settings)
+
+
 def run_pipeline(config: PipelineConfig, run_context: dict[str, Any] | None = None,
                  publish_results: bool = True) -> PipelineOutcome:
     """Every step; without ``publish_results``, no registry is asked: the candidates are
@@ -65,8 +81,12 @@ def run_pipeline(config: PipelineConfig, run_context: dict[str, Any] | None = No
     steps = NAMES if publish_results else NAMES[:NAMES.index("publish")]
     started = time.perf_counter()
     outputs: dict[str, dict] = {}
+    held = False
     for n, name in enumerate(steps, 1):
         log.info("[%d/%d] %s (%.0fs)", n, len(NAMES), name, time.perf_counter() - started)
+        if not held and BY_NAME[name].needs:  # a step on the pulled model may start TF
+            hold_benchmark_threads(config)
+            held = True
         outputs[name] = run_step(name, config, outputs, run_context,
                                  offline=not publish_results)
         return_freed_memory()  # what the step held and freed, before the next one adds its own
