@@ -84,8 +84,9 @@ class Publication:
         return self.config.mlflow.alias if self.gate.promote else CHALLENGER_ALIAS
 
     def load_instructions(self, model: CandidateModel) -> str:
-        return (model.how_to_load
-                or f'tf.saved_model.load(path).signatures["{self.config.signature}"]')
+        from optimizer.candidates.build import savedmodel_load_instructions
+
+        return model.how_to_load or savedmodel_load_instructions(self.config.signature)
 
     def candidate_verdict(self, label: str) -> dict[str, Any]:
         return next((v for v in self.decision.get("verdicts", []) if v.get("candidate") == label),
