@@ -4,7 +4,9 @@ The steps of :mod:`components.step_table`, in its order, each run by
 :func:`components.step_runner.run_step` on the outputs before it, as every orchestrator runs
 them: source -> pull -> freeze + optimize (candidates) -> benchmark (vs the champion, else the
 input) -> evaluate -> gate (report, tuning) -> publish. Every step is idempotent, so rerunning
-after a failure resumes where it stopped.
+after a failure resumes where it stopped. Before the first step on the pulled model, TensorFlow's
+pools are sized as the benchmark asks (:func:`hold_benchmark_threads`): in one process the
+benchmark then runs with the thread settings it records.
 """
 
 from __future__ import annotations
