@@ -24,8 +24,8 @@ POD_MEMORY_KEY = "pod_memory"
 # Which earlier outputs each step reads.
 NEEDS: dict[str, tuple[str, ...]] = {name: BY_NAME[name].needs for name in NAMES}
 # TensorFlow finds a SavedModel's variables through a file pattern (tf.io.gfile.glob's syntax):
-# in a path holding one of these it finds no file ("Failed to find any matching files"), or
-# another directory's.
+# in a path holding [ or \ it finds no file ("Failed to find any matching files"), and a * or
+# ? matches other directories too (the glob of /tmp/g*/x/f found g*'s, g[1]'s and g\1's).
 PATTERN_CHARACTERS = "[*?\\"
 
 
@@ -46,9 +46,9 @@ def check_workdir(config: PipelineConfig) -> None:
     held = sorted({c for c in path if c in PATTERN_CHARACTERS})
     if held:
         raise ConfigError(
-            f"workdir {path} holds {' '.join(repr(c) for c in held)}, which TensorFlow reads "
-            f"as a file pattern where it loads a model's variables; choose a workdir without "
-            f"{' or '.join(repr(c) for c in PATTERN_CHARACTERS)}")
+            f"workdir {path} holds {' '.join(held)}, which TensorFlow reads as a file pattern "
+            f"where it loads a model's variables; choose a workdir without any of "
+            f"{' '.join(PATTERN_CHARACTERS)}")
 
 
 def _require(step: Step, inputs: dict[str, Any]) -> None:
