@@ -45,6 +45,7 @@ def _runs(tracking_uri: str):
     return client, client.search_runs([experiment], order_by=["attributes.start_time ASC"])
 
 
+@pytest.mark.slow  # the fixture: a server and two whole runs
 def test_the_benchmark_of_a_one_process_run_runs_with_the_threads_it_records(
         two_runs, mlflow_server):
     first, _ = two_runs
@@ -57,6 +58,7 @@ def test_the_benchmark_of_a_one_process_run_runs_with_the_threads_it_records(
     assert int(tags["env.intra_op_threads"]) >= 1 and tags["env.inter_op_threads"] == "1"
 
 
+@pytest.mark.slow
 def test_a_rerun_after_a_promotion_logs_its_rejection_and_claims_no_alias_move(
         two_runs, mlflow_server):
     first, second = two_runs
