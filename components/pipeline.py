@@ -4,7 +4,9 @@ The steps of :mod:`components.step_table`, in its order, each run by
 :func:`components.step_runner.run_step` on the outputs before it, as every orchestrator runs
 them: source -> pull -> freeze + optimize (candidates) -> benchmark (vs the champion, else the
 input) -> evaluate -> gate (report, tuning) -> publish. Every step is idempotent, so rerunning
-after a failure resumes where it stopped.
+after a failure resumes where it stopped. Before the first step on the pulled model, TensorFlow's
+pools are sized as the benchmark asks (:func:`hold_benchmark_threads`): in one process the
+benchmark then runs with the thread settings it records.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from components.artifacts import (
 )
 from components.config import PipelineConfig
 from components.step_runner import COSTS_KEY, run_step, workspace_for
-from components.step_table import NAMES, STEP_COSTS_CONTEXT
+from components.step_table import BY_NAME, NAMES, STEP_COSTS_CONTEXT
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,22 @@ class PipelineOutcome:
                 "workspace": self.workspace, "costs": self.costs}
 
 
+def hold_benchmark_threads(config: PipelineConfig) -> None:
+    """Size TensorFlow's pools as the benchmark step will ask, before any step starts it:
+    TensorFlow sizes them once per process, so in one process the benchmark then runs with
+    the settings it records, in this process. Where TensorFlow started already (another
+    caller's), nothing changes: the benchmark step runs in a process started with them."""
+    from optimizer.system.cpu_threads import (
+        apply_runtime_settings,
+        default_runtime_settings,
+        settings_take_effect_here,
+    )
+
+    settings = default_runtime_settings(config.benchmark.threads)
+    if settings_take_effect_here(settings):
+        apply_runtime_settings(settings)
+
+
 def run_pipeline(config: PipelineConfig, run_context: dict[str, Any] | None = None,
                  publish_results: bool = True,
                  around_step: Callable[[str], AbstractContextManager] | None = None
@@ -72,8 +90,12 @@ def run_pipeline(config: PipelineConfig, run_context: dict[str, Any] | None = No
     steps = NAMES if publish_results else NAMES[:NAMES.index("publish")]
     started = time.perf_counter()
     outputs: dict[str, dict] = {}
+    held = False
     for n, name in enumerate(steps, 1):
         log.info("[%d/%d] %s (%.0fs)", n, len(NAMES), name, time.perf_counter() - started)
+        if not held and BY_NAME[name].needs:  # a step on the pulled model may start TF
+            hold_benchmark_threads(config)
+            held = True
         with around_step(name):
             outputs[name] = run_step(name, config, outputs, run_context,
                                      offline=not publish_results)

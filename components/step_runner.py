@@ -8,10 +8,11 @@ a dict. What a step is, what it reads and what it returns is :mod:`components.st
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from components.artifacts import PulledModel
-from components.config import PipelineConfig
+from components.config import ConfigError, PipelineConfig
 from components.step_table import BY_NAME, NAMES, Step, StepCall, part_costs
 from optimizer.errors import TfoptError
 
@@ -22,6 +23,10 @@ POD_MEMORY_KEY = "pod_memory"
 
 # Which earlier outputs each step reads.
 NEEDS: dict[str, tuple[str, ...]] = {name: BY_NAME[name].needs for name in NAMES}
+# TensorFlow finds a SavedModel's variables through a file pattern (tf.io.gfile.glob's syntax):
+# in a path holding [ or \ it finds no file ("Failed to find any matching files"), and a * or
+# ? matches other directories too (the glob of /tmp/g*/x/f found g*'s, g[1]'s and g\1's).
+PATTERN_CHARACTERS = "[*?\\"
 
 
 class StepInputError(TfoptError):
@@ -32,6 +37,18 @@ def step_named(name: str) -> Step:
     if name not in BY_NAME:
         raise StepInputError(f"unknown step '{name}'; steps: {', '.join(NAMES)}")
     return BY_NAME[name]
+
+
+def check_workdir(config: PipelineConfig) -> None:
+    """Refuse, before any step writes there, a workdir whose path TensorFlow would read as a
+    file pattern where it loads the models kept in it."""
+    path = os.path.abspath(config.workdir)
+    held = sorted({c for c in path if c in PATTERN_CHARACTERS})
+    if held:
+        raise ConfigError(
+            f"workdir {path} holds {' '.join(held)}, which TensorFlow reads as a file pattern "
+            f"where it loads a model's variables; choose a workdir without any of "
+            f"{' '.join(PATTERN_CHARACTERS)}")
 
 
 def _require(step: Step, inputs: dict[str, Any]) -> None:
@@ -77,6 +94,7 @@ def run_step(name: str, config: PipelineConfig, inputs: dict[str, Any] | None = 
     # every model call of the step, and of the workers it starts, under the run's deadline
     configure(config.resources.call_deadline())
     step = step_named(name)
+    check_workdir(config)
     inputs = inputs or {}
     _require(step, inputs)
     costs = inherited_costs(inputs)

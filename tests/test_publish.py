@@ -201,7 +201,7 @@ def test_a_promoted_candidate_is_logged_registered_and_made_champion(made, mlflo
     assert version.tags["tfopt.gate_summary"].startswith("PROMOTE optimized")
     assert version.tags["tfopt.source_uri"] == made["pulled"].uri
     assert version.tags["tfopt.format"] == "savedmodel"
-    assert version.tags["tfopt.load"] == 'tf.saved_model.load(path).signatures["serving_default"]'
+    assert version.tags["tfopt.load"] == "tf.saved_model.load(path).signatures['serving_default']"
     assert p.champion_version() == "1"
 
 

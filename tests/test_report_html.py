@@ -88,4 +88,25 @@ def test_only_png_files_directly_in_the_report_directory_are_inlined(tmp_path):
 
     assert sources[0] == "data:image/png;base64," + base64.b64encode(
         PNG_MAGIC + b"chart").decode()
-    assert sources[1:] == ["notes.txt", "../outside.png", "missing.png"]
+    # the others are shown as the Markdown they are, never fetched
+    assert sources[1:] == []
+    assert "![b](notes.txt) ![c](../outside.png) ![d](missing.png)" in page
+
+
+def test_links_in_a_workdirs_path_are_shown_as_text_not_made_links(tmp_path):
+    import dataclasses
+
+    workdir = "/srv/<http://autolink.example>/[here](http://link.example)/http://bare.example/"
+    result = _result()
+    result = dataclasses.replace(
+        result, baseline=dataclasses.replace(result.baseline, path=workdir + "input"),
+        candidates=tuple(dataclasses.replace(c, path=workdir + c.label)
+                         for c in result.candidates),
+        notes=(f"![x](http://image.example/p.png) from {workdir}",))
+    files = write_report(result, tmp_path / "report", evaluate_gate(result))
+
+    parsed = _Page()
+    parsed.feed(files.html.read_text())
+    assert [s for s in parsed.sources if not s[1].startswith("data:")] == []
+    assert workdir + "input" in parsed.cells and workdir + "frozen" in parsed.cells
+    assert "<a " not in files.html.read_text()

@@ -82,6 +82,7 @@ def run(args) -> int:
             p = outcome.publish
             alias = f"alias '{p.alias}' moved to v{p.version}" if p.alias_moved \
                 else f"alias '{p.alias}' unchanged"
-            print(f"registry     {p.registered_model} v{p.version}: {alias}")
+            version = f"v{p.version}" if p.version else "no version registered"
+            print(f"registry     {p.registered_model} {version}: {alias}")
             print(f"mlflow       run {p.run_id} at {p.tracking_uri}")
     return EXIT_PROMOTE if outcome.gate.promote else EXIT_REJECT

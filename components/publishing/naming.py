@@ -1,9 +1,10 @@
-"""What a publish is keyed by in the workspace: the step's name for a DAG run, and the MLflow
-server as it reports itself (not the URL it is reached at)."""
+"""What a publish is keyed by: the step's name for a DAG run, the gate's record it publishes,
+and the MLflow server as it reports itself (not the URL it is reached at)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Any
 
@@ -24,3 +25,12 @@ def server_identity(client, experiment: str) -> str:
     registered model's name. ``localhost`` and ``127.0.0.1`` give the same identity."""
     found = client.get_experiment(experiment)
     return f"{found.experiment_id}:{found.creation_time}"
+
+
+def gate_identity(gate) -> str:
+    """A digest of the gate's record (:class:`components.artifacts.GateOutput`): the verdict a
+    publish reports. A gate that judged again, against another baseline (a rerun without a DAG
+    run id, after a promotion made a new champion), is another publish with a run of its own,
+    never a reuse of the one before with its verdict and alias move."""
+    blob = json.dumps(gate.to_dict(), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -8,7 +8,8 @@ for review, as the report shows it. The one registered is the chosen candidate (
 candidate (the ``challenger``).
 
 Its key, ``tfopt.publish_key``, names the publish on every run, logged model and version it
-makes: the workspace key (source digest, config fingerprint) and the DAG run id.
+makes: the workspace key (source digest, config fingerprint), the DAG run id and the gate's
+record (:func:`components.publishing.naming.gate_identity`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from components.artifacts import (
     PulledModel,
 )
 from components.config import PipelineConfig
+from components.publishing.naming import gate_identity
 from components.storage.model_tree import check_model_tree
 from components.workspace import Workspace
 from optimizer.errors import TfoptError
@@ -60,7 +62,7 @@ class Publication:
 
     @property
     def key(self) -> str:
-        blob = f"{self.run_key}\n{self.dag_run_id or ''}"
+        blob = f"{self.run_key}\n{self.dag_run_id or ''}\n{gate_identity(self.gate)}"
         return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
     @property
@@ -82,8 +84,9 @@ class Publication:
         return self.config.mlflow.alias if self.gate.promote else CHALLENGER_ALIAS
 
     def load_instructions(self, model: CandidateModel) -> str:
-        return (model.how_to_load
-                or f'tf.saved_model.load(path).signatures["{self.config.signature}"]')
+        from optimizer.candidates.build import savedmodel_load_instructions
+
+        return model.how_to_load or savedmodel_load_instructions(self.config.signature)
 
     def candidate_verdict(self, label: str) -> dict[str, Any]:
         return next((v for v in self.decision.get("verdicts", []) if v.get("candidate") == label),

@@ -79,7 +79,11 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
         from optimizer.benchmark.harness import Subject
         from optimizer.benchmark.memory_groups import run_benchmark_within
         from optimizer.benchmark.result import CHAMPION, UNOPTIMIZED_INPUT
-        from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+        from optimizer.system.cpu_threads import (
+            apply_runtime_settings,
+            default_runtime_settings,
+            settings_take_effect_here,
+        )
         from optimizer.system.memory_budget import memory_budget
 
         reference = None
@@ -100,13 +104,20 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
         settings = config.benchmark.settings(settle_speedup=config.gate.min_speedup,
                                              confidence=config.gate.confidence,
                                              signature=config.signature)
-        runtime = apply_runtime_settings(default_runtime_settings(config.benchmark.threads))
+        requested = default_runtime_settings(config.benchmark.threads)
+        # In one process (tfopt run, Airflow's in-process tasks) the steps before have sized
+        # TensorFlow's pools already: the benchmark then runs in a process started with the
+        # settings, so that the threads it records are the ones it ran with.
+        here = settings_take_effect_here(requested)
         log.info("benchmark: %s vs %s", baseline.label, ", ".join(c.label for c in candidates))
         result = run_benchmark_within(
             memory_budget(config.resources.memory_gb), baseline, subjects, settings,
-            variants={c.label: c.variant for c in candidates if c.variant}, runtime=runtime,
+            variants={c.label: c.variant for c in candidates if c.variant},
+            runtime=apply_runtime_settings(requested) if here else None,
+            in_new_process=None if here else requested,
             progress=lambda message: log.info("benchmark: %s", message), reference=reference,
             policy=config.security.scan_policy())
+        runtime = result.environment.runtime
         if champion is not None and champion.intra_op_threads is not None and (
                 champion.intra_op_threads, champion.inter_op_threads) != (
                 runtime.intra_op_threads, runtime.inter_op_threads):

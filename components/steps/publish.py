@@ -34,11 +34,15 @@ What a reviewer finds in the experiment ``mlflow.experiment``, for each pipeline
   registers ``models:/<model_id>`` by hand.
 
 Idempotent, keyed by the workspace key (source digest, config fingerprint, which leaves out the
-URL MLflow is reached at) and the DAG run id, on the server that publish asks (the workspace's
-record of a finished publish is found by the server's experiment id and creation time, so
-``localhost`` and ``127.0.0.1`` are one server and two servers sharing a workdir are two):
-the run, its logged models and the version carry that key in the tag ``tfopt.publish_key``, and
-each stage looks for its result before acting. A rerun of the same DAG run makes no second run,
+URL MLflow is reached at), the DAG run id and the gate's record it publishes
+(:func:`components.publishing.naming.gate_identity`), on the server that publish asks (the
+workspace's record of a finished publish is found by the server's experiment id and creation
+time, so ``localhost`` and ``127.0.0.1`` are one server and two servers sharing a workdir are
+two): the run, its logged models and the version carry that key in the tag
+``tfopt.publish_key``, and each stage looks for its result before acting. A gate that judged
+again (``tfopt run`` rerun without ``--run-id`` after a promotion: the new champion is its
+baseline) is another publish: its own run, with its own verdict, never the earlier publish's
+record and alias move. A rerun of the same DAG run (the same gate record) makes no second run,
 logged model or version, and one killed midway is completed: a run without its ``tfopt.logged``
 tag is logged again, a logged model left ``PENDING`` is uploaded again and finalized, a run
 without a version gets one, a version the alias misses gets the alias. Two publishes of one key
@@ -68,7 +72,7 @@ from components.artifacts import (
 )
 from components.config import PipelineConfig
 from components.publishing.logged_models import log_model
-from components.publishing.naming import server_identity, step_name
+from components.publishing.naming import gate_identity, server_identity, step_name
 from components.publishing.publication import publication
 from components.publishing.registry_protocol import RaceTolerantClient, move_alias, register
 from components.publishing.run_logging import experiment_id, log_run
@@ -168,6 +172,6 @@ def publish(config: PipelineConfig, pulled: PulledModel,
         experiment = experiment_id(client, settings.experiment, settings.tracking_uri)
         identity = server_identity(client, experiment)
     step = Workspace.keyed(step_name(run_context), identity, settings.experiment,
-                           settings.registered_model)
+                           settings.registered_model, gate_identity(gate))
     done = ws.reuse_or_run(step, PublishOutput, run)
     return dataclasses.replace(done, tracking_uri=settings.tracking_uri)

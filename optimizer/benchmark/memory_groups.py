@@ -100,11 +100,15 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
                          config=None, *, variants: dict[str, str] | None = None,
                          runtime=None, eval_data=None, reference=None,
                          progress: Callable[[str], None] | None = None,
-                         policy: ScanPolicy = DEFAULT_POLICY):
+                         policy: ScanPolicy = DEFAULT_POLICY, in_new_process=None):
     """:func:`~optimizer.benchmark.harness.run_benchmark`, in groups that fit ``budget`` when
     the models together do not (each group in its own process). ``variants`` (candidate label
     -> variant, e.g. ``bf16``) sharpens the estimates. ``policy``: the model scan's, part of
-    each group's job."""
+    each group's job. ``in_new_process``: thread settings
+    (:class:`~optimizer.system.cpu_threads.RuntimeSettings`) this process's TensorFlow can no
+    longer take (:func:`~optimizer.system.cpu_threads.settings_take_effect_here`), in place of
+    ``runtime``: the benchmark then runs in a process started with them, one group when all
+    fit, so that it runs with the settings it records."""
     from optimizer.benchmark.harness import BenchmarkConfig, run_benchmark
 
     config = config or BenchmarkConfig()
@@ -120,7 +124,7 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
     # the candidates that fit the working set (about twice converting the model by hand):
     # in this process, the models' memory would stay held until it exits.
     separate = builds_in_workers(baseline.path)
-    if not separate and together <= budget.bytes:
+    if not separate and in_new_process is None and together <= budget.bytes:
         return run_benchmark(baseline, candidates, config, runtime=runtime,
                              eval_data=eval_data, progress=progress, reference=reference,
                              policy=policy)
@@ -145,7 +149,8 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
                               f"the baseline")
     say(f"baseline and {len(candidates)} candidates need an estimated {together / GIB:.1f} "
         f"GiB together ({in_use / GIB:.1f} GiB already in use), against {limit}: timing "
-        f"them in {len(groups)} group(s), the baseline in each, one process per group")
+        f"them in {len(groups)} group(s), the baseline in each, one process per group"
+        + (", started with the thread settings" if in_new_process is not None else ""))
     results = []
     by_label = {c.label: e for c, e in estimates}
     for n, group in enumerate(groups, 1):
@@ -157,8 +162,10 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
         # sampled from here, this process waiting: the group's own peak (VmHWM) is reset at
         # each model's load by the harness's growth measure, and misses earlier transients
         with TreeMeter() as meter:
-            results.append(_run_in_process(baseline, group, config, runtime, eval_data,
-                                           reference, policy))
+            results.append(_run_in_process(
+                baseline, group, config,
+                in_new_process or (runtime.requested if runtime is not None else None),
+                eval_data, reference, policy))
         if meter.peak is not None:
             needs += in_use
             say(f"group {n}/{len(groups)}: the process tree peaked at {meter.peak / GIB:.2f} "
@@ -194,14 +201,15 @@ def combine_groups(results: Sequence, budget: MemoryBudget):
         wall_seconds=sum(r.wall_seconds for r in results), notes=(*first.notes, note))
 
 
-def _run_in_process(baseline, group, config, runtime, eval_data, reference, policy):
-    """One group benchmarked by ``python -m optimizer.benchmark.memory_groups``; its result
-    once that process has exited."""
+def _run_in_process(baseline, group, config, settings, eval_data, reference, policy):
+    """One group benchmarked by ``python -m optimizer.benchmark.memory_groups``, which applies
+    ``settings`` (a ``RuntimeSettings``; None: the defaults) before TensorFlow starts; its
+    result once that process has exited."""
     from optimizer.benchmark.result import BenchmarkResult
 
     outcome = run_job(__name__, {
         "baseline": baseline, "candidates": list(group), "config": config,
-        "runtime": runtime.requested if runtime is not None else None,
+        "runtime": settings,
         "eval_data": eval_data, "reference": reference, "policy": policy,
         "log_level": logging.getLogger().getEffectiveLevel()})
     if outcome.answer is None:

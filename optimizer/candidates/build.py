@@ -85,7 +85,10 @@ OPENVINO_FILE = "model.xml"
 
 
 def savedmodel_load_instructions(signature: str) -> str:
-    return f'tf.saved_model.load(path).signatures["{signature}"]'
+    """The SavedModel's load line. The signature's name is the model's (or the config's): a
+    Python literal here, as in every format's snippet, so that no name runs as code when a
+    reviewer pastes it."""
+    return f"tf.saved_model.load(path).signatures[{signature!r}]"
 
 
 @dataclass(frozen=True)

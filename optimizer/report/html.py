@@ -7,6 +7,10 @@ markdown-it-py), so the two never say different things. Each chart the Markdown 
 name is read from the report directory and inlined as a base64 ``data:`` URI: the page is one
 file, which needs nothing beside it and no network (the viewer's frame loads nothing else).
 Raw HTML in the Markdown is escaped, not passed through: labels and paths come from user input.
+For the same reason the page makes no link: the report writes none, so Markdown links and
+autolinks (``[a](http://...)``, ``<http://...>`` in a workdir's path) are shown as the text they
+are, and an image that is not one of the report's own charts is shown as its Markdown source,
+never fetched.
 """
 
 from __future__ import annotations
@@ -44,14 +48,18 @@ def render_html(markdown: str, directory: str | Path, title: str = "Benchmark re
     from markdown_it import MarkdownIt
 
     directory = Path(directory)
-    parser = MarkdownIt("commonmark", {"html": False}).enable("table")
+    # CommonMark leaves a bare http://... as text (no linkify); links and autolinks are off
+    parser = MarkdownIt("commonmark", {"html": False}).enable("table").disable(
+        ["link", "autolink"])
     default_image = parser.renderer.rules.get("image")
 
     def image(_renderer, tokens, idx, options, env):
         token = tokens[idx]
-        inlined = _data_uri(directory, token.attrGet("src") or "")
-        if inlined is not None:
-            token.attrSet("src", inlined)
+        src = token.attrGet("src") or ""
+        inlined = _data_uri(directory, src)
+        if inlined is None:  # not a chart of this report: its source, as text
+            return html.escape(f"![{token.content}]({src})")
+        token.attrSet("src", inlined)
         return default_image(tokens, idx, options, env)
 
     parser.add_render_rule("image", image)

@@ -192,6 +192,25 @@ def export_env(settings: RuntimeSettings) -> list[str]:
     return notes
 
 
+def settings_take_effect_here(settings: RuntimeSettings) -> bool:
+    """Whether :func:`apply_runtime_settings` can still give this process ``settings``: TF not
+    yet imported, or its pools not yet sized (or sized as asked) and oneDNN as asked. When not
+    (a step after others that ran models in this process), they take effect only in a process
+    started with them (:mod:`optimizer.system.worker_process`). Warns of nothing."""
+    if "tensorflow" not in sys.modules:
+        return True
+    from optimizer.tf_runtime import import_tensorflow
+
+    threading = import_tensorflow().config.threading
+    try:  # a setter given the value in force returns; once the pools exist, another raises
+        threading.set_intra_op_parallelism_threads(settings.intra_op_threads)
+        threading.set_inter_op_parallelism_threads(settings.inter_op_threads)
+    except RuntimeError:
+        return False
+    onednn = _onednn_enabled()
+    return settings.onednn is None or onednn is None or onednn == settings.onednn
+
+
 def apply_runtime_settings(settings: RuntimeSettings,
                            cpus: CpuAvailability | None = None) -> AppliedRuntime:
     """Export the env vars, then size TF's thread pools; record what is actually in effect."""
