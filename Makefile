@@ -112,6 +112,7 @@ image-venv: image-deps
 	$(UV_TOOL) pip install --python $(BIN)/python --quiet --no-deps -e .
 	$(BIN)/python -m compileall -q optimizer components dags
 
-# The DAG's Kubernetes mode as containers: the pods it renders, run by `podman kube play`.
+# The DAG's Kubernetes mode as containers: the pods it renders, run by `podman kube play`
+# (ARGS=--fresh forgets the registry and the work volume of earlier runs).
 pod-demo: install
-	$(BIN)/python -m container.pod_demo --image "$(IMAGE)"
+	$(BIN)/python -m container.pod_demo --image "$(IMAGE)" $(ARGS)

@@ -43,9 +43,8 @@ podman build --network host --pull=never \
     --build-arg "BASE_IMAGE=$base" --build-arg "KEEP_EXTRA_CA=${KEEP_EXTRA_CA:-no}" \
     --secret "id=extra_ca,src=$certs" --layers \
     --tag "$IMAGE" .
-# The build stage's layers are kept (--layers) so a source change rebuilds in seconds; what an
-# earlier build left dangling is not.
-podman image prune --force >/dev/null
+# The build stage's layers are kept (--layers), so a change of the sources rebuilds in a minute:
+# `podman image prune` frees the space of earlier builds, and that cache with it.
 size=$(podman image inspect --format '{{.Size}}' "$IMAGE")
 echo "image: $IMAGE built in $(( $(date +%s) - started )) s," \
      "$(( size / 1000000 )) MB (podman image inspect)" >&2

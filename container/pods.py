@@ -119,10 +119,12 @@ class PodResult:
         """One line for a pod that failed, naming an OOM kill as such; None when it passed."""
         if self.exit_code == 0 and self.output is not None:
             return None
+        # Podman 4.3 on cgroups v1 does not always set OOMKilled; exit 137 (SIGKILL) is what
+        # the kernel's OOM killer leaves, as Kubernetes' OOMKilled reason is.
         if self.oom_killed or self.exit_code == EXIT_KILLED:
-            return (f"{self.name}: killed by the kernel (exit {self.exit_code}, OOMKilled="
-                    f"{self.oom_killed}): the pod's memory limit is below what the step used; "
-                    f"raise resources.pod_memory_gb for it")
+            return (f"{self.name}: killed by the kernel (exit {self.exit_code}, SIGKILL"
+                    f"{', OOMKilled' if self.oom_killed else ''}): the step used more than its "
+                    f"pod's memory limit; raise resources.pod_memory_gb for it")
         last = self.log.strip().splitlines()[-1:] or ["(no output)"]
         return f"{self.name}: exit {self.exit_code}: {last[0]}"
 
@@ -165,7 +167,10 @@ def image_present(image: str) -> bool:
         return False
 
 
-if __name__ == "__main__":  # render one pod: python -m container.pods CONFIG TASK
+RENDERED = "POD "  # prefixes the rendered pod's line: Airflow logs to stdout too
+
+
+if __name__ == "__main__":  # render one pod: python -m container.pods CONFIG TASK [AIRFLOW_HOME]
     dag = load_dag(Path(sys.argv[1]).resolve(), Path(sys.argv[3] if len(sys.argv) > 3
                                                       else "work/pod-demo/airflow").resolve())
-    print(json.dumps(render_pod(dag, sys.argv[2], {}, "manual"), indent=1))
+    print(RENDERED + json.dumps(render_pod(dag, sys.argv[2], {}, "manual")))

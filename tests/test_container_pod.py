@@ -22,7 +22,7 @@ from model_zoo import keras_cnn
 from s3_server import moto_endpoint_fixture, s3_fixture  # noqa: F401 - fixtures by name
 
 from components.step_runner import POD_MEMORY_KEY
-from container.pods import REPO, for_podman, image_present, podman, run_pod
+from container.pods import RENDERED, REPO, for_podman, image_present, podman, run_pod
 
 pytestmark = pytest.mark.slow
 IMAGE = os.environ.get("TFOPT_IMAGE", "tfopt:0.1.0")
@@ -52,7 +52,8 @@ def rendered_pod(config: Path, task: str, airflow_home: Path) -> dict:
                            str(airflow_home)], cwd=REPO, capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    line = next(line for line in done.stdout.splitlines() if line.startswith(RENDERED))
+    return json.loads(line[len(RENDERED):])
 
 
 def test_the_pull_tasks_rendered_pod_runs_in_the_image_and_hands_back_its_output(
@@ -95,3 +96,25 @@ def test_the_pull_tasks_rendered_pod_runs_in_the_image_and_hands_back_its_output
     # The pod's CPU limit reached the thread pools through the image's entrypoint.
     assert "1 CPUs available (cgroup quota 1 CPUs" in result.log
     assert "OMP_NUM_THREADS=1" in result.log
+
+
+def test_a_pod_killed_for_memory_is_reported_as_an_oom_kill_not_a_silent_crash(
+        pod_runnable, tmp_path):
+    """A step the kernel kills at its pod's limit: exit 137, and the runner says why."""
+    config_dir = tmp_path / "config"
+    config_dir.mkdir()
+    name = f"tfopt-oom-{uuid.uuid4().hex[:6]}"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+           "spec": {"restartPolicy": "Never", "volumes": [
+               {"name": "xcom", "emptyDir": {}}],
+               "containers": [{
+                   "name": "base", "image": IMAGE,
+                   # past the limit at once, as a model's load would be
+                   "command": ["python", "-c", "b = bytearray(1 << 30); print(len(b))"],
+                   "resources": {"limits": {"memory": "256Mi", "cpu": "1"}},
+                   "volumeMounts": [{"name": "xcom", "mountPath": "/airflow/xcom"}]}]}}
+    result = run_pod(for_podman(pod, tmp_path / "xcom", config_dir), tmp_path)
+
+    assert result.exit_code == 137, result.log[-2000:]
+    assert "killed by the kernel" in result.failure()
+    assert "memory limit" in result.failure()
