@@ -161,9 +161,14 @@ def run_dag(image: str, s3_url: str, mlflow_url: str) -> int:
 def show_outcome(outputs: dict[str, dict], mlflow_url: str) -> None:
     from mlflow import MlflowClient
 
-    gate, published = outputs["gate"], outputs["publish"]
+    gate, published, benchmark = outputs["gate"], outputs["publish"], outputs["benchmark"]
+    against = "the champion" if benchmark["baseline_role"] == "champion" else "the input"
+    print(f"judged vs    {against} ({benchmark['baseline_format']} on "
+          f"{benchmark['baseline_runtime']})")
+    # a rejection's summary lists every candidate's reason; its last clause is the verdict's
+    why = gate["summary"] if gate["promote"] else gate["summary"].rsplit("; ", 1)[-1]
     print(f"verdict      {'PROMOTE ' + gate['chosen'] if gate['promote'] else 'REJECT'}: "
-          f"{gate['summary']}")
+          f"{why}")
     client = MlflowClient(mlflow_url)
     model = published["registered_model"]
     versions = client.search_model_versions(f"name = '{model}'")

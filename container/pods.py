@@ -57,6 +57,7 @@ def load_dag(config_file: Path, airflow_home: Path):
     """The ``model_optimization`` DAG as Airflow parses it, on ``config_file``."""
     os.environ.update({"AIRFLOW_HOME": str(airflow_home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+                       "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
                        "TFOPT_PIPELINE_CONFIG": str(config_file)})
     import airflow.sdk  # noqa: F401 - loaded before a DAG file is parsed, as the scheduler does
     from airflow.dag_processing.dagbag import DagBag
