@@ -118,3 +118,23 @@ def test_a_pod_killed_for_memory_is_reported_as_an_oom_kill_not_a_silent_crash(
     assert result.exit_code == 137, result.log[-2000:]
     assert "killed by the kernel" in result.failure()
     assert "memory limit" in result.failure()
+
+
+def test_a_container_whose_memory_limit_is_below_the_models_need_refuses_it_before_any_work(
+        pod_runnable, tmp_path):
+    """The budget is the cgroup's limit: `tfopt optimize` in a 512 MiB container says why it
+    cannot fit, exit 7, and writes nothing (not an OOM kill halfway)."""
+    keras_cnn(tmp_path / "models" / "cnn")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.chown(out, 10001, 10001)
+    done = podman("run", "--rm", "--network", "none", "--cpus", "1", "--memory", "512m",
+                  "-v", f"{tmp_path / 'models'}:/models:ro", "-v", f"{out}:/out", IMAGE,
+                  "optimize", "/models/cnn", "/out/cnn", "--targets", "savedmodel",
+                  check=False, timeout=600)
+
+    assert done.returncode == 7, done.stderr[-2000:]
+    refusal = done.stderr.strip().splitlines()[-1]
+    assert refusal.startswith("tfopt: error: "), refusal
+    assert "memory.limit_in_bytes" in refusal or "memory.max" in refusal, refusal  # v1 or v2
+    assert list(out.iterdir()) == []
