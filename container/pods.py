@@ -153,7 +153,8 @@ def run_pod(pod: dict, spec_dir: Path, timeout: float = 3600) -> PodResult:
     try:
         exit_code = int(podman("wait", container, timeout=timeout).stdout.strip())
         state = json.loads(podman("inspect", "--format", "{{json .State}}", container).stdout)
-        log = podman("logs", container).stderr + podman("logs", container).stdout
+        logs = podman("logs", container)
+        log = logs.stderr + logs.stdout  # the step's stderr (its progress), then its stdout
     finally:
         podman("kube", "down", str(spec_file), check=False)
     result_file = xcom_dir / "return.json"
