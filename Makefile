@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine: `make demo` and `make test`.
 # Both install first; `make install` is idempotent and quick when pyproject.toml and
-# requirements.lock are unchanged. The image installs its own lock, of what a pod runs (see its block below).
+# requirements.lock are unchanged. The image installs its own lock, of what a pod runs (see the
+# image's block below).
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
