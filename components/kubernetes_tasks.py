@@ -21,6 +21,10 @@ from components.step_table import BY_NAME, STEPS
 from components.trigger_conf import ASSET_EXTRA_KEYS
 
 XCOM_RETURN = "/airflow/xcom/return.json"
+# A pod's command replaces the image's ENTRYPOINT, so it names the entrypoint again: the wrapper
+# that sizes TensorFlow's and OpenMP's threads from the pod's CPU limit, then execs tfopt. With
+# `tfopt` alone, a pod limited to 2 CPUs on a 64-core node would start 64-thread pools.
+ENTRYPOINT = ["python", "-m", "components.container_entrypoint", "tfopt"]
 WORK_VOLUME = "tfopt-work"
 CONFIG_VOLUME = "tfopt-config"
 
@@ -84,7 +88,7 @@ def step_operators(config: PipelineConfig, config_file_on_host: str):
             name=f"tfopt-{name}",
             namespace=kube.namespace,
             image=kube.image,
-            cmds=["tfopt"],
+            cmds=list(ENTRYPOINT),
             arguments=step_arguments(name, kube.config_path),
             container_resources=resources,
             node_selector=dict(kube.node_selector) if is_benchmark else None,

@@ -107,7 +107,8 @@ def test_containerized_mode_renders_pod_specs_without_a_cluster(kubernetes_parse
     assert {name: task["upstream"] for name, task in parsed["tasks"].items()} == UPSTREAM
     pod = parsed["pod"]
     assert pod["image"] == "registry.example.com/tfopt:1.2.3"
-    assert pod["command"] == ["tfopt"]
+    # the image's entrypoint, which sizes the threads from the pod's CPU limit, then tfopt
+    assert pod["command"] == ["python", "-m", "components.container_entrypoint", "tfopt"]
     assert pod["args"][:2] == ["step", "benchmark"] and "--inputs" in pod["args"]
     assert pod["resources"]["requests"]["cpu"] == "4" == pod["resources"]["limits"]["cpu"]
     assert pod["node_selector"] == {"workload": "cpu-benchmark"}
