@@ -1,6 +1,7 @@
 """The report: Markdown before/after table, verdict and profile sections, valid PNG charts, and
 the per-op profile from TensorFlow's step stats."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -8,11 +9,14 @@ import pytest
 from benchmark_testing import noisy_samples, synthetic_result, top1_fidelity
 
 from optimizer.benchmark.result import Quality
+from optimizer.candidates.candidate import Candidate
+from optimizer.gate.selection import candidate_rows
 from optimizer.gate.verdict import evaluate_gate
 from optimizer.inputs.generated import make_inputs
 from optimizer.model.export import write_saved_model
 from optimizer.model.freeze import freeze
 from optimizer.model.savedmodel import get_signature
+from optimizer.report.heading import ReportTitle, speedup_text
 from optimizer.report.markdown import ratio_comment, render_markdown
 from optimizer.report.profile import OpProfile, OpTime, aggregate_step_stats, profile_ops
 from optimizer.report.write import LATENCY_CHART, SPEEDUP_CHART, write_report
@@ -72,7 +76,7 @@ def test_before_after_table_has_a_row_and_a_comment_for_each_measure(result):
             for line in section.splitlines() if line.startswith("| ")}
     assert rows[""] == ["baseline: baseline (input)", "candidate: frozen", "comment"]
     time_row = rows["inference time (p50, batch 1)"]
-    assert time_row[2].startswith("1.4") and "x faster (95% CI" in time_row[2]
+    assert time_row[2].startswith("1.4") and "] faster (95% CI)" in time_row[2]
     assert rows["throughput (batch 32)"][2].endswith("x higher")
     assert rows["accuracy (top1, 450 examples)"] == ["0.9711", "0.9700", "-0.11 points"]
     assert rows["graph size (on disk)"] == ["1000 B", "500 B", "2.00x smaller"]
@@ -169,9 +173,79 @@ def test_the_baselines_twin_is_a_row_of_the_latency_detail_and_sets_the_stated_b
     detail = markdown.split("## Latency detail")[1].split("##")[0]
     twin_rows = [line for line in detail.splitlines() if "| twin |" in line]
     assert len(twin_rows) == 2  # batch 1 and 32
-    assert "1.040x" in twin_rows[0]
+    assert "1.04x [" in twin_rows[0]
     bound_line = next(line for line in markdown.splitlines()
                       if line.startswith("Baseline twin, batch 1:"))
     assert "measured 0.962 of its time" in bound_line
     assert f"below {1 / (1.05 * 1.04):.3f}" in bound_line
     assert "| twin |" not in render_markdown(result, evaluate_gate(result))
+
+
+def _two_passing():
+    """Two candidates that both pass the gate; ``fast`` is chosen, ``quick`` is not."""
+    result = synthetic_result(
+        {1: noisy_samples(0.002, N, 0)},
+        {"fast": {"samples": {1: noisy_samples(0.0010, N, 7)}, "fidelity": top1_fidelity(1.0)},
+         "quick": {"samples": {1: noisy_samples(0.0013, N, 8)}, "fidelity": top1_fidelity(1.0)}},
+        baseline_role="champion")
+    result = dataclasses.replace(
+        result, baseline=dataclasses.replace(result.baseline, label="champion-v3"))
+    decision = evaluate_gate(result)
+    assert decision.chosen == "fast" and decision.verdict("quick").promote
+    candidates = [Candidate(label, "savedmodel", "fp32", "savedmodel", "tensorflow", f"/m/{label}",
+                            "tf.saved_model.load(path).signatures['serving_default']")
+                  for label in ("fast", "quick")]
+    return result, decision, candidate_rows(result, decision, candidates)
+
+
+TITLE = ReportTitle(registered_model="digits", alias="champion", source="s3://models/digits",
+                    created="2026-11-29 10:00 UTC",
+                    load="tf.saved_model.load(path).signatures['serving_default']")
+
+
+def test_the_title_block_and_the_verdict_come_before_any_table():
+    result, decision, rows = _two_passing()
+    markdown = render_markdown(result, decision, candidate_rows=rows, title=TITLE)
+    head = markdown.split("\n|")[0]  # everything before the first table
+    assert markdown.startswith("# digits: optimization report\n")
+    for line in ("**Model:** digits (alias `champion`)", "**Source:** `s3://models/digits`",
+                 f"**Digest:** `{result.accuracy_reference.digest}`",
+                 "**Replaces:** champion-v3", "**Date:** 2026-11-29 10:00 UTC",
+                 "**Gate: PROMOTE fast.**"):
+        assert line in head
+
+
+def test_only_the_chosen_candidate_is_marked_promoted():
+    result, decision, rows = _two_passing()
+    markdown = render_markdown(result, decision, candidate_rows=rows, title=TITLE)
+    assert markdown.count("PROMOTED") == 2  # its candidates-table row and its verdict heading
+    table = markdown.split("## Candidates")[1].split("##")[0]
+    fast_row = next(line for line in table.splitlines() if line.startswith("| fast |"))
+    quick_row = next(line for line in table.splitlines() if line.startswith("| quick |"))
+    assert "| PROMOTED |" in fast_row and "| passed, not chosen |" in quick_row
+    assert "### fast: PROMOTED" in markdown and "### quick: passed, not chosen" in markdown
+    assert "PROMOTE quick" not in markdown and "| chosen |" not in markdown
+
+
+def test_the_chosen_speedup_has_one_figure_everywhere_in_the_report():
+    result, decision, rows = _two_passing()
+    markdown = render_markdown(result, decision, candidate_rows=rows, title=TITLE)
+    interval = decision.intervals["fast"][1]
+    figure = speedup_text(interval)
+    # the head, the candidates table, the before/after table, the check, the latency detail
+    assert markdown.count(figure) == 5
+    # the ratio of the two p50s is another estimate (2.02x here against the gate's 2.03x)
+    p50_ratio = result.baseline.latency[1].p50 / result.candidate("fast").latency[1].p50
+    assert f"{p50_ratio:.2f}" != f"{interval.speedup:.2f}"
+    assert f"{p50_ratio:.2f}x faster" not in markdown
+    assert f"{interval.speedup:.3f}x" not in markdown
+
+
+def test_the_next_steps_name_the_registered_model_and_alias():
+    result, decision, rows = _two_passing()
+    markdown = render_markdown(result, decision, candidate_rows=rows, title=TITLE)
+    steps = markdown.split("## What to do next")[1].split("\n## ")[0]
+    assert "tf.saved_model.load(path).signatures['serving_default']" in steps
+    assert "`mlflow models serve -m models:/digits@champion`" in steps
+    assert "MlflowClient().set_registered_model_alias('digits', 'champion', '3')" in steps
+    assert markdown.index("## What to do next") < markdown.index("## Candidates")

@@ -84,9 +84,17 @@ class Publication:
         return self.config.mlflow.alias if self.gate.promote else CHALLENGER_ALIAS
 
     def load_instructions(self, model: CandidateModel) -> str:
+        """``model``'s load snippet; the chosen one's with the thread settings tuning chose,
+        which are the settings it should be served with."""
         from optimizer.candidates.build import savedmodel_load_instructions
 
-        return model.how_to_load or savedmodel_load_instructions(self.config.signature)
+        snippet = model.how_to_load or savedmodel_load_instructions(self.config.signature)
+        tuned = self.runtime_settings_for(model)
+        if tuned is None:
+            return snippet
+        from optimizer.runtime_tuning import TunedRuntimeSettings
+
+        return TunedRuntimeSettings.from_json(tuned).load_snippet(snippet)
 
     def candidate_verdict(self, label: str) -> dict[str, Any]:
         return next((v for v in self.decision.get("verdicts", []) if v.get("candidate") == label),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,8 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace,
         parts = {"tune": tune_cost.to_dict()} if tune_cost else {}
         # The report explains the best candidate even when it is rejected, for the reviewer.
         report_dir = report(config, evaluation, result, decision, publishable[0], signature,
-                            step_dir, {**(step_costs or {}), **named_part_costs("gate", parts)})
+                            step_dir, {**(step_costs or {}), **named_part_costs("gate", parts)},
+                            tuned)
         summary = (f"promote {decision.chosen}" if decision.promote
                    else "reject: " + "; ".join(
                        f"{v.candidate}: {v.summary()}" for v in decision.verdicts))
@@ -79,9 +81,11 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace,
 
 
 def report(config: PipelineConfig, evaluation: EvaluationOutput, result, decision, shown: str,
-           signature, step_dir: Path, step_costs: dict | None) -> Path:
+           signature, step_dir: Path, step_costs: dict | None,
+           tuned: Path | None = None) -> Path:
     """The before/after report under ``step_dir/report``, with the op profile of the baseline
-    and ``shown``; returns its directory."""
+    and ``shown``, its title block and next steps (the chosen model's load line with the
+    ``tuned`` runtime settings); returns its directory."""
     from optimizer.candidates.candidate import Candidate
     from optimizer.gate.selection import candidate_rows
     from optimizer.inputs.generated import make_inputs
@@ -98,8 +102,30 @@ def report(config: PipelineConfig, evaluation: EvaluationOutput, result, decisio
     rows = candidate_rows(result, decision,
                           [Candidate.from_dict(tag) for tag in evaluation.candidate_tags])
     written = write_report(result, step_dir / "report", decision, profiles,
-                           candidate_rows=rows, step_costs=step_costs)
+                           candidate_rows=rows, step_costs=step_costs,
+                           title=report_title(config, rows, decision, tuned))
     return written.directory
+
+
+def report_title(config: PipelineConfig, rows: list[dict], decision, tuned: Path | None):
+    """The report's title block: the registry name and alias, the source, now, and the chosen
+    model's load line with its tuned thread settings (when tuning ran)."""
+    from datetime import datetime
+
+    from optimizer.candidates.build import savedmodel_load_instructions
+    from optimizer.report.heading import ReportTitle
+    from optimizer.runtime_tuning import TunedRuntimeSettings
+
+    chosen = next((r for r in rows if r["label"] == decision.chosen), None)
+    load = ""
+    if chosen is not None:
+        load = chosen.get("how_to_load") or savedmodel_load_instructions(config.signature)
+        if tuned is not None:
+            load = TunedRuntimeSettings.from_json(tuned).load_snippet(load)
+    return ReportTitle(registered_model=config.mlflow.registered_model,
+                       alias=config.mlflow.alias, source=config.source,
+                       created=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                       load=load)
 
 
 def tune(config: PipelineConfig, model_path: str, step_dir: Path) -> tuple[Path | None, Any]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from optimizer.benchmark.result import BenchmarkResult, ModelMeasurement
-from optimizer.benchmark.stats import promotion_bound, twin_discrepancy
+from optimizer.benchmark.stats import RatioInterval, promotion_bound, twin_discrepancy
+from optimizer.report.heading import ReportTitle, gate_interval, heading_lines, speedup_text
 from optimizer.report.profile import OpProfile
 
 
@@ -73,16 +74,21 @@ def _quality_row(base: ModelMeasurement, cand: ModelMeasurement) -> list[object]
     return ["accuracy", "n/a", "n/a", "not measured"]
 
 
-def before_after_table(result: BenchmarkResult, candidate: ModelMeasurement) -> list[str]:
+def before_after_table(result: BenchmarkResult, candidate: ModelMeasurement,
+                       decision=None) -> list[str]:
     base = result.baseline
     batches = sorted(result.settings.batch_sizes)
     first, last = batches[0], batches[-1]
-    ratio = result.ratios.get(candidate.label, {}).get(first)
-    time_comment = ratio_comment(base.latency[first].p50, candidate.latency[first].p50,
-                                 "faster", "slower")
+    ratio = gate_interval(result, decision, candidate.label, first)
+    # the gate's paired estimate, as everywhere in the report, not the ratio of the two p50s
     if ratio is not None:
-        time_comment += (f" ({ratio.confidence * 100:g}% CI {1 / ratio.high:.2f}x-"
-                         f"{1 / ratio.low:.2f}x)")
+        time_comment = (f"{speedup_text(ratio)} faster ({ratio.confidence * 100:g}% CI)"
+                        if ratio.speedup >= 1 else
+                        f"{1 / ratio.speedup:.2f}x slower (speedup {speedup_text(ratio)}, "
+                        f"{ratio.confidence * 100:g}% CI)")
+    else:
+        time_comment = ratio_comment(base.latency[first].p50, candidate.latency[first].p50,
+                                     "faster", "slower")
     rows = [
         [f"inference time (p50, batch {first})", ms(base.latency[first].p50),
          ms(candidate.latency[first].p50), time_comment],
@@ -104,9 +110,10 @@ def before_after_table(result: BenchmarkResult, candidate: ModelMeasurement) -> 
                    f"candidate: {candidate.label}", "comment"], rows)
 
 
-def _latency_detail(result: BenchmarkResult, twin_ratios: Mapping | None = None) -> list[str]:
+def _latency_detail(result: BenchmarkResult, decision=None) -> list[str]:
     """Every timed model per batch size, the baseline's twin (a second load of it, timed like a
     candidate) after the baseline: its speedup is what two loads of one model measured apart."""
+    twin_ratios = decision.twin if decision is not None else {}
     rows = []
     timed = result.models[:1] + ((result.twin,) if result.twin is not None else ()) \
         + result.models[1:]
@@ -115,15 +122,20 @@ def _latency_detail(result: BenchmarkResult, twin_ratios: Mapping | None = None)
             if batch not in m.latency:
                 continue
             s = m.latency[batch]
-            ratio = ((twin_ratios or {}).get(batch) if m is result.twin
-                     else result.ratios.get(m.label, {}).get(batch))
-            vs = (f"{ratio.speedup:.3f}x [{1 / ratio.high:.3f}, {1 / ratio.low:.3f}]"
-                  if ratio else "baseline")
+            ratio = (twin_ratios.get(batch) if m is result.twin
+                     else gate_interval(result, decision, m.label, batch))
+            vs = speedup_text(ratio) if ratio else "baseline"
             rows.append([batch, m.label, s.runs, ms(s.p50), ms(s.p90), ms(s.p99), ms(s.mean),
                          f"{s.throughput:.1f}", vs])
     conf = f"{result.settings.confidence * 100:g}%"
     return _table(["batch", "model", "runs", "p50", "p90", "p99", "mean", "items/s",
                    f"speedup [{conf} CI]"], rows)
+
+
+def _verdict_word(decision, verdict) -> str:
+    if decision.chosen == verdict.candidate:
+        return "PROMOTED"
+    return "passed, not chosen" if verdict.promote else "REJECT"
 
 
 def _twin_lines(decision) -> list[str]:
@@ -173,9 +185,13 @@ def accuracy_table(result: BenchmarkResult) -> list[str]:
                    f"top-1 agreement with {reference.label}"], rows)
 
 
+VERDICT_WORDS = {"chosen": "PROMOTED", "passed": "passed, not chosen", "rejected": "rejected"}
+
+
 def candidates_table(rows: Sequence[dict]) -> list[str]:
     """Every candidate, fastest first: format, runtime, what an int8 one was calibrated on
-    (``synthetic``: inputs generated from the signature), speedup, accuracy, size, verdict."""
+    (``synthetic``: inputs generated from the signature), speedup, accuracy, size, verdict.
+    Only the chosen row says PROMOTED: the others that passed were not promoted."""
     table_rows = []
     for r in rows:
         if r["verdict"] == "skipped":
@@ -183,11 +199,13 @@ def candidates_table(rows: Sequence[dict]) -> list[str]:
                                "; ".join(r["reasons"])])
             continue
         interval = r.get("ratio_interval")
-        speedup = (f"{r['speedup']:.2f}x [{1 / interval[1]:.2f}, {1 / interval[0]:.2f}]"
-                   if r.get("speedup") and interval else "-")
+        speedup = (speedup_text(RatioInterval(r["ratio_to_baseline"], interval[0], interval[1],
+                                              0, 0, 0, 0))
+                   if r.get("ratio_to_baseline") and interval else "-")
         accuracy = "-" if r.get("accuracy") is None else f"{r['accuracy']:.4f}"
         table_rows.append([r["label"], r["format"], r["runtime"], r.get("calibration") or "-",
-                           speedup, accuracy, human_bytes(r.get("size_bytes")), r["verdict"],
+                           speedup, accuracy, human_bytes(r.get("size_bytes")),
+                           VERDICT_WORDS.get(r["verdict"], r["verdict"]),
                            "; ".join(r["reasons"]) or "-"])
     return _table(["candidate", "format", "runtime", "calibration", "p50 speedup [CI]",
                    "accuracy", "size", "verdict", "why not"], table_rows)
@@ -208,25 +226,21 @@ def step_costs_table(step_costs: Mapping[str, Mapping], model_bytes: int) -> lis
 def render_markdown(result: BenchmarkResult, decision=None,
                     profiles: Sequence[OpProfile] = (), charts: Sequence[str] = (),
                     top_ops: int = 12, candidate_rows: Sequence[dict] = (),
-                    step_costs: Mapping[str, Mapping] | None = None) -> str:
+                    step_costs: Mapping[str, Mapping] | None = None,
+                    title: ReportTitle | None = None) -> str:
     """The whole report. ``decision`` is an optional :class:`optimizer.gate.verdict.GateDecision`;
     ``candidate_rows`` (:func:`optimizer.gate.selection.candidate_rows`) adds the candidates table;
     ``step_costs`` (step -> :meth:`optimizer.system.process_tree.Cost.to_dict`) the cost of each
-    pipeline step so far."""
-    lines = ["# Benchmark report", ""]
+    pipeline step so far; ``title`` the title block and the next steps (load, serve, roll back).
+    The verdict and the title come first: they are what a reviewer decides on."""
+    lines = heading_lines(result, decision, title)
     base = result.baseline
+    if decision is not None and decision.comparisons:
+        lines += [f"Compared: {decision.comparisons}.", ""]
     lines.append(f"Baseline **{base.label}** ({base.role}) against "
                  f"{', '.join(f'**{c.label}**' for c in result.candidates)}; timed interleaved "
                  f"in one process on {result.settings.inputs}.")
     lines.append("")
-    if decision is not None:
-        if decision.promote:
-            lines.append(f"**Gate: PROMOTE {decision.chosen}.**")
-        else:
-            lines.append("**Gate: REJECT: no candidate passes; keep the baseline.**")
-        lines.append("")
-        if decision.comparisons:
-            lines += [f"Compared: {decision.comparisons}.", ""]
     if candidate_rows:
         lines += ["## Candidates", ""] + candidates_table(candidate_rows) + [""]
     if result.reference is not None or any(m.quality for m in result.models):
@@ -236,7 +250,7 @@ def render_markdown(result: BenchmarkResult, decision=None,
     for candidate in sorted(result.candidates, key=lambda c: c.label != chosen):
         lines.append(f"## {candidate.label} vs {base.label}")
         lines.append("")
-        lines += before_after_table(result, candidate)
+        lines += before_after_table(result, candidate, decision)
         lines.append("")
     if decision is not None:
         lines += ["## Gate verdict", ""]
@@ -245,14 +259,17 @@ def render_markdown(result: BenchmarkResult, decision=None,
         if decision.twin:
             lines += _twin_lines(decision)
         for verdict in decision.verdicts:
-            lines.append(f"### {verdict.candidate}: {'PROMOTE' if verdict.promote else 'REJECT'}")
+            lines.append(f"### {verdict.candidate}: {_verdict_word(decision, verdict)}")
             lines.append("")
+            interval = gate_interval(result, decision, verdict.candidate,
+                                     decision.latency_batch_size)
             lines += _table(["check", "result", "measured", "threshold", "reason"],
-                            [[c.name, "pass" if c.passed else "FAIL", c.measured_text,
-                              c.threshold_text, c.reason] for c in verdict.checks])
+                            [[c.name, "pass" if c.passed else "FAIL",
+                              speedup_text(interval) if c.name == "latency" and interval
+                              else c.measured_text, c.threshold_text, c.reason]
+                             for c in verdict.checks])
             lines.append("")
-    twin_ratios = decision.twin if decision is not None else {}
-    lines += ["## Latency detail", ""] + _latency_detail(result, twin_ratios) + [""]
+    lines += ["## Latency detail", ""] + _latency_detail(result, decision) + [""]
     settings = result.settings
     block = (f"a block of {settings.block_size} consecutive timed calls of each model after one "
              f"untimed call" if settings.block_size > 1 else "one call of each model")

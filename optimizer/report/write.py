@@ -16,6 +16,7 @@ from pathlib import Path
 
 from optimizer.benchmark.result import BenchmarkResult
 from optimizer.errors import DestinationError
+from optimizer.report.heading import ReportTitle
 from optimizer.report.html import render_html
 from optimizer.report.markdown import render_markdown
 from optimizer.report.profile import OpProfile
@@ -43,11 +44,12 @@ def report_payload(result: BenchmarkResult, decision=None,
 
 def write_report(result: BenchmarkResult, directory: str | os.PathLike, decision=None,
                  profiles: Sequence[OpProfile] = (), charts: bool = True,
-                 candidate_rows: Sequence[dict] = (), step_costs: dict | None = None
-                 ) -> ReportFiles:
+                 candidate_rows: Sequence[dict] = (), step_costs: dict | None = None,
+                 title: ReportTitle | None = None) -> ReportFiles:
     """``candidate_rows`` (:func:`optimizer.gate.selection.candidate_rows`) add the candidates table
     and, with a decision, the latency-vs-accuracy Pareto chart; ``step_costs`` the wall time
-    and peak memory of each pipeline step so far.
+    and peak memory of each pipeline step so far; ``title`` the title block and next steps
+    (:class:`optimizer.report.heading.ReportTitle`).
 
     When a write fails (a full disk), the files this call added are removed again, and so is
     ``directory`` if this call made it: no half report is left for a reader to trust.
@@ -57,7 +59,7 @@ def write_report(result: BenchmarkResult, directory: str | os.PathLike, decision
     before = set() if created else set(directory.iterdir())
     try:
         return _write_report(result, directory, decision, profiles, charts, candidate_rows,
-                             step_costs)
+                             step_costs, title)
     except OSError as exc:
         added = set(directory.iterdir()) - before if directory.is_dir() else set()
         for path in added:
@@ -70,7 +72,8 @@ def write_report(result: BenchmarkResult, directory: str | os.PathLike, decision
 
 def _write_report(result: BenchmarkResult, directory: Path, decision, profiles: Sequence,
                   charts: bool, candidate_rows: Sequence[dict],
-                  step_costs: dict | None = None) -> ReportFiles:
+                  step_costs: dict | None = None, title: ReportTitle | None = None
+                  ) -> ReportFiles:
     from optimizer.report.charts import latency_distribution_chart, pareto_chart, speedup_chart
 
     directory = Path(directory)
@@ -99,8 +102,9 @@ def _write_report(result: BenchmarkResult, directory: Path, decision, profiles: 
     json_path.write_text(json.dumps(payload, indent=2) + "\n")
     md_path = directory / "report.md"
     markdown = render_markdown(result, decision, profiles, [p.name for p in written],
-                               candidate_rows=candidate_rows, step_costs=step_costs)
+                               candidate_rows=candidate_rows, step_costs=step_costs, title=title)
     md_path.write_text(markdown)
     html_path = directory / "report.html"
-    html_path.write_text(render_html(markdown, directory))
+    page_title = f"{title.registered_model}: optimization report" if title else "Benchmark report"
+    html_path.write_text(render_html(markdown, directory, page_title))
     return ReportFiles(directory, json_path, md_path, html_path, tuple(written))

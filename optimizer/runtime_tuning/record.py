@@ -24,6 +24,7 @@ from optimizer.runtime_tuning.threads import ThreadProbe
 
 RUNTIME_SETTINGS_FILE = "runtime_settings.json"
 TAG_PREFIX = "tfopt.runtime."
+_DEFAULT_THREADS = "len(os.sched_getaffinity(0))"  # the thread count in every load snippet
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,19 @@ class TunedRuntimeSettings:
                      "OMP_NUM_THREADS sizes OpenMP builds of oneDNN; in-process, "
                      "tf.config.threading.set_*_parallelism_threads before TensorFlow's "
                      "first op does the same")}
+
+    def load_snippet(self, snippet: str) -> str:
+        """``snippet`` (a model's load line, :attr:`Candidate.how_to_load`) with these thread
+        settings in it: a per-model runtime's thread count in place of the CPUs the process
+        may use (every format's snippet asks ``len(os.sched_getaffinity(0))``), TensorFlow's
+        two pools set before the load, which is before TensorFlow's first op."""
+        if self.num_threads is not None:
+            return snippet.replace(_DEFAULT_THREADS, str(self.num_threads))
+        if self.intra_op_threads is None:
+            return snippet
+        return (f"tf.config.threading.set_intra_op_parallelism_threads({self.intra_op_threads}); "
+                f"tf.config.threading.set_inter_op_parallelism_threads("
+                f"{self.inter_op_threads})  # tuned\n{snippet}")
 
     def benchmark_settings(self):
         """These threads as :class:`optimizer.system.cpu_threads.RuntimeSettings`, or None."""
