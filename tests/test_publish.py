@@ -609,3 +609,41 @@ def test_a_candidate_tf_serving_cannot_load_is_refused_before_anything_is_logged
     with pytest.raises(NotServableError, match="candidate 'optimized'"):
         publish(p.config, made["pulled"], [candidate], made["evaluation"], p.gate, p.ws,
                 {"dag_run_id": "run-2"})
+
+
+def tuned_settings(model_path: str, intra: int, inter: int):
+    """A runtime_settings record as the gate's tuning writes it, with chosen threads."""
+    from optimizer.runtime_tuning import TunedRuntimeSettings
+    from optimizer.runtime_tuning.grid import ThreadSetting
+
+    return TunedRuntimeSettings(
+        model=model_path, intra_op_threads=intra, inter_op_threads=inter, num_threads=None,
+        recommended_batch_size=None, batch_reason="", throughput_target=None,
+        latency_slo_ms=None, reference=ThreadSetting(2, 1), thread_probes=(), batch_curve=(),
+        batches_not_measured=(), available_cpus=2, cpu_quota=None, cpu_model="test")
+
+
+def test_the_version_description_says_format_runtime_the_tuned_load_line_and_the_report(
+        made, tmp_path):
+    from components.publishing.run_record import version_description
+
+    config = config_from_mapping({"source": made["pulled"].uri, "workdir": str(tmp_path),
+                                  "mlflow": {"registered_model": "described"}})
+    settings = tuned_settings(made["candidates"][0].path, 1, 2).to_json(
+        tmp_path / "runtime_settings.json")
+    gate = dataclasses.replace(made["gates"]["promote"], runtime_settings_path=str(settings))
+    ws = Workspace.for_run(config.workdir, made["pulled"].digest, config.fingerprint())
+    pub = publication(config, made["pulled"], made["candidates"], made["evaluation"], gate, ws,
+                      {})
+    text = version_description(pub, pub.models[0], "7", "abc123")
+    paragraphs = text.split("\n\n")
+    assert paragraphs[0].startswith("**PROMOTE optimized: ")
+    assert paragraphs[1] == ("Format: savedmodel; runtime: tensorflow (tuned: intra-op 1, "
+                             "inter-op 2 threads)")
+    assert paragraphs[2] == (
+        "Load: `tf.config.threading.set_intra_op_parallelism_threads(1); "
+        "tf.config.threading.set_inter_op_parallelism_threads(2); "
+        "tf.saved_model.load(path).signatures['serving_default']`")
+    assert "#/experiments/7/runs/abc123/artifactPath/report/report.html" in paragraphs[-1]
+    # the tag machines read says the same
+    assert pub.load_instructions(pub.models[0]) in text

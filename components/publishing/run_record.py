@@ -263,8 +263,15 @@ def float_layers_tag(model: CandidateModel) -> dict[str, str]:
 
 def version_description(pub: Publication, model: CandidateModel, experiment_id: str,
                         run_id: str) -> str:
-    """The verdict in one line, why a challenger lost, and the report's link."""
-    lines = [f"**{verdict_line(pub, model)}**"]
+    """What a reviewer opening the version reads: the verdict in one line, what the model is
+    (format, runtime and the threads tuning chose), how to load it (the snippet with those
+    threads), why a challenger lost, and the report's link. The tags say the same for
+    machines."""
+    lines = [f"**{verdict_line(pub, model)}**",
+             f"Format: {model.format}; runtime: {model.runtime}{_tuned_threads(pub, model)}"]
+    load = pub.load_instructions(model).strip()
+    lines.append(f"Load: `{load}`" if "\n" not in load and "`" not in load
+                 else f"Load:\n\n```python\n{load}\n```")
     if pub.decision.get("comparisons"):
         lines.append(f"Compared: {pub.decision['comparisons']}")
     if not pub.gate.promote:
@@ -272,3 +279,14 @@ def version_description(pub: Publication, model: CandidateModel, experiment_id: 
     lines.append(f"[Report]({report_link(experiment_id, run_id)}) "
                  f"(`runs:/{run_id}/{REPORT_HTML}`)")
     return "\n\n".join(lines)[:TAG_LIMIT]
+
+
+def _tuned_threads(pub: Publication, model: CandidateModel) -> str:
+    """`` (tuned: intra=1 inter=2)`` when tuning measured ``model``, else nothing."""
+    if pub.runtime_settings_for(model) is None:
+        return ""
+    tags = pub.runtime_tags
+    if "tfopt.runtime.num_threads" in tags:
+        return f" (tuned: num_threads={tags['tfopt.runtime.num_threads']})"
+    return (f" (tuned: intra-op {tags.get('tfopt.runtime.intra_op_threads')}, inter-op "
+            f"{tags.get('tfopt.runtime.inter_op_threads')} threads)")

@@ -86,9 +86,11 @@ class TunedRuntimeSettings:
             return snippet.replace(_DEFAULT_THREADS, str(self.num_threads))
         if self.intra_op_threads is None:
             return snippet
+        # one statement line before the snippet's first: a one-line snippet stays one line
+        first, _, rest = snippet.partition("\n")
         return (f"tf.config.threading.set_intra_op_parallelism_threads({self.intra_op_threads}); "
                 f"tf.config.threading.set_inter_op_parallelism_threads("
-                f"{self.inter_op_threads})  # tuned\n{snippet}")
+                f"{self.inter_op_threads}); {first}" + (f"\n{rest}" if rest else ""))
 
     def benchmark_settings(self):
         """These threads as :class:`optimizer.system.cpu_threads.RuntimeSettings`, or None."""
