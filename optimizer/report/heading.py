@@ -78,14 +78,15 @@ def verdict_lines(result: BenchmarkResult, decision) -> list[str]:
     if decision is None:
         return []
     batch = decision.latency_batch_size
+    compared = [f"Compared: {decision.comparisons}.", ""] if decision.comparisons else []
     if not decision.promote:
         return [(f"**Gate: REJECT: no candidate passes; keep the baseline "
-                f"({result.baseline.label}).**"), ""]
+                 f"({result.baseline.label}).**"), "", *compared]
     interval = gate_interval(result, decision, decision.chosen, batch)
     conf = f"{decision.config.confidence * 100:g}% CI"
     speed = (f" {speedup_text(interval)} ({conf}) faster than {result.baseline.label} "
              f"at batch {batch} (p50)." if interval is not None else "")
-    return [f"**Gate: PROMOTE {decision.chosen}.**{speed}", ""]
+    return [f"**Gate: PROMOTE {decision.chosen}.**{speed}", "", *compared]
 
 
 def next_steps_lines(result: BenchmarkResult, title: ReportTitle) -> list[str]:

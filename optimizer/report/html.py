@@ -30,6 +30,7 @@ tr:nth-child(even) td { background: #fbfcfd; }
 img { max-width: 100%; border: 1px solid #d0d7de; margin: 0.5em 0; }
 h1 { font-size: 1.6em; } h2 { font-size: 1.3em; margin-top: 1.4em; } h3 { font-size: 1.1em; }
 code { background: #f6f8fa; padding: 0 0.2em; }
+pre { background: #f6f8fa; padding: 0.5em; white-space: pre-wrap; overflow-wrap: anywhere; }
 """
 
 

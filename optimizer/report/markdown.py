@@ -235,8 +235,6 @@ def render_markdown(result: BenchmarkResult, decision=None,
     The verdict and the title come first: they are what a reviewer decides on."""
     lines = heading_lines(result, decision, title)
     base = result.baseline
-    if decision is not None and decision.comparisons:
-        lines += [f"Compared: {decision.comparisons}.", ""]
     lines.append(f"Baseline **{base.label}** ({base.role}) against "
                  f"{', '.join(f'**{c.label}**' for c in result.candidates)}; timed interleaved "
                  f"in one process on {result.settings.inputs}.")
