@@ -95,3 +95,28 @@ def test_a_publish_tags_a_savedmodel_version_with_the_quoted_signature(tmp_path)
     tree = ast.parse(pub.load_instructions(model))
     assert not {"__import__", "system"} & names_run(tree)
     assert HOSTILE in {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
+
+
+@pytest.mark.parametrize("fmt", ["savedmodel", "tflite", "onnx", "openvino"])
+def test_a_tuned_snippet_loads_with_the_tuned_thread_count_and_still_parses(fmt):
+    from optimizer.runtime_tuning import TunedRuntimeSettings
+    from optimizer.runtime_tuning.grid import ThreadSetting
+
+    per_model = fmt != "savedmodel"
+    tuned = TunedRuntimeSettings(
+        model=f"model.{fmt}", intra_op_threads=None if per_model else 3,
+        inter_op_threads=None if per_model else 2, num_threads=3 if per_model else None,
+        recommended_batch_size=None, batch_reason="", throughput_target=None,
+        latency_slo_ms=None, reference=ThreadSetting(4, 1), thread_probes=(), batch_curve=(),
+        batches_not_measured=(), available_cpus=4, cpu_quota=None, cpu_model="test")
+    snippet = tuned.load_snippet(snippets()[fmt])
+    tree = ast.parse(snippet)
+    assert "sched_getaffinity" not in snippet
+    calls = {ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    if per_model:
+        assert any("3" in c and ("num_threads" in c or "INFERENCE_NUM_THREADS" in c)
+                   for c in calls) or "intra_op_num_threads = 3" in snippet, snippet
+    else:
+        assert "tf.config.threading.set_intra_op_parallelism_threads(3)" in calls
+        assert "tf.config.threading.set_inter_op_parallelism_threads(2)" in calls
+        assert len(snippet.splitlines()) == 1  # the one-line load stays one line
