@@ -77,7 +77,15 @@ def test_with_litert_allowed_the_registry_version_says_its_format_and_how_to_run
     assert version.tags["tfopt.format"] == "tflite"
     assert version.tags["tfopt.runtime"] == "ai-edge-litert"
     assert "Interpreter(model_path='model.tflite'" in version.tags["tfopt.load"]
-    assert int(version.tags["tfopt.runtime.num_threads"]) >= 1
+    threads = int(version.tags["tfopt.runtime.num_threads"])
+    assert threads >= 1
+    # the load line a person reads and the tag both carry the tuned thread count
+    assert f"num_threads={threads})" in version.tags["tfopt.load"]
+    assert f"(tuned: num_threads={threads})" in version.description
+    assert f"num_threads={threads})" in version.description
+    markdown = (Path(outcome["gate"]["report_dir"]) / "report.md").read_text()
+    assert markdown.startswith("# digits: optimization report")
+    assert f"num_threads={threads})" in markdown.split("## What to do next")[1]
     metrics = client.get_run(version.run_id).data.metrics
     assert metrics["step.gate.tune.peak_rss_bytes"] == report["step_costs"]["gate.tune"][
         "peak_rss_bytes"]
