@@ -56,8 +56,8 @@ def previous_version(result: BenchmarkResult) -> str | None:
 
 
 def heading_lines(result: BenchmarkResult, decision, title: ReportTitle | None) -> list[str]:
-    name = title.registered_model if title else result.accuracy_reference.label
-    lines = [f"# {name}: optimization report", ""]
+    lines = [f"# {title.registered_model}: optimization report" if title else
+             "# Benchmark report", ""]
     if title is not None:
         source = result.accuracy_reference
         base = result.baseline
