@@ -131,6 +131,12 @@ def mixed_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
     strategy, why = should_search(settings.mode, None, max_error, calibration, labels is not None)
     if strategy == "off":
         return off(why)
+    strings = [key for key, value in calibration.feeds[0].items()
+               if np.asarray(value).dtype.kind in "OSU"] if calibration and calibration.feeds else []
+    if strings:
+        # int8 calibration feeds numbers only: TFLite's calibrator crashes the process on a
+        # string input rather than raising, so the search must not start
+        return off(f"int8 calibration cannot feed string input '{strings[0]}'")
     info = get_signature(source, signature, policy=policy)
     x = _inputs(info, calibration, eval_data.x if eval_data is not None else None)
     fmt = "onnx" if target == "onnx" else "tflite"
