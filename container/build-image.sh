@@ -42,6 +42,7 @@ started=$(date +%s)
 podman build --network host --pull=never \
     --build-arg "BASE_IMAGE=$base" --build-arg "KEEP_EXTRA_CA=${KEEP_EXTRA_CA:-no}" \
     --secret "id=extra_ca,src=$certs" --layers \
+    --label "tfopt.sources=$("${PYTHON:-python3}" container/source_digest.py)" \
     --tag "$IMAGE" .
 # The build stage's layers are kept (--layers), so a change of the sources rebuilds in a minute:
 # `podman image prune` frees the space of earlier builds, and that cache with it.

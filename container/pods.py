@@ -74,16 +74,20 @@ def step_order(dag) -> list[str]:
 
 
 def render_pod(dag, task_id: str, outputs: Mapping[str, Any], run_id: str,
-               conf: Mapping[str, Any] | None = None) -> dict:
+               conf: Mapping[str, Any] | None = None,
+               asset_events: Mapping[str, list] | None = None) -> dict:
     """The Pod task ``task_id`` would create, as a Kubernetes object (a dict), after Airflow's
-    templating with the earlier steps' ``outputs`` as their XComs."""
+    templating with the earlier steps' ``outputs`` as their XComs. ``asset_events``: the run's
+    ``triggering_asset_events`` (asset -> events, each with its ``extra``); none for a manual or
+    scheduled run, as here."""
     from kubernetes.client import ApiClient
 
     task = copy.copy(dag.get_task(task_id))  # rendering fills template fields in place
     for field in task.template_fields:
         setattr(task, field, copy.deepcopy(getattr(task, field)))
     context = {"ti": SimpleNamespace(xcom_pull=lambda task_ids: outputs[task_ids]),
-               "dag_run": SimpleNamespace(conf=dict(conf or {})), "run_id": run_id}
+               "dag_run": SimpleNamespace(conf=dict(conf or {})), "run_id": run_id,
+               "triggering_asset_events": dict(asset_events or {})}
     task.render_template_fields(context, dag.get_template_env())
     return ApiClient().sanitize_for_serialization(task.build_pod_request_obj(dry_run=True))
 
@@ -167,6 +171,17 @@ def image_present(image: str) -> bool:
         return podman("image", "exists", image, check=False).returncode == 0
     except FileNotFoundError:
         return False
+
+
+def image_sources(image: str) -> str:
+    """The sources digest the image was built from (its ``tfopt.sources`` label; empty for an
+    image built before the label existed)."""
+    from container.source_digest import LABEL
+
+    done = podman("image", "inspect", "--format", f'{{{{ index .Labels "{LABEL}" }}}}', image,
+                  check=False)
+    value = done.stdout.strip() if done.returncode == 0 else ""
+    return "" if value == "<no value>" else value
 
 
 RENDERED = "POD "  # prefixes the rendered pod's line: Airflow logs to stdout too

@@ -22,7 +22,16 @@ from model_zoo import keras_cnn
 from s3_server import moto_endpoint_fixture, s3_fixture  # noqa: F401 - fixtures by name
 
 from components.step_runner import POD_MEMORY_KEY
-from container.pods import RENDERED, REPO, for_podman, image_present, podman, run_pod
+from container.pods import (
+    RENDERED,
+    REPO,
+    for_podman,
+    image_present,
+    image_sources,
+    podman,
+    run_pod,
+)
+from container.source_digest import sources_digest
 
 pytestmark = pytest.mark.slow
 IMAGE = os.environ.get("TFOPT_IMAGE", "tfopt:0.1.0")
@@ -35,6 +44,10 @@ def _why_not_runnable() -> str | None:
         return "the pod's volumes are chowned to the image's uid: run as root (rootful podman)"
     if not image_present(IMAGE):
         return f"the image {IMAGE} is not in podman's storage: build it with `make image`"
+    built_from, here = image_sources(IMAGE), sources_digest()
+    if built_from != here:
+        return (f"the image {IMAGE} was built from other sources ({built_from or 'unlabelled'}) "
+                f"than this checkout's ({here}): rebuild it with `make image`")
     return None
 
 
