@@ -56,7 +56,9 @@ def test_uniform_int8_breaks_the_budget_and_the_normalization_is_why(relaxed):
     norm = normalization(table)
     assert table.quantized_alone[norm] > BUDGET  # quantizing it alone breaks the budget
     assert table.float_alone[norm] <= BUDGET  # keeping it alone in float is enough
-    assert all(table.int8_seconds[n] >= 0 and table.float_seconds[n] > 0 for n in table.layers)
+    # every layer has both costs; a cost is a timed difference floored at 0 (litert_runtime), so a
+    # layer cheaper than the timing noise may measure exactly 0
+    assert all(table.int8_seconds[n] >= 0 and table.float_seconds[n] >= 0 for n in table.layers)
 
 
 def test_the_mixed_candidate_is_inside_the_budget_and_lists_its_float_layers(relaxed, wine):
