@@ -40,6 +40,7 @@ RUN --mount=type=secret,id=extra_ca with-extra-ca make image-deps
 COPY optimizer optimizer
 COPY components components
 COPY dags dags
+COPY tfopt tfopt
 RUN --mount=type=secret,id=extra_ca with-extra-ca make image-venv \
     && rm -rf .venv/lib/python3.11/site-packages/tensorflow/include \
     && find .venv/lib/python3.11/site-packages -depth -type d -name tests -exec rm -rf {} +
@@ -76,5 +77,5 @@ RUN ["/app/.venv/bin/opt_in_out", "--opt_out"]
 
 # The wrapper sets OMP_NUM_THREADS and TF's intra/inter-op thread counts from the container's
 # CPU quota (unless set explicitly), then execs tfopt with the arguments given to the image.
-ENTRYPOINT ["python", "-m", "components.container_entrypoint", "tfopt"]
+ENTRYPOINT ["python", "-m", "tfopt.components.orchestration.container_entrypoint", "tfopt"]
 CMD ["--help"]

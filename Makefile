@@ -52,7 +52,7 @@ lock:
 	$(BIN)/uv pip compile --quiet pyproject.toml $(IMAGE_LOCK_FLAGS) -o "$(IMAGE_LOCK_OUTPUT)"
 
 demo: install
-	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m components.demo
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m tfopt.components.demo.run
 
 # Two workers, a test file each at a time: the suite is one process's CPU on average (TF
 # imports, subprocesses, servers starting), so two keep both cores busy. Module fixtures (an
@@ -78,16 +78,18 @@ docs-serve: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 # --- end docs ------------------------------------------------------------------------------
 
-$(KFP_STAMP): Makefile
+# tfopt itself goes in without its dependencies: the compiler reads only the step table, which
+# needs the standard library alone.
+$(KFP_STAMP): Makefile pyproject.toml
 	test -x $(KFP_VENV)/bin/python || $(PYTHON) -m venv $(KFP_VENV)
 	$(KFP_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
 	$(KFP_VENV)/bin/uv pip install --python $(KFP_VENV)/bin/python --quiet \
 		--exclude-newer $(KFP_RESOLVED_AS_OF) $(KFP_PACKAGES)
+	$(KFP_VENV)/bin/uv pip install --python $(KFP_VENV)/bin/python --quiet --no-deps -e .
 	touch $(KFP_STAMP)
 
-# -P: the module's own folder (components/) must not shadow top-level imports.
 kfp: $(KFP_STAMP)
-	$(KFP_VENV)/bin/python -P components/kubeflow_pipeline.py \
+	$(KFP_VENV)/bin/python -m tfopt.components.orchestration.kubeflow_pipeline \
 		--image "$(KFP_IMAGE)" --output "$(KFP_OUTPUT)"
 
 clean:
@@ -124,7 +126,7 @@ image-deps: $(UV_TOOL)
 
 image-venv: image-deps
 	$(UV_TOOL) pip install --python $(BIN)/python --quiet --no-deps -e .
-	$(BIN)/python -m compileall -q optimizer components dags
+	$(BIN)/python -m compileall -q tfopt optimizer components dags
 
 # The DAG's Kubernetes mode as containers: the pods it renders, run by `podman kube play`
 # (ARGS=--fresh forgets the registry and the work volume of earlier runs).

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parent.parent
 LABEL = "tfopt.sources"
 # What the Dockerfile copies and installs; the README it copies too is left out, since a change
 # to the docs changes nothing the image runs.
-SOURCES = ("optimizer", "components", "dags", "pyproject.toml", "requirements-image.lock",
+SOURCES = ("tfopt", "optimizer", "components", "dags", "pyproject.toml", "requirements-image.lock",
            "Dockerfile")
 
 

@@ -4,9 +4,8 @@ import io
 import tarfile
 
 import pytest
-
-from components.storage import archive
-from components.storage.archive import (
+from tfopt.components.storage import archive
+from tfopt.components.storage.archive import (
     CorruptArchiveError,
     UnsafeArchiveError,
     extract_archive,

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from model_zoo import keras_cnn
 from s3_server import moto_endpoint_fixture, s3_fixture  # noqa: F401 - fixtures by name
+from tfopt.components.pipeline.step_runner import POD_MEMORY_KEY
 
-from components.step_runner import POD_MEMORY_KEY
 from container.pods import (
     RENDERED,
     REPO,

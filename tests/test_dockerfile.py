@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "Dockerfile"
-ENTRYPOINT = ["python", "-m", "components.container_entrypoint", "tfopt"]
+ENTRYPOINT = ["python", "-m", "tfopt.components.orchestration.container_entrypoint", "tfopt"]
 BASE_IMAGE = re.compile(r"^python:3\.11\.\d+-slim-bookworm$")
 # What a step pod never runs, so the image never holds (pyproject's dev and airflow extras, the
 # MLflow server: mlflow-skinny is its client side).
@@ -175,7 +175,7 @@ def test_runtime_stage_has_onednn_on_a_non_root_user_and_the_tfopt_entrypoint(do
 def test_the_entrypoint_runs_the_projects_tfopt_command():
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert "tfopt" in scripts
-    assert (REPO / "components" / "container_entrypoint.py").exists()
+    assert (REPO / "components" / "orchestration" / "container_entrypoint.py").exists()
 
 
 def test_both_lock_files_are_current_with_pyproject(tmp_path):

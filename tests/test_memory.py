@@ -4,8 +4,7 @@ import mmap
 import sys
 
 import pytest
-
-from optimizer.benchmark.memory import measure_rss_growth, read_rss
+from tfopt.optimizer.benchmark.memory import measure_rss_growth, read_rss
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

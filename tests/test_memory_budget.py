@@ -1,8 +1,7 @@
 """The memory budget: the tightest cgroup limit (v1 or v2), else the configured one."""
 
 import pytest
-
-from optimizer.system.memory_budget import GIB, MemoryBudget, MemoryBudgetError, memory_budget
+from tfopt.optimizer.system.memory_budget import GIB, MemoryBudget, MemoryBudgetError, memory_budget
 
 
 def _tree(tmp_path, v2: dict[str, str] | None = None, v1: dict[str, str] | None = None,

@@ -5,8 +5,7 @@ with ``tf.saved_model.load`` (TF2), which is why the check is needed."""
 import shutil
 
 import pytest
-
-from optimizer.verify.servability import NotServableError, check_servable
+from tfopt.optimizer.verify.servability import NotServableError, check_servable
 
 
 @pytest.fixture

@@ -18,8 +18,7 @@ is the default's shape.
 from __future__ import annotations
 
 import onnx
-
-from optimizer.candidates.onnx.rewrites.graph import (
+from tfopt.optimizer.candidates.onnx.rewrites.graph import (
     RECURRENT_OPS,
     GraphView,
     rebuilt,

@@ -1,0 +1,1 @@
+"""The pipeline's YAML config, validated by typed models, and what a trigger may set in it."""

@@ -1,0 +1,1 @@
+"""`make demo`: the whole pipeline on embedded defaults, and the digits model it optimizes."""
