@@ -63,7 +63,7 @@ test: install
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: install
-	$(BIN)/ruff check optimizer components dags tests benchmarks
+	$(BIN)/ruff check tfopt optimizer components dags tests benchmarks container docs
 
 # --- docs ----------------------------------------------------------------------------------
 # The docs site (mkdocs.yml, docs/) into site/, warnings as errors; its reference pages are

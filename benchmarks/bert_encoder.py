@@ -148,6 +148,7 @@ def main() -> int:
 
     apply_runtime_settings(default_runtime_settings())  # before TensorFlow starts
     from families import BERT_VOCABULARY
+
     from tfopt.optimizer.benchmark.interleaved import time_interleaved
     from tfopt.optimizer.inputs.generated import make_inputs
     from tfopt.optimizer.runtime import load_runner

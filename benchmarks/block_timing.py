@@ -50,6 +50,7 @@ CLEARLY_APART = 1.10  # alone, the slower of a pair takes at least this many tim
 
 def _time_alone(subjects, passes: int, seconds: float) -> dict[str, float]:
     import numpy as np
+
     from tfopt.optimizer.benchmark.interleaved import time_interleaved
     from tfopt.optimizer.inputs.generated import make_inputs
     from tfopt.optimizer.runtime import load_runner

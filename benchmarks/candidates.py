@@ -125,6 +125,7 @@ def _distinct_top1(stock: Path) -> int:
     """How many classes the stock model's top-1 takes over 256 generated inputs: with random
     weights it can be one, and then top-1 agreement says nothing; max rel diff still does."""
     import numpy as np
+
     from tfopt.optimizer.inputs.generated import make_inputs
     from tfopt.optimizer.runtime import load_runner
 

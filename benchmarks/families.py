@@ -747,6 +747,7 @@ def litert_subjects(src: Path, directory: Path, timing_feeds: dict, cpus: int) -
     on a 3 us model (``benchmarks/litert_calls.py``), which would compare call code, not
     models."""
     from ai_edge_litert.interpreter import Interpreter
+
     from tfopt.optimizer.runtime.litert import SignatureCall
 
     path = convert_litert(src, directory)

@@ -121,6 +121,7 @@ def _optimized_pair(source: Path, workdir: Path, runtime) -> tuple[Path, Path, f
     convnet is too fast for this: the smallest neutral chain (a handful of ops) already adds
     ~10% to it, so MobileNetV2 (~10-20 ms a call) is used."""
     from benchmark_testing import with_output_neutral_work
+
     from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
     from tfopt.optimizer.model.export import write_saved_model
     from tfopt.optimizer.model.freeze import freeze
@@ -208,6 +209,7 @@ def compare_statistics(path: Path) -> None:
     median of the per-round ratios (the gate's), each with its circular-block-bootstrap 95%
     interval, over the first 50, 100, 200 rounds and all of them; and the load's spread."""
     import numpy as np
+
     from tfopt.optimizer.benchmark.result import load_result
     from tfopt.optimizer.benchmark.stats import _block_indices, default_block, p50_ratio_interval
 

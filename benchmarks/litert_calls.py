@@ -65,6 +65,7 @@ BLOCK_SIZE = 10
 
 def subjects(paths: list[Path], threads: int, vocabulary: int) -> dict:
     from ai_edge_litert.interpreter import Interpreter
+
     from tfopt.optimizer.inputs.generated import make_inputs
     from tfopt.optimizer.runtime.litert import LiteRTRunner
 

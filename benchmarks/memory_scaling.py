@@ -98,9 +98,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tfopt.optimizer.system.process_tree import TreeMeter
-
 from benchmarks.common import write_result
+from tfopt.optimizer.system.process_tree import TreeMeter
 
 GIB = 2**30
 TFOPT = Path(sys.executable).parent / "tfopt"

@@ -46,6 +46,7 @@ MIXED = {"onnx": "onnx_mixed_int8", "litert": "litert_mixed_int8"}
 def build_all(name: str, workdir: Path, budget: float, threads: int) -> tuple[dict, dict, object]:
     """(label -> candidate path, label -> search outcome dict, the trained model)."""
     from precision_models import train_table_model
+
     from tfopt.optimizer.candidates.build import CandidateSettings, build_candidates
     from tfopt.optimizer.candidates.onnx.convert import OnnxExport
     from tfopt.optimizer.inputs.calibration import choose_calibration

@@ -239,6 +239,7 @@ def measure_onnx_rewrites(args) -> dict:
     import numpy as np
     import onnx
     import onnxruntime as ort
+
     from tfopt.optimizer.benchmark.interleaved import DEFAULT_BLOCK_SIZE, time_interleaved
     from tfopt.optimizer.benchmark.stats import p50_ratio_interval
     from tfopt.optimizer.candidates.onnx.convert import OnnxExport, convert_to_onnx

@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent))
 from common import KERAS_APPLICATIONS, export_keras_application, work_directory, write_result
+
 from tfopt.optimizer.errors import first_line
 
 VARIANTS = {"greedy": ("greedy", 1.0), "relaxed_1.05": ("relaxed", 1.05),

@@ -44,6 +44,7 @@ from common import (
     work_directory,
     write_result,
 )
+
 from tfopt.optimizer.errors import first_line
 
 VARIANTS = ("stock", "frozen", "gtt", "grappler", "grappler_bf16")

@@ -67,6 +67,7 @@ def bf16_resnet50(workdir: Path) -> Path:
     if (kept / "saved_model.pb").is_file():
         return kept
     from families import FAMILIES
+
     from tfopt.optimizer.candidates.build import CandidateSettings
     from tfopt.optimizer.candidates.worker import build_in_worker
     from tfopt.optimizer.model.op_scan import DEFAULT_POLICY

@@ -110,6 +110,7 @@ def serve(command: list[str], ready_url: str, log_path: Path, timeout: float = 1
 def upload_inputs(s3_url: str) -> None:
     """The trained model and its held-out split in the bucket, as training would leave them."""
     import boto3
+
     from tfopt.components.demo.digits import train_digits_model
 
     model_dir = WORK / "model"

@@ -25,6 +25,7 @@ from datetime import timedelta
 
 import pendulum
 from airflow.sdk import Asset, Param, dag
+
 from tfopt.components.config.pipeline_config import PipelineConfig
 from tfopt.components.orchestration.airflow_tasks import (
     PARAMS_SCHEMA,

@@ -8,6 +8,7 @@ whose speed or accuracy differs on purpose.
 from __future__ import annotations
 
 import numpy as np
+
 from tfopt.optimizer.benchmark.environment import Environment
 from tfopt.optimizer.benchmark.result import (
     CANDIDATE,
@@ -132,6 +133,7 @@ def with_output_neutral_work(model, size: int = 256, steps: int = 4):
 def with_damaged_weights(model, seed: int = 0):
     """A copy of a FrozenModel whose largest float Const (a weight matrix) is replaced by noise."""
     from tensorflow.core.framework import graph_pb2
+
     from tfopt.optimizer.graph.consts import values_from_const
     from tfopt.optimizer.tf_runtime import import_tensorflow
 

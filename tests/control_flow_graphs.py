@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from graph_testing import op_counts, tf
+
 from tfopt.optimizer.graph.control_flow import CONTROL_FLOW_OPS
 from tfopt.optimizer.graph.functional_control_flow import FUNCTIONAL_CONTROL_FLOW_OPS, lower_at_load
 

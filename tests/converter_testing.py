@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
 from tfopt.optimizer.inputs.generated import make_inputs
 from tfopt.optimizer.runtime import load_runner
 

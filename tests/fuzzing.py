@@ -16,6 +16,7 @@ import itertools
 import yaml
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+
 from tfopt.optimizer.errors import TfoptError
 
 FUZZ = settings(derandomize=True, deadline=None, database=None, print_blob=True,

@@ -11,6 +11,7 @@ import collections
 from collections.abc import Callable
 
 import numpy as np
+
 from tfopt.optimizer.tf_runtime import import_tensorflow
 from tfopt.optimizer.transforms.base import Transform, TransformContext
 

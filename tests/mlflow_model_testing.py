@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+
 from tfopt.components.pipeline.artifacts import CandidateModel
 from tfopt.optimizer.benchmark.environment import model_digest
 

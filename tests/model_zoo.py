@@ -7,6 +7,7 @@ Each builder writes a SavedModel to ``path`` the way its users make one: Keras 3
 from __future__ import annotations
 
 import numpy as np
+
 from tfopt.optimizer.tf_runtime import import_tensorflow
 
 tf = import_tensorflow()

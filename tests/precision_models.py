@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from tfopt.optimizer.files.atomic import atomic_directory, atomic_file
 
 TABLES = ("breast_cancer", "wine")

@@ -106,6 +106,7 @@ def judge(root: Path, baseline: Path, candidates: list, gate_config=None, eval_d
 
 def _build(root: Path, source: Path) -> dict[str, dict]:
     from benchmark_testing import with_output_neutral_work
+
     from tfopt.components.pipeline.artifacts import CandidateModel, PulledModel
     from tfopt.optimizer.benchmark.environment import model_digest
     from tfopt.optimizer.model.export import write_saved_model

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from tfopt.optimizer.tf_runtime import import_tensorflow
 
 tf = import_tensorflow()

@@ -4,6 +4,7 @@ import io
 import tarfile
 
 import pytest
+
 from tfopt.components.storage import archive
 from tfopt.components.storage.archive import (
     CorruptArchiveError,

@@ -1,6 +1,7 @@
 """atomic_directory and atomic_file: the destination appears whole or not at all."""
 
 import pytest
+
 from tfopt.optimizer.errors import DestinationError
 from tfopt.optimizer.files.atomic import atomic_directory, atomic_file
 

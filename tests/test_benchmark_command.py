@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from benchmark_testing import dense_stack
 from cli_testing import assert_clean_failure, run_tfopt
+
 from tfopt.optimizer.benchmark.result import load_result
 from tfopt.optimizer.model.export import write_saved_model
 from tfopt.optimizer.model.freeze import freeze

@@ -11,8 +11,9 @@ both, max relative output difference 8e-3).
 
 import numpy as np
 import pytest
-import tfopt.optimizer.transforms.grappler as grappler_module
 from graph_testing import build_graph, tf
+
+import tfopt.optimizer.transforms.grappler as grappler_module
 from tfopt.optimizer.candidates.bf16 import (
     BF16_PASSES,
     BF16_PROVENANCE,

@@ -4,6 +4,7 @@ one-call interleaving, on the trained digits CNN and MobileNetV2.)"""
 
 import numpy as np
 import pytest
+
 from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
 from tfopt.optimizer.benchmark.interleaved import time_interleaved
 from tfopt.optimizer.candidates.litert.convert import convert_to_litert

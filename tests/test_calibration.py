@@ -3,6 +3,7 @@ generated from the signature, each saying what it is."""
 
 import numpy as np
 import pytest
+
 from tfopt.optimizer.errors import InvalidInputsError
 from tfopt.optimizer.inputs.calibration import (
     Calibration,

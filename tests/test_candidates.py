@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+
 from tfopt.optimizer.candidates.build import CandidateSettings, derive_candidates, parse_targets
 from tfopt.optimizer.errors import InvalidInputsError
 from tfopt.optimizer.inputs.calibration import from_rows

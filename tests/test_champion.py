@@ -16,6 +16,7 @@ import time
 import numpy as np
 import pytest
 from mlflow import MlflowClient
+
 from tfopt.components.config.pipeline_config import config_from_mapping
 from tfopt.components.storage.registry import download_registered_model
 from tfopt.components.tracking import TrackingError
@@ -365,6 +366,7 @@ def test_an_unreachable_registry_fails_fast_instead_of_finding_no_champion(tmp_p
 def test_an_unusable_champion_stops_the_run_with_exit_6_and_one_line(tmp_path, model_dir,
                                                                      capsys):
     from cli_testing import assert_clean_failure, run_tfopt
+
     from tfopt.components.cli import main
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"

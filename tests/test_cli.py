@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+
 from tfopt.components.cli import main
 from tfopt.optimizer.model.savedmodel import list_signatures
 from tfopt.optimizer.verify.equivalence import compare

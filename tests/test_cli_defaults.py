@@ -9,6 +9,7 @@ import inspect
 
 import pytest
 from pydantic import BaseModel
+
 from tfopt.components.cli import build_parser
 from tfopt.components.cli.settings_flags import CONFIG_KEYS, NOT_CONFIG_KEYS, shown_default
 from tfopt.components.config.pipeline_config import PipelineConfig

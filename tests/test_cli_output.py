@@ -14,6 +14,7 @@ import pytest
 import yaml
 from benchmark_testing import noisy_samples, synthetic_result, top1_fidelity
 from cli_testing import error_lines, run_tfopt
+
 from tfopt.components.cli import main
 from tfopt.components.cli.stage_lines import PREFIX
 
@@ -146,9 +147,8 @@ def _error_classes(cls):
 
 
 def test_help_lists_the_exit_codes_of_every_error_from_one_table(capsys):
-    from tfopt.optimizer.errors import EXIT_CODES, TfoptError
-
     from tfopt import components, optimizer
+    from tfopt.optimizer.errors import EXIT_CODES, TfoptError
 
     for package in (optimizer, components):
         for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):

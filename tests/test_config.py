@@ -2,6 +2,7 @@
 
 import pytest
 from fuzzing import alias_bomb
+
 from tfopt.components.config.pipeline_config import ConfigError, config_from_mapping, load_config
 
 

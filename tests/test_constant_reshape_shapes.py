@@ -16,6 +16,7 @@ from graph_testing import (
     tf,
 )
 from test_rewrite_gelu_erf import _encoder
+
 from tfopt.optimizer.model.freeze import freeze
 from tfopt.optimizer.optimize.gtt_syntax import parse_transforms
 from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tfopt.components.orchestration.container_entrypoint import (
     EXIT_NOT_FOUND,
     EXIT_USAGE,

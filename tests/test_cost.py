@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 from graph_testing import build_graph, tf
+
 from tfopt.optimizer.model.frozen import FrozenModel
 from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
 from tfopt.optimizer.search.cost import MeasuredCost, OpCostModel, rank_correlation
@@ -155,6 +156,7 @@ def test_a_loop_is_costed_without_running_its_frame_ops_alone(tmp_path):
 def test_a_functional_loop_costs_what_its_unrolled_copies_cost(tmp_path):
     from control_flow_graphs import counted_loop_graph
     from graph_testing import context
+
     from tfopt.optimizer.transforms.registry import make_transform
 
     graph = counted_loop_graph(trips=6)

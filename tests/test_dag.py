@@ -2,6 +2,7 @@
 
 import pytest
 from airflow_testing import parse_dags
+
 from tfopt.components.pipeline.step_runner import POD_MEMORY_KEY, pod_memory
 from tfopt.components.pipeline.step_table import BENCHMARK_AND_EVALUATE, BY_NAME, MIB, NAMES
 

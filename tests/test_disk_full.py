@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from cli_testing import error_lines
 from s3_server import moto_endpoint_fixture, s3_fixture  # noqa: F401
+
 from tfopt.components.cli import main
 from tfopt.components.config.pipeline_config import config_from_mapping
 from tfopt.components.pipeline.artifacts import PulledModel
@@ -224,6 +225,7 @@ def test_an_s3_archive_with_no_room_to_extract_leaves_no_partial_source(s3, mode
 @pytest.mark.parametrize("room", [0, 24 * 1024])
 def test_a_report_on_a_full_disk_leaves_no_partial_report(disk, room):
     from benchmark_testing import noisy_samples, synthetic_result
+
     from tfopt.optimizer.gate.verdict import GateConfig, evaluate_gate
     from tfopt.optimizer.report.write import write_report
 

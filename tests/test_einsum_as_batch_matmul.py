@@ -18,6 +18,7 @@ from graph_testing import (
     run_graph,
     tf,
 )
+
 from tfopt.optimizer.candidates.bf16 import bf16_mixed_precision, bfloat16_nodes
 from tfopt.optimizer.optimize.flow import optimize
 from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 from graph_testing import build_graph, tf
+
 from tfopt.optimizer.errors import EquivalenceError
 from tfopt.optimizer.graph.consts import values_from_const
 from tfopt.optimizer.model.frozen import FrozenModel

@@ -15,6 +15,7 @@ import json
 import numpy as np
 import pytest
 from cli_testing import assert_clean_failure, run_tfopt
+
 from tfopt.components.cli import main
 
 ROWS = 6

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 from benchmark_testing import dense_stack
+
 from tfopt.optimizer.errors import InvalidInputsError
 from tfopt.optimizer.model.savedmodel import get_signature
 from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo

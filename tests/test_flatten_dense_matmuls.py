@@ -16,6 +16,7 @@ from graph_testing import (
     tf,
 )
 from test_rewrite_gelu_erf import _encoder
+
 from tfopt.optimizer.model.freeze import freeze
 from tfopt.optimizer.transforms.grappler import DEFAULT_OPTIMIZERS
 from tfopt.optimizer.transforms.pipeline import context_for, run_transforms

@@ -15,6 +15,7 @@ from graph_testing import (
     op_counts,
     tf,
 )
+
 from tfopt.optimizer.graph.consts import values_from_const
 from tfopt.optimizer.model.freeze import freeze
 from tfopt.optimizer.transforms.base import TransformRefused

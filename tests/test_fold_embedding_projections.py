@@ -11,6 +11,7 @@ import pytest
 import string_models
 from graph_testing import assert_same_outputs, build_graph, context, op_counts, tf
 from string_models import tokens
+
 from tfopt.optimizer.optimize.flow import optimize
 from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE
 from tfopt.optimizer.runtime import load_runner

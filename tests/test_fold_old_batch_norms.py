@@ -13,6 +13,7 @@ from graph_testing import (
     op_counts,
     tf,
 )
+
 from tfopt.optimizer.graph.names import node_name_from_input
 from tfopt.optimizer.model.freeze import freeze
 from tfopt.optimizer.transforms.pipeline import run_transforms

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from tfopt.optimizer.inputs.generated import infer_int_ranges, make_inputs
 from tfopt.optimizer.model.export import read_provenance, write_saved_model
 from tfopt.optimizer.model.freeze import freeze

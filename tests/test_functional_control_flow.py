@@ -6,6 +6,7 @@ import logging
 import pytest
 from control_flow_graphs import counted_loop_graph
 from graph_testing import build_graph, tf
+
 from tfopt.optimizer.graph.functional_control_flow import (
     LOWERING_ATTR,
     functional_nodes,

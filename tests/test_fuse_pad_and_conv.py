@@ -17,6 +17,7 @@ from graph_testing import (
     op_counts,
     tf,
 )
+
 from tfopt.optimizer.model.export import write_saved_model
 from tfopt.optimizer.model.freeze import freeze
 from tfopt.optimizer.optimize.native_gtt import transform_graph

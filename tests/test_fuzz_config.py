@@ -24,6 +24,7 @@ from fuzzing import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+
 from tfopt.components.cli.run_command import load_config_from_args
 from tfopt.components.config.pipeline_config import (
     ConfigError,

@@ -20,6 +20,7 @@ from fuzzing import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tfopt.optimizer.errors import TfoptError
 from tfopt.optimizer.optimize.gtt_syntax import (
     RecipeSyntaxError,

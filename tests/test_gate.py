@@ -19,6 +19,7 @@ from benchmark_testing import (
     with_output_neutral_work,
 )
 from pydantic import ValidationError
+
 from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
 from tfopt.optimizer.benchmark.result import CHAMPION, Fidelity, Quality
 from tfopt.optimizer.errors import GateConfigError
@@ -380,6 +381,7 @@ def _with_twin(result, twin_samples):
     import dataclasses
 
     from benchmark_testing import measurement
+
     from tfopt.optimizer.benchmark.result import TWIN
 
     return dataclasses.replace(result, twin=measurement("twin", TWIN, twin_samples))

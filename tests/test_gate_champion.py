@@ -13,6 +13,7 @@ import dataclasses
 
 from benchmark_testing import measurement, noisy_samples, synthetic_result, top1_fidelity
 from cli_testing import run_tfopt
+
 from tfopt.optimizer.benchmark.result import CHAMPION, REFERENCE, Fidelity, Quality
 from tfopt.optimizer.gate.verdict import GateConfig, evaluate_gate
 

@@ -1,5 +1,6 @@
 import numpy as np
 from graph_testing import build_graph, tf
+
 from tfopt.optimizer.graph.consts import resolve_through_identity, values_from_const
 from tfopt.optimizer.graph.traversal import nodes_by_name
 

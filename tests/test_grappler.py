@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
-import tfopt.optimizer.transforms.grappler as grappler_module
 from graph_testing import apply_twice, assert_same_outputs, build_graph, context, op_counts, tf
+
+import tfopt.optimizer.transforms.grappler as grappler_module
 from tfopt.optimizer.graph.traversal import nodes_by_name
 from tfopt.optimizer.model.export import write_saved_model
 from tfopt.optimizer.model.freeze import freeze

@@ -15,6 +15,7 @@ batch-norm arithmetic where it is, gives the original outputs bit for bit.
 import numpy as np
 import pytest
 from graph_testing import op_counts
+
 from tfopt.optimizer.graph.names import is_control_input, node_name_from_input
 from tfopt.optimizer.inputs.generated import make_inputs
 from tfopt.optimizer.model.freeze import freeze

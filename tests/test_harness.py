@@ -5,6 +5,7 @@ import time
 import numpy as np
 import pytest
 from benchmark_testing import dense_stack
+
 from tfopt.optimizer.benchmark.environment import model_digest
 from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
 from tfopt.optimizer.benchmark.result import CHAMPION, load_result
@@ -105,6 +106,7 @@ def test_bad_arguments_are_refused_before_any_work(models):
 
 def test_a_candidate_whose_interval_straddles_the_bound_is_timed_on():
     from benchmark_testing import noisy_samples
+
     from tfopt.optimizer.benchmark.harness import _settled
 
     config = BenchmarkConfig(settle_speedup=1.05, max_seconds=10)
@@ -126,6 +128,7 @@ def test_a_candidate_whose_interval_straddles_the_bound_is_timed_on():
 
 def test_timing_goes_on_while_the_fastest_and_a_more_precise_candidate_are_unresolved():
     from benchmark_testing import noisy_samples
+
     from tfopt.optimizer.benchmark.harness import _settled
 
     config = BenchmarkConfig(settle_speedup=1.05, max_seconds=10)

@@ -9,6 +9,7 @@ import zipfile
 import numpy as np
 import pytest
 from cli_testing import TFOPT, assert_clean_failure, run_tfopt
+
 from tfopt.optimizer.inputs.data_files import npz_member_bytes, read_npz
 from tfopt.optimizer.inputs.generated import make_inputs
 from tfopt.optimizer.inputs.sizing import generated_bytes

@@ -4,6 +4,7 @@ progress."""
 import time
 
 import pytest
+
 from tfopt.optimizer.benchmark.interleaved import scaled_block_size, time_interleaved
 
 
@@ -127,6 +128,7 @@ def spinning_and_watching_models():
     """A model whose runtime's worker spins on after each call (an ONNX Runtime pool), and a
     model whose call records how many other threads of the process are running."""
     from test_benchmark_idle import spinning_session
+
     from tfopt.optimizer.benchmark.idle import running_threads
 
     seen: list[int] = []

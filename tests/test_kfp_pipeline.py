@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from tfopt.components.cli import build_parser
 from tfopt.components.config.pipeline_config import KubernetesConfig, ScheduleConfig
 from tfopt.components.pipeline.run import STEPS

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import string_models
 from string_models import OUT_OF_VOCABULARY, tokens
+
 from tfopt.optimizer.candidates.litert.constant_tables import litert_source
 from tfopt.optimizer.candidates.litert.convert import convert_to_litert
 from tfopt.optimizer.runtime import load_runner

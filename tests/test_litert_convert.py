@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+
 from tfopt.optimizer.candidates.litert.convert import (
     FLAVOURS,
     LiteRTConversionError,

@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import pytest
+
 from tfopt.optimizer.benchmark.environment import model_digest
 from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
 from tfopt.optimizer.candidates.litert.convert import convert_to_litert

@@ -10,6 +10,7 @@ import ast
 from pathlib import Path
 
 import pytest
+
 from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
 
 HOSTILE = "x\"]'); __import__('os').system('touch pwned') #\n"

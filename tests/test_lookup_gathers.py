@@ -7,6 +7,7 @@ import collections
 import numpy as np
 import string_models
 from string_models import OUT_OF_VOCABULARY, tokens
+
 from tfopt.optimizer.graph.lookup_gathers import ROWS
 from tfopt.optimizer.model.freeze import freeze
 from tfopt.optimizer.runtime import load_runner

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import string_models
 from string_models import OUT_OF_VOCABULARY, STRING_VOCABULARY, tokens
+
 from tfopt.optimizer.graph.lookup_gathers import ROWS
 from tfopt.optimizer.graph.lookup_tables import SCOPE, TableNotFoldable
 from tfopt.optimizer.model.export import write_saved_model

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from cli_testing import assert_clean_failure, run_tfopt
+
 from tfopt.components.config.pipeline_config import config_from_mapping
 from tfopt.components.pipeline.step_runner import run_step
 from tfopt.optimizer.errors import CorruptSavedModelError, OversizedSavedModelError, TfoptError

@@ -4,6 +4,7 @@ import mmap
 import sys
 
 import pytest
+
 from tfopt.optimizer.benchmark.memory import measure_rss_growth, read_rss
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

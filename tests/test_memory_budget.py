@@ -1,6 +1,7 @@
 """The memory budget: the tightest cgroup limit (v1 or v2), else the configured one."""
 
 import pytest
+
 from tfopt.optimizer.system.memory_budget import GIB, MemoryBudget, MemoryBudgetError, memory_budget
 
 

@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 from cli_testing import assert_clean_failure, run_tfopt
+
 from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject
 from tfopt.optimizer.benchmark.memory_groups import plan_groups, run_benchmark_within
 from tfopt.optimizer.candidates.build import CandidateSettings, derive_candidates
@@ -254,6 +255,7 @@ def test_a_build_whose_worker_crosses_the_budget_is_stopped_and_the_others_still
     its TensorFlow import, and the OpenVINO worker (no feeds, no TensorFlow) still builds."""
     import keras
     import numpy as np
+
     from tfopt.optimizer.candidates.build_estimates import build_bytes
     from tfopt.optimizer.inputs.calibration import Calibration
     from tfopt.optimizer.model.freeze import freeze

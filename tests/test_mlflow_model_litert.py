@@ -20,6 +20,7 @@ from mlflow_model_testing import (
     one_thread_mlflow_model,
     requirement_names,
 )
+
 from tfopt.components.mlflow_models.mlmodel import recorded_format
 from tfopt.components.mlflow_models.tfopt_litert_loader import _load_pyfunc
 from tfopt.optimizer.benchmark.environment import model_digest

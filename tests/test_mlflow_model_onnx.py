@@ -14,6 +14,7 @@ from mlflow_model_testing import (
     one_thread_mlflow_model,
     requirement_names,
 )
+
 from tfopt.components.mlflow_models.mlmodel import recorded_format
 from tfopt.optimizer.benchmark.environment import model_digest
 from tfopt.optimizer.errors import TfoptError

@@ -11,6 +11,7 @@ import mlflow
 import numpy as np
 import pytest
 from mlflow_model_testing import mlmodel, requirement_names, savedmodel_candidate
+
 from tfopt.components.mlflow_models import write_mlflow_model
 from tfopt.components.mlflow_models.mlmodel import recorded_format
 from tfopt.components.mlflow_models.registry import UnsupportedFormatError

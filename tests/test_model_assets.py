@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import string_models
 from cli_testing import error_lines
+
 from tfopt.optimizer.errors import DangerousOpError
 from tfopt.optimizer.graph.rewrite import make_const
 from tfopt.optimizer.model.assets import TEXT_FILE_TABLE_OPS, resolve_asset

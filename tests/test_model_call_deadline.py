@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from cli_testing import assert_clean_failure, run_tfopt
+
 from tfopt.optimizer.errors import ModelCallTimeoutError
 from tfopt.optimizer.runtime.call_deadline import ENV, CallDeadline, FirstCallClock
 from tfopt.optimizer.system.worker_process import run_job

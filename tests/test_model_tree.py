@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from cli_testing import assert_clean_failure, run_tfopt
+
 from tfopt.components.config.pipeline_config import config_from_mapping
 from tfopt.components.steps.pull import pull
 from tfopt.components.storage.model_tree import (

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from control_flow_graphs import assert_control_flow_kept
 from graph_testing import assert_same_outputs, build_graph, op_counts, tf
+
 from tfopt.optimizer.model.freeze import freeze
 from tfopt.optimizer.optimize import native_gtt
 from tfopt.optimizer.optimize.gtt_syntax import RecipeSyntaxError, parse_transforms

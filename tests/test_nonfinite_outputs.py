@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cli_testing import assert_clean_failure, run_tfopt
+
 from tfopt.optimizer.errors import InvalidInputsError
 from tfopt.optimizer.model.op_scan import DEFAULT_POLICY
 from tfopt.optimizer.verify.equivalence import compare
@@ -37,7 +38,7 @@ def test_a_candidate_answering_nan_where_the_source_is_finite_is_counted_and_nam
     assert (report.nan_values, report.inf_values, report.original_nan_values) == (120, 0, 0)
     assert report.top1_agreement == 0.0
     assert not report.within(atol=None)  # even with no bound on the difference
-    assert Tolerance(atol=1.0).violations(report)[0] == (
+    assert report.violations(Tolerance(atol=1.0))[0] == (
         "120 NaN values where the source's outputs are finite")
     assert "120 NaN values where the original's are finite" in report.summary()
 

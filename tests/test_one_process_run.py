@@ -85,6 +85,7 @@ def test_a_step_after_tensorflow_started_benchmarks_in_a_process_with_the_thread
     import logging
 
     import tensorflow as tf
+
     from tfopt.components.config.pipeline_config import config_from_mapping
     from tfopt.components.pipeline.run import run_pipeline
 

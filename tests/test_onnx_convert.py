@@ -16,6 +16,7 @@ from converter_testing import (
     assert_keeps_the_calibrated_signature,
     run_load_snippet,
 )
+
 from tfopt.optimizer.candidates.conversion import ConversionError
 from tfopt.optimizer.candidates.onnx.convert import FLAVOURS, OnnxExport, convert_to_onnx
 from tfopt.optimizer.errors import DestinationError, InvalidInputsError

@@ -7,6 +7,7 @@ import onnx
 import pytest
 from onnx import helper
 from onnx_graph_testing import assert_same_outputs, batch_feeds, const, float_input, model, ops
+
 from tfopt.optimizer.candidates.onnx.rewrites.base import eliminate_dead_nodes
 from tfopt.optimizer.candidates.onnx.rewrites.bidirectional_outputs import bidirectional_outputs
 

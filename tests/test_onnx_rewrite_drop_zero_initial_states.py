@@ -13,6 +13,7 @@ from onnx_graph_testing import (
     zeros_initializers,
     zeros_like_batch,
 )
+
 from tfopt.optimizer.candidates.onnx.rewrites.base import eliminate_dead_nodes
 from tfopt.optimizer.candidates.onnx.rewrites.drop_zero_initial_states import (
     drop_zero_initial_states,

@@ -8,6 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 from onnx_graph_testing import BATCHES, assert_same_outputs, const, model, ops
+
 from tfopt.optimizer.candidates.onnx.rewrites.base import eliminate_dead_nodes
 from tfopt.optimizer.candidates.onnx.rewrites.gather_negative_ids import gather_negative_ids
 

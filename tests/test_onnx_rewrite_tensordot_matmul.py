@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 from onnx import helper
 from onnx_graph_testing import assert_same_outputs, batch_feeds, const, float_input, model, ops
+
 from tfopt.optimizer.candidates.onnx.rewrites.base import eliminate_dead_nodes
 from tfopt.optimizer.candidates.onnx.rewrites.tensordot_matmul import tensordot_matmul
 

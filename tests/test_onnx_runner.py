@@ -6,6 +6,7 @@ import json
 
 import pytest
 from converter_testing import assert_outputs_match_at_any_batch
+
 from tfopt.optimizer.candidates.onnx.convert import convert_to_onnx
 from tfopt.optimizer.errors import SourceNotFoundError
 from tfopt.optimizer.model.savedmodel import get_signature

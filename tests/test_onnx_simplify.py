@@ -16,6 +16,7 @@ from onnx import helper
 from onnx_graph_testing import assert_same_outputs, batch_feeds, ops
 from test_onnx_rewrite_bidirectional_outputs import split_and_joined
 from test_onnx_rewrite_drop_zero_initial_states import bidirectional_lstm_with_keras_zero_states
+
 from tfopt.optimizer.candidates.onnx.rewrites.base import Rewrite
 from tfopt.optimizer.candidates.onnx.rewrites.registry import REWRITES
 from tfopt.optimizer.candidates.onnx.rewrites.simplify import simplify

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from cli_testing import assert_clean_failure, run_tfopt
 from s3_server import moto_endpoint_fixture, s3_fixture  # noqa: F401
+
 from tfopt.components.config.pipeline_config import config_from_mapping
 from tfopt.components.pipeline.step_runner import run_step
 from tfopt.optimizer.errors import DangerousOpError

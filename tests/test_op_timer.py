@@ -5,6 +5,7 @@ import gc
 import numpy as np
 import pytest
 from graph_testing import build_graph, tf
+
 from tfopt.optimizer.search.op_timer import MAX_CHAINED_COPIES, OpTimer, OpTimingError
 
 

@@ -17,6 +17,7 @@ from converter_testing import (
     assert_keeps_the_calibrated_signature,
     run_load_snippet,
 )
+
 from tfopt.optimizer.candidates.conversion import ConversionError
 from tfopt.optimizer.candidates.openvino.convert import OpenVINOExport, convert_to_openvino
 from tfopt.optimizer.errors import DestinationError, InvalidInputsError

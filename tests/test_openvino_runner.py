@@ -6,6 +6,7 @@ import json
 
 import pytest
 from converter_testing import assert_outputs_match_at_any_batch
+
 from tfopt.optimizer.candidates.openvino.convert import convert_to_openvino
 from tfopt.optimizer.errors import SourceNotFoundError
 from tfopt.optimizer.model.savedmodel import get_signature

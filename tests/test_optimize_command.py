@@ -6,6 +6,7 @@ import sys
 import perturbing_transforms
 import pytest
 from cli_testing import assert_clean_failure, run_tfopt
+
 from tfopt.components.cli import main
 from tfopt.optimizer.model.export import read_provenance
 from tfopt.optimizer.model.savedmodel import list_signatures

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from cli_testing import assert_clean_failure, run_tfopt
 from graph_testing import op_counts, tf
+
 from tfopt.components.cli import main
 from tfopt.optimizer.model.export import read_provenance
 from tfopt.optimizer.model.freeze import freeze

@@ -10,6 +10,7 @@ from cli_testing import (
     assert_clean_failure,
     run_tfopt,
 )
+
 from tfopt.optimizer.runtime import load_runner
 from tfopt.optimizer.verify.evaluation import load_labelled_data, top1_accuracy
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from cli_testing import assert_chosen_is_the_fastest_or_a_more_precise_tie
+
 from tfopt.components.cli import main
 from tfopt.optimizer.model.savedmodel import list_signatures
 
@@ -168,6 +169,7 @@ def test_steps_chain_through_their_json_outputs(local_config, tmp_path, capsys):
 
 def test_labels_that_do_not_fit_the_model_stop_the_run_at_freeze(local_config, tmp_path, capsys):
     import numpy as np
+
     from tfopt.optimizer.model.savedmodel import get_signature
 
     assert main(["step", "pull", "--config", str(local_config)]) == 0

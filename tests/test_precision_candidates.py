@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 from precision_models import searched_candidate, train_table_model
+
 from tfopt.optimizer.inputs.calibration import choose_calibration, synthetic
 from tfopt.optimizer.model.savedmodel import get_signature
 from tfopt.optimizer.runtime import load_runner

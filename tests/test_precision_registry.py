@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from precision_models import searched_candidate, train_table_model
 from publish_inputs import judge
+
 from tfopt.components.config.pipeline_config import config_from_mapping
 from tfopt.components.pipeline.artifacts import CandidateModel, PulledModel
 from tfopt.components.pipeline.workspace import Workspace

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from tfopt.optimizer.search.precision.search import (
     Measured,
     greedy_fallback,

@@ -22,6 +22,7 @@ from benchmark_testing import with_output_neutral_work
 from fault_proxy import FaultProxy
 from mlflow import MlflowClient
 from mlflow.entities import LoggedModelStatus
+
 from tfopt.components.config.pipeline_config import config_from_mapping
 from tfopt.components.pipeline.artifacts import (
     CandidateModel,
@@ -587,6 +588,7 @@ def test_a_candidate_tf_serving_cannot_load_is_refused_before_anything_is_logged
         made, mlflow_server, tmp_path):
     # Issue 15, 2e: TF2 loads it; TF Serving's loader (tag 'serve', TF1 Session) does not.
     from tensorflow.core.protobuf import saved_model_pb2
+
     from tfopt.optimizer.verify.servability import NotServableError
 
     broken = tmp_path / "untagged"

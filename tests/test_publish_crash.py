@@ -17,6 +17,7 @@ import pytest
 from fault_proxy import FaultProxy
 from mlflow import MlflowClient
 from mlflow.entities import LoggedModelStatus
+
 from tfopt.components.config.pipeline_config import load_config
 from tfopt.components.pipeline.step_runner import run_step
 

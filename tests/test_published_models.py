@@ -31,6 +31,7 @@ from local_ports import free_port
 from mlflow_model_testing import litert_candidate, savedmodel_candidate
 from publish_inputs import judge
 from served_process import served
+
 from tfopt.components.config.pipeline_config import PipelineConfig, config_from_mapping
 from tfopt.components.pipeline.artifacts import CandidateModel, PublishOutput, PulledModel
 from tfopt.components.pipeline.workspace import Workspace

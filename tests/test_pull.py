@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from s3_server import WrongChecksumClient, moto_endpoint_fixture, s3_fixture  # noqa: F401
+
 from tfopt.components.config.pipeline_config import config_from_mapping
 from tfopt.components.steps import pull as pull_module
 from tfopt.components.steps.pull import MARKER, pull

@@ -3,6 +3,7 @@ import re
 import numpy as np
 import pytest
 from graph_testing import assert_idempotent, build_graph, context, op_counts, run_graph, tf
+
 from tfopt.optimizer.graph.traversal import nodes_by_name
 from tfopt.optimizer.model.freeze import freeze
 from tfopt.optimizer.transforms.base import TransformRefused

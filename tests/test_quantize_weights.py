@@ -8,6 +8,7 @@ from graph_testing import (
     run_graph,
     tf,
 )
+
 from tfopt.optimizer.graph.consts import values_from_const
 from tfopt.optimizer.graph.quantization import dequantize_min_first, min_first_range, step_size
 from tfopt.optimizer.graph.traversal import nodes_by_name

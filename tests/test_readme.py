@@ -117,6 +117,7 @@ def test_every_make_command_is_a_real_target():
 
 def test_the_config_example_is_a_valid_pipeline_config():
     import yaml
+
     from tfopt.components.config.pipeline_config import config_from_mapping
 
     [example] = _blocks("config")
@@ -126,6 +127,7 @@ def test_the_config_example_is_a_valid_pipeline_config():
 
 def test_the_airflow_trigger_fits_the_dags_conf(monkeypatch):
     import jsonschema
+
     from tfopt.components.orchestration.airflow_tasks import (
         CONFIG_ENV,
         DEFAULT_CONFIG,

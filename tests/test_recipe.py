@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 from graph_testing import build_graph, context, run_graph, tf
+
 from tfopt.optimizer.errors import TfoptError
 from tfopt.optimizer.optimize.gtt_syntax import (
     RecipeSyntaxError,

@@ -7,6 +7,7 @@ from typing import Literal
 
 import pytest
 from pydantic import BaseModel, Field, ValidationError
+
 from tfopt.optimizer.errors import TfoptError
 from tfopt.optimizer.records import (
     JsonRecord,

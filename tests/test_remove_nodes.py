@@ -16,6 +16,7 @@ from graph_testing import (
     run_graph,
     tf,
 )
+
 from tfopt.optimizer.model.freeze import freeze
 from tfopt.optimizer.transforms.base import TransformConfigError
 from tfopt.optimizer.transforms.pipeline import run_transforms

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 from benchmark_testing import noisy_samples, synthetic_result, top1_fidelity
+
 from tfopt.optimizer.benchmark.result import Quality
 from tfopt.optimizer.candidates.candidate import Candidate
 from tfopt.optimizer.gate.selection import candidate_rows
@@ -162,6 +163,7 @@ def test_the_baselines_twin_is_a_row_of_the_latency_detail_and_sets_the_stated_b
     import dataclasses
 
     from benchmark_testing import measurement
+
     from tfopt.optimizer.benchmark.result import TWIN
 
     base = result.baseline.samples

@@ -5,6 +5,7 @@ import re
 from html.parser import HTMLParser
 
 from benchmark_testing import noisy_samples, synthetic_result, top1_fidelity
+
 from tfopt.optimizer.gate.verdict import evaluate_gate
 from tfopt.optimizer.report.html import render_html
 from tfopt.optimizer.report.write import write_report

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 from benchmark_testing import noisy_samples, synthetic_result, top1_fidelity
+
 from tfopt.optimizer.benchmark.result import FORMAT_VERSION, BenchmarkResult, Quality, load_result
 from tfopt.optimizer.errors import BenchmarkResultError
 

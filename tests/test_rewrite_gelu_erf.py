@@ -19,6 +19,7 @@ from graph_testing import (
     op_counts,
     tf,
 )
+
 from tfopt.optimizer.model.freeze import freeze
 from tfopt.optimizer.transforms.grappler import DEFAULT_OPTIMIZERS
 from tfopt.optimizer.transforms.pipeline import context_for, run_transforms

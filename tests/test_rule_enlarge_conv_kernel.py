@@ -13,6 +13,7 @@ from parallel_blocks import (
     inception_block,
     resnet_block,
 )
+
 from tfopt.optimizer.search.rules.enlarge_conv_kernel import EnlargeConvKernel
 from tfopt.optimizer.search.rules.merge_parallel_convs import MergeParallelConvs
 

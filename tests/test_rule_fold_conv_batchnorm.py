@@ -7,6 +7,7 @@ folds compound (the same bound the fold_batch_norms transform's real-model test 
 
 import numpy as np
 from graph_testing import assert_same_outputs, build_graph, context, op_counts, run_graph, tf
+
 from tfopt.optimizer.model.freeze import freeze
 from tfopt.optimizer.search.rules import rule_class
 

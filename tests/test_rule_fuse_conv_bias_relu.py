@@ -10,6 +10,7 @@ from parallel_blocks import (
     inception_block,
     resnet_block,
 )
+
 from tfopt.optimizer.search.rules.fuse_conv_bias_relu import FuseConvBiasRelu
 from tfopt.optimizer.transforms.grappler import Grappler
 

@@ -6,6 +6,7 @@ outputs are expected to be bit-identical.
 
 import numpy as np
 from graph_testing import assert_same_outputs, build_graph, context, op_counts, tf
+
 from tfopt.optimizer.search.rules import rule_class
 
 RNG = np.random.default_rng(0)

@@ -10,6 +10,7 @@ from parallel_blocks import (
     inception_block,
     resnet_block,
 )
+
 from tfopt.optimizer.search.rules.merge_parallel_convs import MergeParallelConvs
 
 RULE = MergeParallelConvs()

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from graph_testing import assert_same_outputs, build_graph, context, op_counts, tf
 from parallel_blocks import frozen_keras_branches
+
 from tfopt.optimizer.search.rules.merge_parallel_matmuls import MergeParallelMatmuls
 
 RULE = MergeParallelMatmuls()

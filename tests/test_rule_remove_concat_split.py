@@ -6,6 +6,7 @@ are expected to be bit-identical (the bound is there to state it, not because it
 
 import numpy as np
 from graph_testing import assert_same_outputs, build_graph, context, op_counts, tf
+
 from tfopt.optimizer.search.rules import rule_class
 
 RNG = np.random.default_rng(0)

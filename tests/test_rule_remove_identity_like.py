@@ -7,6 +7,7 @@ in IEEE arithmetic, up to the sign of a zero): the outputs are expected to be bi
 import numpy as np
 from control_flow_graphs import cond_graph, feeds_for_both_branches
 from graph_testing import assert_same_outputs, build_graph, context, op_counts, tf
+
 from tfopt.optimizer.graph.control_flow import nodes_under_control_flow
 from tfopt.optimizer.search.rules import rule_class
 

@@ -4,6 +4,7 @@ and a search whose node cap leaves room for it."""
 import numpy as np
 from control_flow_graphs import counted_loop_graph, input_bounded_loop_graph
 from graph_testing import assert_same_outputs, context, op_counts
+
 from tfopt.optimizer.model.frozen import FrozenModel
 from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
 from tfopt.optimizer.search.rules import rule_class

@@ -6,6 +6,7 @@ import sys
 import textwrap
 
 import pytest
+
 from tfopt.optimizer.system.cpu_threads import (
     RuntimeSettings,
     available_cpus,

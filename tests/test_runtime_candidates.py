@@ -9,6 +9,7 @@ one digit of 450).
 """
 
 import pytest
+
 from tfopt.optimizer.benchmark.harness import BenchmarkConfig
 from tfopt.optimizer.candidates.build import CandidateSettings, derive_candidates, parse_targets
 from tfopt.optimizer.gate.selection import select_candidate

@@ -9,6 +9,7 @@ import json
 import shutil
 
 import pytest
+
 from tfopt.optimizer.errors import (
     DestinationError,
     NotASavedModelError,

@@ -8,6 +8,7 @@ from pathlib import PurePosixPath
 
 import pytest
 from s3_server import WrongChecksumClient, moto_endpoint_fixture, s3_fixture  # noqa: F401
+
 from tfopt.components.config.pipeline_config import S3Config
 from tfopt.components.storage import s3 as storage
 from tfopt.components.storage.s3 import (

@@ -14,6 +14,7 @@ import pytest
 from cli_testing import error_lines
 from fault_proxy import FaultProxy
 from s3_server import moto_endpoint_fixture, s3_fixture  # noqa: F401
+
 from tfopt.components.cli import main
 from tfopt.components.config.pipeline_config import S3Config, config_from_mapping
 from tfopt.components.steps.pull import pull

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from s3_server import REGION, fake_aws_credentials, moto_endpoint_fixture  # noqa: F401
+
 from tfopt.components.config.pipeline_config import config_from_mapping
 from tfopt.components.pipeline.run import STEPS
 from tfopt.components.pipeline.step_runner import NEEDS, run_step
@@ -34,6 +35,7 @@ BUCKET = "models"
 def _train_wide_digits(directory: Path) -> Path:
     """A digits classifier with the demo model's signature and ~30x its compute."""
     import keras
+
     from tfopt.components.demo.digits import load_digits_split
 
     x_train, _, y_train, _ = load_digits_split(0)
@@ -55,6 +57,7 @@ def _train_wide_digits(directory: Path) -> Path:
 def sources(tmp_path_factory, moto_endpoint):
     """The digits CNN, a clearly slower model with its signature, and eval data, on S3."""
     import boto3
+
     from tfopt.components.demo.digits import train_digits_model
 
     root = tmp_path_factory.mktemp("scheduled")

@@ -10,6 +10,7 @@ reaches cost 6.
 import numpy as np
 import pytest
 from graph_testing import build_graph, op_counts, run_graph, tf
+
 from tfopt.optimizer.graph.names import node_name_from_input
 from tfopt.optimizer.model.frozen import FrozenModel
 from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo

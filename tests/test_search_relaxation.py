@@ -22,6 +22,7 @@ for the wrong reason.
 import numpy as np
 import pytest
 from graph_testing import build_graph, op_counts, run_graph, tf
+
 from tfopt.optimizer.model.frozen import FrozenModel
 from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
 from tfopt.optimizer.search.cost import OpCostModel

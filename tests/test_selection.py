@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 from benchmark_testing import noisy_samples, synthetic_result, top1_fidelity, with_damaged_weights
+
 from tfopt.optimizer.benchmark.harness import BenchmarkConfig
 from tfopt.optimizer.candidates.candidate import Candidate
 from tfopt.optimizer.candidates.litert.convert import convert_to_litert

@@ -5,6 +5,7 @@ with ``tf.saved_model.load`` (TF2), which is why the check is needed."""
 import shutil
 
 import pytest
+
 from tfopt.optimizer.verify.servability import NotServableError, check_servable
 
 

@@ -8,6 +8,7 @@ from control_flow_graphs import (
 )
 from graph_testing import assert_idempotent, assert_same_outputs, build_graph, context, tf
 from tensorflow.core.framework import graph_pb2
+
 from tfopt.optimizer.graph.control_flow import MERGE_OPS, NEXT_ITERATION_OPS
 from tfopt.optimizer.model.freeze import freeze
 from tfopt.optimizer.transforms.base import TransformRefused

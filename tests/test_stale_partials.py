@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tfopt.components.config.pipeline_config import config_from_mapping
 from tfopt.components.steps.pull import SOURCES_DIR, pull
 from tfopt.optimizer.files.atomic import LOCK_FILE, PARTIAL_MARK, clean_stale_partials

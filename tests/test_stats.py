@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from tfopt.optimizer.benchmark.stats import (
     LatencySummary,
     default_block,

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from tfopt.components.cli import build_parser, main
 from tfopt.components.config.pipeline_config import ConfigError, config_from_mapping
 from tfopt.components.orchestration.kubernetes_tasks import step_arguments
@@ -110,6 +111,7 @@ def test_a_pod_memory_override_for_a_step_not_sized_is_refused():
 def _dense_savedmodel(path: Path, width: int) -> int:
     """A one-layer model of ``width`` x ``width`` float32 weights; returns its bytes on disk."""
     from benchmark_testing import dense_stack
+
     from tfopt.optimizer.model.footprint import disk_bytes
 
     dense_stack(path, layers=1, width=width)

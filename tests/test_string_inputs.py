@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import string_models
 from string_models import INTEGER_VOCABULARY, STRING_VOCABULARY, tokens
+
 from tfopt.optimizer.candidates.litert.constant_tables import litert_source
 from tfopt.optimizer.candidates.litert.convert import convert_to_litert
 from tfopt.optimizer.inputs.generated import OUT_OF_VOCABULARY_SHARE, make_inputs

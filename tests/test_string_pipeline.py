@@ -18,6 +18,7 @@ import string_models
 import yaml
 from cli_testing import run_tfopt
 from string_models import OUT_OF_VOCABULARY, tokens
+
 from tfopt.optimizer.candidates.build import CandidateSettings, derive_candidates
 from tfopt.optimizer.inputs.calibration import from_rows
 from tfopt.optimizer.model.freeze import freeze
@@ -81,6 +82,7 @@ def test_the_onnx_candidate_keeps_the_tables_and_gives_the_stock_outputs(models,
     """tf2onnx gets the tables TensorFlow initialized, as its command line passes them: the
     lookups become ONNX constants, and ONNX Runtime loads the model (it refused HashTableV2)."""
     import onnx
+
     from tfopt.optimizer.candidates.onnx.convert import convert_to_onnx
 
     stock, eval_data = models[name]

@@ -7,6 +7,7 @@ from graph_testing import (
     op_counts,
     tf,
 )
+
 from tfopt.optimizer.transforms.registry import make_transform
 
 

@@ -2,6 +2,7 @@
 the function's signature once, not on every call."""
 
 import numpy as np
+
 from tfopt.optimizer.inputs.generated import make_inputs
 from tfopt.optimizer.model.freeze import freeze
 from tfopt.optimizer.runtime import load_runner
@@ -42,6 +43,7 @@ def test_a_frozen_savedmodel_is_called_without_the_copies_its_load_made(model_di
     outputs are tf.saved_model.load's own."""
     import tensorflow as tf
     from tensorflow.python.eager import context
+
     from tfopt.optimizer.model.export import write_saved_model
     from tfopt.optimizer.runtime.tensorflow import SignatureFunction
 

@@ -57,6 +57,7 @@ def test_a_signature_and_an_outline_are_read_without_importing_tensorflow(model_
 def test_once_tensorflow_is_imported_its_own_classes_are_used(tmp_path):
     from tensorflow.core.framework import graph_pb2
     from tensorflow.core.protobuf import saved_model_pb2
+
     from tfopt.optimizer.model.signature import SignatureInfo
     from tfopt.optimizer.model.tf_protos import graph_def_from_bytes, saved_model_class
     from tfopt.optimizer.optimize.worker import OutlinedModel

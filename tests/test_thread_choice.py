@@ -1,6 +1,7 @@
 """A per-model runtime is benchmarked at the thread count it would be served with."""
 
 import pytest
+
 from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
 from tfopt.optimizer.benchmark.result import CHAMPION
 from tfopt.optimizer.benchmark.thread_choice import choose_threads, threads_for

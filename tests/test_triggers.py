@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 from cli_testing import TFOPT, assert_clean_failure, run_tfopt
 from fuzzing import alias_bomb
+
 from tfopt.components.cli.run_command import load_config_from_args
 from tfopt.components.config.pipeline_config import NEVER_FROM_A_TRIGGER, ConfigError, load_config
 from tfopt.components.config.trigger_conf import MAX_OVERRIDES, MAX_TRIGGER_CHARS, MAX_VALUE_CHARS
@@ -181,7 +182,9 @@ def test_a_listed_key_or_section_is_allowed_and_nothing_around_it(tmp_path):
     path.write_text("source: /m\ntriggers: {allow_overrides: [gate.min_speedup, tuning]}\n")
 
     def with_conf(overrides):
-        return load_config(path, triggers=[_conf({"overrides": overrides})])
+        from tfopt.components.config import trigger_conf
+
+        return trigger_conf.load_triggered_config(path, [_conf({"overrides": overrides})])
 
     config = with_conf({"gate.min_speedup": 1.3, "tuning.rounds": 2,
                         "tuning": {"enabled": False}})

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tfopt.optimizer.model.op_scan import DEFAULT_POLICY
 from tfopt.optimizer.runtime_tuning import RuntimeTuningError, thread_grid, tune_runtime
 from tfopt.optimizer.runtime_tuning import probes as probes_module

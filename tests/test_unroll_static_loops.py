@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from control_flow_graphs import counted_loop_graph, input_bounded_loop_graph
 from graph_testing import assert_idempotent, assert_same_outputs, context, op_counts
+
 from tfopt.optimizer.graph.functional_control_flow import FUNCTIONAL_CONTROL_FLOW_OPS
 from tfopt.optimizer.model.freeze import freeze
 from tfopt.optimizer.transforms.pipeline import run_transforms

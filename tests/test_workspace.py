@@ -1,6 +1,7 @@
 """Workspace: finished steps are reused, unfinished ones rerun."""
 
 import pytest
+
 from tfopt.components.pipeline.artifacts import PulledModel
 from tfopt.components.pipeline.workspace import Workspace, run_key
 

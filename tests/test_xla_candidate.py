@@ -14,6 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 from graph_testing import build_graph, tf
+
 from tfopt.optimizer.candidates.xla import (
     XlaRefused,
     must_compile_functions,

@@ -19,7 +19,7 @@ try:
 except PackageNotFoundError:  # a checkout on sys.path, not installed
     __version__ = "0+unknown"
 
-__all__ = ["optimize", "run", "__version__"]
+__all__ = ["__version__", "optimize", "run"]
 
 
 def __getattr__(name: str):

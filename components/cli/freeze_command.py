@@ -55,7 +55,7 @@ def run(args) -> int:
         report = compare(args.src, frozen, signature_name=args.signature, policy=policy)
     if not args.json:
         print(f"equivalence  {report.summary()}")
-    if not tolerance.accepts(report):
+    if not report.accepted_by(tolerance):
         raise EquivalenceError(
             f"frozen outputs differ from {args.src} by {report.max_abs_diff:.3g} "
             f"(> --atol {args.atol:g}); nothing written")

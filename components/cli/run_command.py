@@ -40,14 +40,13 @@ def load_config_from_args(args):
     """The YAML, then the trigger (``--event``, then ``--conf``: only what the YAML lets a
     trigger set), then the operator's ``--set`` overrides, in that order."""
     from tfopt.components.config import trigger_conf
-    from tfopt.components.config.pipeline_config import load_config
 
     triggers = []
     if getattr(args, "event", None) is not None:
         triggers.append(trigger_conf.event(_trigger_json(args.event, "--event"), "--event"))
     if args.conf is not None:
         triggers.append(trigger_conf.conf(_trigger_json(args.conf, "--conf"), "--conf"))
-    return load_config(args.config, args.overrides, triggers)
+    return trigger_conf.load_triggered_config(args.config, triggers, args.overrides)
 
 
 def add_parser(sub) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel
+
 from tfopt.optimizer.records import default_of
 
 

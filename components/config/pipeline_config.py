@@ -38,6 +38,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
 from tfopt.optimizer.benchmark.settings import BenchmarkConfig
 from tfopt.optimizer.errors import TfoptError, shown, validation_error_line
 from tfopt.optimizer.gate.verdict import GateConfig
@@ -604,26 +605,21 @@ def config_from_mapping(data: Any, where: str = "config",
         raise ConfigError(validation_error_line(exc, where)) from None
 
 
-def load_config(path: str | os.PathLike | None, overrides: list[str] | dict | None = None,
-                triggers: list | None = None) -> PipelineConfig:
-    """Read YAML with ``yaml.safe_load`` (no Python tags, no code), validate, apply overrides.
+def load_config(path: str | os.PathLike | None, overrides: list[str] | dict | None = None
+                ) -> PipelineConfig:
+    """Read YAML with ``yaml.safe_load`` (no Python tags, no code), validate, apply the
+    operator's ``overrides`` (``--set``: any key). What a run's trigger may set on top is
+    :func:`tfopt.components.config.trigger_conf.load_triggered_config`'s."""
+    data, where = read_config_data(path)
+    return config_from_mapping(data, where, overrides)
 
-    ``overrides`` are the operator's (``--set``): any key. ``triggers``
-    (:class:`tfopt.components.config.trigger_conf.Trigger`: an asset event's extra, a ``dag_run.conf``) come
-    between the YAML and them, and may set only what the operator's ``triggers`` section
-    allows; a trigger that sets anything else is refused, naming the key."""
+
+def read_config_data(path: str | os.PathLike | None) -> tuple[dict, str]:
+    """The YAML as read (``{}`` for none or an empty file), and what to call it in errors."""
     from tfopt.optimizer.files.yaml_files import read_yaml_file
 
     data = read_yaml_file(path, "config file", ConfigError) if path is not None else {}
-    data = {} if data is None else data  # an empty file: every key from the overrides
-    where = str(path) if path is not None else "defaults"
-    operator = config_from_mapping(data, where, overrides)
-    if not triggers:
-        return operator
-    from tfopt.components.config.trigger_conf import trigger_overrides
-
-    data = apply_overrides(data, trigger_overrides(triggers, operator.triggers), where)
-    return config_from_mapping(data, where, overrides)
+    return ({} if data is None else data), (str(path) if path is not None else "defaults")
 
 
 def example_yaml(source: str) -> str:

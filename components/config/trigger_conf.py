@@ -184,3 +184,22 @@ def _checked_value(what: str, value: Any, depth: int = 0) -> Any:
                 raise TriggerRefused(f"{what}: a mapping key must be a string")
         return {key: _checked_value(what, item, depth + 1) for key, item in value.items()}
     raise TriggerRefused(f"{what}: {type(value).__name__} is not a JSON value")
+
+
+def load_triggered_config(path, triggers: list | None,
+                          overrides: list[str] | dict | None = None):
+    """The YAML at ``path``, then ``triggers`` (:class:`Trigger`: an asset event's extra, a
+    ``dag_run.conf``), which may set only what the YAML's ``triggers`` section allows (a trigger
+    that sets anything else is refused, naming the key), then the operator's ``overrides``."""
+    from tfopt.components.config.pipeline_config import (
+        apply_overrides,
+        config_from_mapping,
+        read_config_data,
+    )
+
+    data, where = read_config_data(path)
+    operator = config_from_mapping(data, where, overrides)
+    if not triggers:
+        return operator
+    data = apply_overrides(data, trigger_overrides(triggers, operator.triggers), where)
+    return config_from_mapping(data, where, overrides)

@@ -78,6 +78,7 @@ def write_mlflow_model(candidate: CandidateModel, signature: SignatureInfo, dest
     """
     from mlflow.models import Model
     from mlflow.models.utils import _save_example
+
     from tfopt.components.mlflow_models.registry import flavor_module
     from tfopt.components.mlflow_models.requirements import model_requirements
     from tfopt.components.mlflow_models.schema import input_example, model_signature

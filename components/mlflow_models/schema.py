@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+
 from tfopt.optimizer.errors import InvalidInputsError
 from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
 

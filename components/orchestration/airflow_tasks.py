@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tfopt.components.config import trigger_conf
-from tfopt.components.config.pipeline_config import PipelineConfig, load_config
+from tfopt.components.config.pipeline_config import PipelineConfig
 from tfopt.components.config.trigger_conf import ASSET_EXTRA_KEYS
 
 PARAMS_SCHEMA = trigger_conf.PARAMS_SCHEMA  # the DAG's Params (dags/model_optimization.py)
@@ -36,7 +36,8 @@ def dag_config(params: dict[str, Any] | None = None,
     """The DAG's YAML, then the asset event's extra, then ``dag_run.conf`` (the later wins, key
     by key): the event and the conf may set only what the YAML lets a trigger set."""
     triggers = [trigger_conf.event(asset_extra), trigger_conf.conf(params)]
-    return load_config(config_path(), triggers=triggers if asset_extra or params else None)
+    return trigger_conf.load_triggered_config(
+        config_path(), triggers if asset_extra or params else None)
 
 
 def asset_event_extra(context: dict[str, Any]) -> dict[str, Any]:
@@ -91,6 +92,7 @@ def in_process_tasks() -> dict[str, Any]:
     """Declare one TaskFlow task per step of the table, each fed the outputs (XComs) of the
     steps it needs, inside the DAG being defined; returns their outputs by step name."""
     from airflow.sdk import task
+
     from tfopt.components.pipeline.step_table import STEPS
 
     outputs: dict[str, Any] = {}

@@ -60,6 +60,7 @@ def _link_to_run(client, run, model_id: str) -> None:
 def log_model(client, pub: Publication, experiment: str, run, model: CandidateModel):
     """The ``READY`` logged model of ``model`` for this publish, found or made."""
     from mlflow.entities import LoggedModelStatus, Metric
+
     from tfopt.components.mlflow_models import write_mlflow_model
 
     run_id = run.info.run_id

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from tfopt.optimizer.benchmark.environment import capture_environment, model_digest
 from tfopt.optimizer.benchmark.interleaved import (
     scaled_block_size,

@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+
 from tfopt.optimizer.benchmark.idle import wait_for_idle
 from tfopt.optimizer.benchmark.stats import round_figures
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
+
 from tfopt.optimizer.benchmark.environment import Environment
 from tfopt.optimizer.benchmark.stats import LatencySummary, RatioInterval, round_figures
 from tfopt.optimizer.errors import BenchmarkResultError

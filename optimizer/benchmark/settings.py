@@ -9,6 +9,7 @@ Light to import: the CLI reads these defaults while it builds its parser.
 from __future__ import annotations
 
 from pydantic import Field, PositiveInt
+
 from tfopt.optimizer.benchmark.interleaved import DEFAULT_BLOCK_SECONDS, DEFAULT_BLOCK_SIZE
 from tfopt.optimizer.errors import InvalidInputsError
 from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
 from tfopt.optimizer.records import JsonRecord
 
 DEFAULT_RESAMPLES = 2000

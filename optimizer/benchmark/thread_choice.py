@@ -31,6 +31,7 @@ import os
 from collections.abc import Mapping
 
 import numpy as np
+
 from tfopt.optimizer.benchmark.interleaved import (
     DEFAULT_BLOCK_SECONDS,
     DEFAULT_BLOCK_SIZE,

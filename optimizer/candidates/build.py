@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from tfopt.optimizer.candidates.candidate import Candidate, Skipped
 from tfopt.optimizer.candidates.litert.unrolled_source import LiteRTSource
 from tfopt.optimizer.errors import InvalidInputsError, TfoptError, first_line

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
+
 from tfopt.optimizer.errors import DestinationError, InvalidInputsError, TfoptError, first_line
 from tfopt.optimizer.files.atomic import check_file_writable
 from tfopt.optimizer.inputs.calibration import Calibration, checked_feeds

@@ -83,6 +83,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
+
 from tfopt.optimizer.benchmark.result import CHAMPION, BenchmarkResult, ModelMeasurement, Quality
 from tfopt.optimizer.benchmark.settings import BenchmarkConfig
 from tfopt.optimizer.benchmark.stats import (

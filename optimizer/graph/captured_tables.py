@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+
 from tfopt.optimizer.errors import first_line
 from tfopt.optimizer.graph.lookup_gathers import fold_lookups_into_gathers
 from tfopt.optimizer.graph.lookup_tables import (

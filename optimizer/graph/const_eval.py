@@ -9,6 +9,7 @@ session; control edges do not change a stateless op's value, so they are dropped
 from __future__ import annotations
 
 import numpy as np
+
 from tfopt.optimizer.graph.consts import resolve_through_identity, values_from_const
 from tfopt.optimizer.graph.names import is_control_input, node_name_from_input, output_index
 from tfopt.optimizer.graph.rewrite import graph_with_only

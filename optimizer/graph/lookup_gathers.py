@@ -46,6 +46,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+
 from tfopt.optimizer.graph.const_eval import constant_subgraph, constant_values
 from tfopt.optimizer.graph.consts import PASS_THROUGH_OPS, values_from_const
 from tfopt.optimizer.graph.lookup_tables import FIND_OP, SCOPE, rebuilt_graph

@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from tfopt.optimizer.errors import TfoptError, first_line
 from tfopt.optimizer.graph.consts import PASS_THROUGH_OPS, resolve_through_identity
 from tfopt.optimizer.graph.control_flow import ENTER_OPS, SWITCH_OPS, nodes_under_control_flow

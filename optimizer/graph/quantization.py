@@ -10,6 +10,7 @@ of the original. The range is GTT's: the constant's own min and max, widened to 
 from __future__ import annotations
 
 import numpy as np
+
 from tfopt.optimizer.graph.rewrite import make_const
 
 QUINT8_STEPS = 255  # distinct gaps between the 256 levels of an 8-bit value

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Iterable, Sequence
 
 import numpy as np
+
 from tfopt.optimizer.graph.consts import PASS_THROUGH_OPS
 from tfopt.optimizer.graph.names import is_control_input, node_name_from_input
 

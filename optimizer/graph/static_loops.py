@@ -22,6 +22,7 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
+
 from tfopt.optimizer.errors import first_line
 from tfopt.optimizer.graph.const_eval import constant_subgraph, constant_values, is_pure
 from tfopt.optimizer.graph.consts import resolve_through_identity

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+
 from tfopt.optimizer.graph.const_eval import constant_values, is_pure
 from tfopt.optimizer.graph.names import (
     canonical_input,

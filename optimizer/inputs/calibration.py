@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from tfopt.optimizer.errors import InvalidInputsError
 from tfopt.optimizer.inputs.data_files import is_tfrecord, read_examples, read_npz, stack_feature
 from tfopt.optimizer.model.signature import SignatureInfo

@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+
 from tfopt.optimizer.errors import InvalidInputsError, first_line, shown
 from tfopt.optimizer.model.signature import TensorSpecInfo
 from tfopt.optimizer.system.memory_budget import GIB, MemoryBudget

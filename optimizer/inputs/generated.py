@@ -16,6 +16,7 @@ import collections
 import itertools
 
 import numpy as np
+
 from tfopt.optimizer.errors import InvalidInputsError
 from tfopt.optimizer.graph.consts import const_shape, resolve_through_identity
 from tfopt.optimizer.graph.names import node_name_from_input

@@ -21,6 +21,7 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
+
 from tfopt.optimizer.errors import TfoptError
 from tfopt.optimizer.graph.consts import resolve_through_identity, values_from_const
 from tfopt.optimizer.graph.lookup_tables import HIT_NODE, SCOPE

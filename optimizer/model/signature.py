@@ -11,6 +11,7 @@ from typing import Annotated
 
 import numpy as np
 from pydantic import ConfigDict, Field, model_serializer
+
 from tfopt.optimizer.records import JsonRecord, in_order
 
 # DataType enum values from tensorflow/core/framework/types.proto, so that reading a signature

@@ -80,11 +80,11 @@ class OptimizeResult:
 
     @property
     def accepted(self) -> bool:
-        return self.tolerance.accepts(self.report)
+        return self.report.accepted_by(self.tolerance)
 
     def divergence(self) -> str:
         """One line saying how far the outputs are off, for a refusal."""
-        broken = "; ".join(self.tolerance.violations(self.report)) or self.report.summary()
+        broken = "; ".join(self.report.violations(self.tolerance)) or self.report.summary()
         return f"optimized outputs differ from {self.source}: {broken}; nothing written"
 
     def provenance(self) -> dict:

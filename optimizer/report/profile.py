@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+
 from tfopt.optimizer.model.frozen import FrozenModel
 from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from tfopt.optimizer.model.savedmodel import (

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+
 from tfopt.optimizer.errors import InvalidInputsError, TfoptError
 from tfopt.optimizer.model.signature import SignatureInfo
 

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 
 from pydantic import Field
+
 from tfopt.optimizer.errors import InvalidInputsError, ModelCallTimeoutError
 from tfopt.optimizer.records import Settings
 

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+
 from tfopt.optimizer.errors import (
     InvalidInputsError,
     SourceNotFoundError,

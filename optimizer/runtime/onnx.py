@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+
 from tfopt.optimizer.errors import SourceNotFoundError, first_line
 from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE

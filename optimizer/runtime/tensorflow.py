@@ -21,6 +21,7 @@ import os
 from collections.abc import Mapping
 
 import numpy as np
+
 from tfopt.optimizer.model.frozen import FrozenModel
 from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE, get_signature

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pydantic import computed_field
+
 from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
 from tfopt.optimizer.records import JsonRecord

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
+
 from tfopt.optimizer.records import record_error_line, record_from_dict, record_to_dict
 from tfopt.optimizer.runtime_tuning.batch import BatchPoint
 from tfopt.optimizer.runtime_tuning.checks import RuntimeTuningError

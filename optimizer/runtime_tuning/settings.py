@@ -8,6 +8,7 @@ Light to import: the CLI and the config read these defaults while they build.
 from __future__ import annotations
 
 from pydantic import Field
+
 from tfopt.optimizer.records import Settings, default_of
 from tfopt.optimizer.runtime_tuning.checks import RuntimeTuningError
 

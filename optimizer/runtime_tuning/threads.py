@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import computed_field
+
 from tfopt.optimizer.errors import SourceNotFoundError
 from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE

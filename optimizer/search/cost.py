@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+
 from tfopt.optimizer.graph.consts import resolve_through_identity
 from tfopt.optimizer.graph.functional_control_flow import WHILE_OPS
 from tfopt.optimizer.graph.names import is_control_input, node_name_from_input, output_index
@@ -168,6 +169,7 @@ class OpCostModel:
         copy of the body the shapes are known, where the body function's are not (its
         TensorList reads say no shape); the fallback when the trip count is not fixed."""
         from tensorflow.core.framework import graph_pb2
+
         from tfopt.optimizer.graph.static_loops import (
             UNROLLED_SCOPE,
             NotStatic,
@@ -252,6 +254,7 @@ class OpCostModel:
 
     def _time_alone(self, node, inputs: list[str], consts: list, specs: dict) -> float:
         from tensorflow.core.framework import graph_pb2
+
         from tfopt.optimizer.graph.rewrite import make_const
 
         tf = _tf()

@@ -144,6 +144,7 @@ def fastest_op_seconds(graph_def, runs: int, warmup: int, threads: int = 0) -> f
 
 def _start(threads: int):
     from tensorflow.core.framework import graph_pb2
+
     from tfopt.optimizer.tf_runtime import import_tensorflow
 
     threading = import_tensorflow().config.threading

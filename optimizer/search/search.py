@@ -343,7 +343,7 @@ def check_equivalence(model: FrozenModel, graph_def, tolerance: Tolerance,
         report = compare(model, model.with_graph(graph_def), seed=seed)
     except Exception as exc:  # noqa: BLE001 - a graph TF cannot run is not equivalent
         return "", f"does not run: {exc}"
-    return report.summary(), "; ".join(tolerance.violations(report))
+    return report.summary(), "; ".join(report.violations(tolerance))
 
 
 def _result(model, chosen: QueuedGraph, start: QueuedGraph, returned: str, rejected: list[str],

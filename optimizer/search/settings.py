@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, model_validator
+
 from tfopt.optimizer.records import Settings, default_of
 from tfopt.optimizer.transforms.base import TransformConfigError
 

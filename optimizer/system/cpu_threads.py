@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import computed_field
+
 from tfopt.optimizer.records import JsonRecord
 from tfopt.optimizer.system.cgroup import (
     CGROUP_ROOT,

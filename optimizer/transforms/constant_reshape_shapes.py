@@ -33,6 +33,7 @@ the signature is never removed).
 from __future__ import annotations
 
 import numpy as np
+
 from tfopt.optimizer.graph.const_eval import is_pure
 from tfopt.optimizer.graph.consts import values_from_const
 from tfopt.optimizer.graph.control_flow import nodes_under_control_flow

@@ -42,6 +42,7 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
+
 from tfopt.optimizer.graph.names import canonical_input, is_control_input
 from tfopt.optimizer.graph.rewrite import DT_INT32, FLOAT_TYPES, add_node, attr_value, replace_node
 from tfopt.optimizer.graph.shapes import infer_shapes, static_shape

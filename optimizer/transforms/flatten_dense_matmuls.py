@@ -42,6 +42,7 @@ import logging
 import math
 
 import numpy as np
+
 from tfopt.optimizer.graph.consts import resolve_through_identity, values_from_const
 from tfopt.optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
 from tfopt.optimizer.graph.rewrite import (

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+
 from tfopt.optimizer.graph.consts import (
     PASS_THROUGH_OPS,
     resolve_through_identity,

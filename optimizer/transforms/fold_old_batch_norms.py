@@ -31,6 +31,7 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
+
 from tfopt.optimizer.graph.const_eval import constant_subgraph, constant_values, is_pure
 from tfopt.optimizer.graph.conv_weights import channels_last, output_channels, scale_output_channels
 from tfopt.optimizer.graph.names import (

@@ -54,6 +54,7 @@ import logging
 import math
 
 import numpy as np
+
 from tfopt.optimizer.graph.const_eval import constant_subgraph, constant_values, is_pure
 from tfopt.optimizer.graph.names import (
     is_control_input,

@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from tfopt.optimizer.graph.const_eval import is_pure
 from tfopt.optimizer.graph.consts import resolve_through_identity, values_from_const
 from tfopt.optimizer.graph.names import canonical_input, is_control_input, node_name_from_input

@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
+
 from tfopt.optimizer.graph.names import node_name_from_input
 from tfopt.optimizer.inputs.generated import infer_int_ranges, make_inputs
 from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo, dtype_name

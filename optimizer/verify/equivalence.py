@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+
 from tfopt.optimizer.errors import EquivalenceError
 from tfopt.optimizer.inputs.generated import infer_int_ranges, make_inputs
 from tfopt.optimizer.inputs.vocabulary import infer_vocabularies
@@ -77,6 +78,26 @@ class EquivalenceReport(JsonRecord):
         if min_top1 is not None and self.top1_agreement is not None:
             checks.append(self.top1_agreement >= min_top1)
         return all(checks)
+
+    def accepted_by(self, tolerance: Tolerance) -> bool:
+        return self.within(atol=tolerance.atol, rtol=tolerance.rtol, min_top1=tolerance.min_top1)
+
+    def violations(self, tolerance: Tolerance) -> list[str]:
+        """Each bound of ``tolerance`` this report breaks, with both figures, e.g. ``max abs
+        diff 0.3 > atol 1e-4``."""
+        broken = []
+        if self.nan_values or self.inf_values:
+            broken.append(f"{nonfinite_text(self.nan_values, self.inf_values)} where the "
+                          f"source's outputs are finite")
+        if self.max_abs_diff > tolerance.atol:
+            broken.append(f"max abs diff {self.max_abs_diff:.3g} > atol {tolerance.atol:g}")
+        if tolerance.rtol is not None and self.max_rel_diff > tolerance.rtol:
+            broken.append(f"max rel diff {self.max_rel_diff:.3g} > rtol {tolerance.rtol:g}")
+        if (tolerance.min_top1 is not None and self.top1_agreement is not None
+                and self.top1_agreement < tolerance.min_top1):
+            broken.append(f"top-1 agreement {self.top1_agreement:.4f} < min_top1 "
+                          f"{tolerance.min_top1:g}")
+        return broken
 
     def summary(self) -> str:
         top1 = "n/a" if self.top1_agreement is None else f"{self.top1_agreement:.4f}"

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 import numpy as np
+
 from tfopt.optimizer.errors import InvalidInputsError
 
 NO_CLASS = -1

@@ -44,6 +44,7 @@ def check_servable(path: str | os.PathLike, signature: str, *, label: str | None
 
 def _serve_once(path: str, signature: str) -> dict[str, list[int]]:
     import tensorflow as tf
+
     from tfopt.optimizer.errors import InvalidInputsError
     from tfopt.optimizer.inputs.generated import make_inputs
     from tfopt.optimizer.model.signature import SignatureInfo

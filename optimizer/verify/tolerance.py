@@ -9,15 +9,12 @@ convolution) while still catching a changed computation.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import Field
+
 from tfopt.optimizer.errors import TfoptError, shown
 from tfopt.optimizer.records import Settings
-from tfopt.optimizer.verify.finite import nonfinite_text
-
-if TYPE_CHECKING:
-    from tfopt.optimizer.verify.equivalence import EquivalenceReport
 
 
 class ToleranceError(TfoptError):
@@ -25,7 +22,8 @@ class ToleranceError(TfoptError):
 
 
 class Tolerance(Settings):
-    """Bounds on an equivalence report; the pipeline config's ``optimize.atol``, ``optimize.rtol``
+    """Bounds on an equivalence report (checked by :meth:`EquivalenceReport.violations
+    <tfopt.optimizer.verify.equivalence.EquivalenceReport.violations>`); the pipeline config's ``optimize.atol``, ``optimize.rtol``
     and ``optimize.min_top1`` are these fields."""
 
     error = ToleranceError
@@ -59,25 +57,6 @@ class Tolerance(Settings):
             except (TypeError, ValueError):
                 raise ToleranceError(f"{where}: {key} must be a number, got {value!r}") from None
         return cls(**values)
-
-    def accepts(self, report: EquivalenceReport) -> bool:
-        return report.within(atol=self.atol, rtol=self.rtol, min_top1=self.min_top1)
-
-    def violations(self, report: EquivalenceReport) -> list[str]:
-        """Each bound the report breaks, with both figures, e.g. ``max abs diff 0.3 > atol 1e-4``."""
-        broken = []
-        if report.nan_values or report.inf_values:
-            broken.append(f"{nonfinite_text(report.nan_values, report.inf_values)} where the "
-                          f"source's outputs are finite")
-        if report.max_abs_diff > self.atol:
-            broken.append(f"max abs diff {report.max_abs_diff:.3g} > atol {self.atol:g}")
-        if self.rtol is not None and report.max_rel_diff > self.rtol:
-            broken.append(f"max rel diff {report.max_rel_diff:.3g} > rtol {self.rtol:g}")
-        if (self.min_top1 is not None and report.top1_agreement is not None
-                and report.top1_agreement < self.min_top1):
-            broken.append(f"top-1 agreement {report.top1_agreement:.4f} < min_top1 "
-                          f"{self.min_top1:g}")
-        return broken
 
     def describe(self) -> str:
         parts = [f"atol {self.atol:g}"]

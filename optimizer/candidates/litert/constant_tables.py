@@ -159,6 +159,7 @@ def write_constant_table_model(saved_model: str | os.PathLike, dst: str | os.Pat
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
     )
+
     from tfopt.optimizer.model.freeze import load_signature_function
 
     tf = import_tensorflow()

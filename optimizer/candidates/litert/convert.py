@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from tfopt.optimizer.candidates.litert import LITERT_SUFFIX
 from tfopt.optimizer.candidates.litert.manifest import Manifest, manifest_path, write_manifest
 from tfopt.optimizer.errors import DestinationError, InvalidInputsError, TfoptError

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
+
 from tfopt.optimizer.candidates.conversion import (
     CapturedOutput,
     ConversionError,
@@ -129,6 +130,7 @@ class OnnxExport(SharedConversion):
         the simplification did, for the sidecar: run once."""
         if self._simplified is None:
             import onnx
+
             from tfopt.optimizer.candidates.onnx.rewrites.simplify import simplify
 
             done = simplify(onnx.load_model_from_string(self.model_bytes()))
@@ -160,6 +162,7 @@ class OnnxExport(SharedConversion):
     def _convert(self) -> bytes:
         import tf2onnx
         from tf2onnx import convert, tf_loader
+
         from tfopt.optimizer.tf_runtime import import_tensorflow
 
         import_tensorflow()

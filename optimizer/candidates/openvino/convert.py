@@ -72,6 +72,7 @@ class OpenVINOModel:
 def bf16_unavailable_reason() -> str | None:
     """Why the CPU plugin cannot run bfloat16 natively here, or None."""
     import openvino as ov
+
     from tfopt.optimizer.system.cpu_features import cpu_supports_bf16
 
     if not cpu_supports_bf16():
@@ -94,6 +95,7 @@ class OpenVINOExport(SharedConversion):
 
     def _convert(self):
         import openvino as ov
+
         from tfopt.optimizer.runtime.openvino import condense_openvino_error
 
         def run():

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
 from tfopt.optimizer.candidates.candidate import Candidate
 from tfopt.optimizer.inputs.calibration import Calibration
 from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy

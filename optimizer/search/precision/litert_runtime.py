@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+
 from tfopt.optimizer.search.precision.table import INPUT, OUTPUT
 
 log = logging.getLogger(__name__)

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+
 from tfopt.optimizer.search.precision.table import PrecisionTable
 
 log = logging.getLogger(__name__)

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+
 from tfopt.optimizer.search.precision.table import INPUT, OUTPUT
 from tfopt.optimizer.search.timing_cache import TimingCache
 
@@ -136,6 +137,7 @@ class OnnxLayerCosts:
 
     def __init__(self, cache_path: str | os.PathLike | None = None):
         import onnxruntime as ort
+
         from tfopt.optimizer.system.cpu_features import cpu_model
 
         machine = (f"{cpu_model() or 'unknown cpu'}; {os.cpu_count()} cpus; onnxruntime "
@@ -187,6 +189,7 @@ class OnnxLayerCosts:
         import tempfile
 
         import onnx
+
         from tfopt.optimizer.candidates.onnx.convert import quantize_static_int8
 
         rng = np.random.default_rng(0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
+
 from tfopt.optimizer.errors import InvalidInputsError
 from tfopt.optimizer.records import Settings
 

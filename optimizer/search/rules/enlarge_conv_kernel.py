@@ -21,6 +21,7 @@ original output was finite; frozen inference graphs are assumed finite.)
 from __future__ import annotations
 
 import numpy as np
+
 from tfopt.optimizer.graph.rewrite import write_const_input
 from tfopt.optimizer.graph.shapes import infer_shapes, static_shape
 from tfopt.optimizer.graph.traversal import consumers, nodes_by_name

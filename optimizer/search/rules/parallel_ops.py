@@ -11,6 +11,7 @@ lookup) enlarge_conv_kernel.
 from __future__ import annotations
 
 import numpy as np
+
 from tfopt.optimizer.graph.const_eval import constant_subgraph, constant_values, is_pure
 from tfopt.optimizer.graph.consts import const_shape, resolve_through_identity, values_from_const
 from tfopt.optimizer.graph.control_flow import nodes_under_control_flow

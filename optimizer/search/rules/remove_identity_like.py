@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+
 from tfopt.optimizer.graph.const_eval import is_pure
 from tfopt.optimizer.graph.consts import resolve_through_identity, values_from_const
 from tfopt.optimizer.graph.control_flow import nodes_under_control_flow

@@ -21,6 +21,7 @@ A target with two sizes neither static nor copied (``[a, b]`` from ``[a*b*c]``),
 from __future__ import annotations
 
 import onnx
+
 from tfopt.optimizer.candidates.onnx.rewrites.graph import (
     Dim,
     GraphView,

@@ -18,6 +18,7 @@ is the default's shape.
 from __future__ import annotations
 
 import onnx
+
 from tfopt.optimizer.candidates.onnx.rewrites.graph import (
     RECURRENT_OPS,
     GraphView,

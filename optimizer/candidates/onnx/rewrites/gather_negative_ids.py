@@ -19,6 +19,7 @@ a comparison with another value, data computed at run time) is left alone.
 from __future__ import annotations
 
 import onnx
+
 from tfopt.optimizer.candidates.onnx.rewrites.graph import (
     GraphView,
     attribute,

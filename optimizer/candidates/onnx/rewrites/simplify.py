@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import onnx
+
 from tfopt.optimizer.candidates.onnx.rewrites.base import Rewrite, apply_rewrite
 from tfopt.optimizer.candidates.onnx.rewrites.registry import REWRITES
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import onnx
 from onnx import helper
+
 from tfopt.optimizer.candidates.onnx.rewrites.graph import GraphView, rebuilt
 
 
