@@ -41,7 +41,7 @@ class Candidate:
     path: str  # the SavedModel directory, or the model file (.tflite, .onnx, .xml)
     how_to_load: str
     calibration: str | None = None  # int8 calibrated on: "data" | "synthetic"; else None
-    # mixed int8: the layers a precision search kept in float (tfopt.optimizer.search.precision)
+    # mixed int8: the layers the precision search kept in float
     float_layers: tuple[str, ...] = ()
 
     @property

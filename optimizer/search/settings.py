@@ -1,6 +1,6 @@
 """How the substitution search searches, in one place: :class:`SearchSettings` owns each
-setting's default, bound and meaning. The search flow (:func:`tfopt.optimizer.optimize.flow.optimize`),
-the pipeline config (``optimize.alpha``, ``optimize.budget``, ``optimize.time_budget_seconds``,
+setting's default, bound and meaning. The search flow (``tfopt optimize``'s), the pipeline
+config (``optimize.alpha``, ``optimize.budget``, ``optimize.time_budget_seconds``,
 ``optimize.cost``) and ``tfopt optimize``'s flags all read them from here.
 
 Light to import: the CLI reads these defaults while it builds its parser.
@@ -20,7 +20,7 @@ SEARCH_COSTS = ("model", "measured")
 
 
 class SearchSettings(Settings):
-    """How :func:`tfopt.optimizer.optimize.flow.search_candidate` searches; a bad value is exit 2."""
+    """How the substitution search searches; a bad value is exit 2."""
 
     error = TransformConfigError
     subject = "search"

@@ -246,7 +246,7 @@ def convert_to_litert(
     """Write ``dst`` (a ``.tflite`` path) and its sidecar ``dst + '.json'``.
 
     ``float_nodes`` (``mixed_int8``): the ops, by their first output's name, kept in float
-    (:mod:`tfopt.optimizer.search.precision`).
+    (the precision search's choice).
 
     ``representative_data`` (``full_int8`` only): feed dicts ``{input key: array}``, e.g. a
     :class:`tfopt.optimizer.inputs.calibration.Calibration`'s ``feeds``; the first ``calibration_samples``

@@ -340,7 +340,7 @@ def convert_to_onnx(
     """Write ``dst`` (a ``.onnx`` path) and its sidecar ``dst + '.json'``.
 
     ``float_nodes`` (``mixed_int8`` only): the nodes of the pre-processed graph left in float
-    (:mod:`tfopt.optimizer.search.precision`).
+    (the precision search's choice).
     ``calibration`` (``static_int8`` only): its first ``calibration_samples`` feeds calibrate.
     ``export``: a tf2onnx conversion of the same model and signature to reuse.
     """
