@@ -181,9 +181,9 @@ def test_a_big_model_is_optimized_in_a_worker_to_the_same_result(model_dir, tmp_
     import gc
     from pathlib import Path
 
+    from tfopt.optimizer.model.outline import OutlinedModel, full_model
     from tfopt.optimizer.optimize.flow import optimize, write_optimized
     from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE
-    from tfopt.optimizer.optimize.worker import OutlinedModel, full_model
     from tfopt.optimizer.verify.equivalence import compare
 
     source = _padded(model_dir("keras_cnn"), tmp_path)

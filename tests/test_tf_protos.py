@@ -58,9 +58,9 @@ def test_once_tensorflow_is_imported_its_own_classes_are_used(tmp_path):
     from tensorflow.core.framework import graph_pb2
     from tensorflow.core.protobuf import saved_model_pb2
 
+    from tfopt.optimizer.model.outline import OutlinedModel
     from tfopt.optimizer.model.signature import SignatureInfo
     from tfopt.optimizer.model.tf_protos import graph_def_from_bytes, saved_model_class
-    from tfopt.optimizer.optimize.worker import OutlinedModel
 
     assert saved_model_class() is saved_model_pb2.SavedModel
     graph = graph_pb2.GraphDef()

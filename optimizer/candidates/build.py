@@ -348,7 +348,7 @@ def build_candidates(
 def _savedmodel_maker(variant: str, optimized: FrozenModel, signature: str):
     def make(dst: Path) -> Candidate:
         from tfopt.optimizer.model.export import write_saved_model
-        from tfopt.optimizer.optimize.worker import full_model
+        from tfopt.optimizer.model.outline import full_model
 
         # optimized is an outline when it was optimized in a worker: the full model read from
         # its file is held by the build alone, which lets it go once retyped or traced

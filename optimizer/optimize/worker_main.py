@@ -17,13 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.model.outline import outline
 from tfopt.optimizer.optimize.flow import optimize_here
 from tfopt.optimizer.optimize.worker import (
     GRAPH_FILE,
     RESULT_FILE,
     SAVEDMODEL_DIR,
     OptimizeWorkerError,
-    outline,
 )
 from tfopt.optimizer.system.worker_process import read_job
 
