@@ -57,7 +57,7 @@ import sys
 from pathlib import Path
 from tfopt.optimizer.optimize.flow import optimize, write_optimized
 from tfopt.optimizer.optimize.recipe import default_recipe
-from tfopt.optimizer.optimize.worker import full_model
+from tfopt.optimizer.model.outline import full_model
 source, out = sys.argv[1], Path(sys.argv[2])
 result = optimize(source, default_recipe())
 write_optimized(result, out / "optimized", overwrite=True)

@@ -26,12 +26,12 @@ READ_WITHOUT_TENSORFLOW = textwrap.dedent("""
 
 def test_a_signature_and_an_outline_are_read_without_importing_tensorflow(model_dir, tmp_path):
     from tfopt.optimizer.model.frozen import FrozenModel
+    from tfopt.optimizer.model.outline import outline
     from tfopt.optimizer.model.savedmodel import (
         get_signature,
         read_saved_model_proto,
         serving_meta_graph,
     )
-    from tfopt.optimizer.optimize.worker import outline
 
     source = model_dir("keras_cnn")
     # the SavedModel's own graph stands in for a frozen one: what is read back is the point
