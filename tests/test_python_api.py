@@ -82,3 +82,12 @@ def test_run_returns_the_pipelines_outcome_on_a_mapping_config(model_dir, tmp_pa
     assert outcome.publish is not None and outcome.publish.registered_model == "cnn"
     assert (outcome.publish.version is not None) == outcome.gate.promote
     assert said[0] == "pull ..." and said[-1].startswith("publish ")
+
+
+def test_run_without_a_source_is_the_configs_typed_error():
+    from components.config import ConfigError
+
+    with pytest.raises(ConfigError, match="source"):
+        api.run()
+    with pytest.raises(ConfigError, match="gate.min_speedup"):
+        api.run({"source": "/models/m"}, overrides={"gate.min_speedup": "fast"})
