@@ -13,7 +13,7 @@ pipeline = tfopt.run("pipeline.yaml", overrides={"gate.min_speedup": 1.1})
 print(pipeline.gate.summary)
 ```
 
-Bad input raises the library's typed errors (:mod:`optimizer.errors`, each carrying the exit
+Bad input raises the library's typed errors (:mod:`tfopt.optimizer.errors`, each carrying the exit
 code the CLI would give: ``err.exit_code``); nothing here calls ``sys.exit``. A gate that
 promotes nothing is not an error: the outcome says so (``outcome.passed`` False,
 ``outcome.exit_code`` 3).
@@ -25,15 +25,15 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.optimize.with_targets import OptimizeOutcome
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.optimize.with_targets import OptimizeOutcome
 
 if TYPE_CHECKING:
-    from components.config import PipelineConfig
-    from components.pipeline import PipelineOutcome
-    from optimizer.optimize.recipe import Recipe
-    from optimizer.search.settings import SearchSettings
-    from optimizer.verify.tolerance import Tolerance
+    from tfopt.components.config.pipeline_config import PipelineConfig
+    from tfopt.components.pipeline.run import PipelineOutcome
+    from tfopt.optimizer.optimize.recipe import Recipe
+    from tfopt.optimizer.search.settings import SearchSettings
+    from tfopt.optimizer.verify.tolerance import Tolerance
 
 __all__ = ["OptimizeOutcome", "optimize", "run"]
 
@@ -69,7 +69,7 @@ def optimize(
 
     - ``recipe``: a named recipe (``"inference"``, the default; ``"eight_bit"`` ...), a
       transform list in Graph Transform Tool syntax, or an
-      :class:`~optimizer.optimize.recipe.Recipe`; ``search``: a substitution search instead;
+      :class:`~tfopt.optimizer.optimize.recipe.Recipe`; ``search``: a substitution search instead;
     - ``eval_data``: labelled data (an ``.npz`` of ``x`` and ``y``) for held-out accuracy
       (without it, accuracy is agreement with the source's top-1); ``calibration_data``:
       inputs that calibrate int8 candidates;
@@ -79,13 +79,13 @@ def optimize(
     - ``allow_ops``: ops a model may hold beyond the default scan policy's;
     - ``progress(message)``: each stage's start and end, and the benchmark's rounds.
 
-    Returns an :class:`~optimizer.optimize.with_targets.OptimizeOutcome`: the chosen candidate,
+    Returns an :class:`~tfopt.optimizer.optimize.with_targets.OptimizeOutcome`: the chosen candidate,
     the table (``rows``), the precision searches, where it was written, the runtime settings,
     and ``exit_code`` (0, or 3 when no candidate passed and nothing was written).
     """
-    from optimizer.candidates.build import parse_targets
-    from optimizer.model.op_scan import ScanPolicy
-    from optimizer.optimize.with_targets import optimize_with_targets
+    from tfopt.optimizer.candidates.build import parse_targets
+    from tfopt.optimizer.model.op_scan import ScanPolicy
+    from tfopt.optimizer.optimize.with_targets import optimize_with_targets
 
     if targets is not None:
         targets = parse_targets(targets if isinstance(targets, str) else ",".join(targets))
@@ -108,10 +108,10 @@ def run(
 ) -> PipelineOutcome:
     """Run the whole pipeline (pull, freeze, optimize, benchmark, evaluate, gate, publish) in
     this process, as ``tfopt run`` does, and return its
-    :class:`~components.pipeline.PipelineOutcome`.
+    :class:`~tfopt.components.pipeline.run.PipelineOutcome`.
 
     ``config``: a pipeline YAML file's path, a mapping of the same keys, or a
-    :class:`~components.config.PipelineConfig`; None: every key's default (then ``overrides``
+    :class:`~tfopt.components.config.pipeline_config.PipelineConfig`; None: every key's default (then ``overrides``
     must at least give ``source``). ``overrides``: ``{"gate.min_speedup": 1.1}`` or
     ``["gate.min_speedup=1.1"]``, applied on top, as ``--set``. ``run_id`` is recorded on the
     MLflow run and version. ``publish=False`` asks no registry: the candidates are judged
@@ -120,8 +120,12 @@ def run(
 
     The gate's decision is ``outcome.gate.promote``; a rejection is not an error.
     """
-    from components.config import PipelineConfig, config_from_mapping, load_config
-    from components.pipeline import run_pipeline
+    from tfopt.components.config.pipeline_config import (
+        PipelineConfig,
+        config_from_mapping,
+        load_config,
+    )
+    from tfopt.components.pipeline.run import run_pipeline
 
     if isinstance(overrides, Mapping):
         overrides = dict(overrides)
@@ -141,7 +145,7 @@ def run(
 
 def _recipe(recipe: str | Recipe | None) -> Recipe | None:
     """A named recipe, or transforms in GTT syntax, as a :class:`Recipe`."""
-    from optimizer.optimize.recipe import RECIPES, Recipe
+    from tfopt.optimizer.optimize.recipe import RECIPES, Recipe
 
     if recipe is None or isinstance(recipe, Recipe):
         return recipe

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from components import api
-from components.cli import main
-from components.config import PipelineConfig
+from tfopt.components.cli import main
+from tfopt.components.config.pipeline_config import PipelineConfig
 
 STEADY = ("label", "target", "variant", "format", "runtime", "calibration", "accuracy",
           "accuracy_kind", "baseline_accuracy", "accuracy_drop")

@@ -1,13 +1,13 @@
 """Freeze-and-check, the one function ``tfopt freeze`` and the pipeline's freeze step call
-(optimizer.verify.freeze_check): the frozen graph is checked against its source within the
+(tfopt.optimizer.verify.freeze_check): the frozen graph is checked against its source within the
 tolerance, and a source answering NaN is refused, by either door."""
 
 import pytest
 
-from components.cli import main
-from optimizer.errors import InvalidInputsError
-from optimizer.verify.freeze_check import freeze_and_check
-from optimizer.verify.tolerance import Tolerance
+from tfopt.components.cli import main
+from tfopt.optimizer.errors import InvalidInputsError
+from tfopt.optimizer.verify.freeze_check import freeze_and_check
+from tfopt.optimizer.verify.tolerance import Tolerance
 
 
 def test_a_frozen_model_is_checked_against_its_source_within_the_default_tolerance(model_dir):

@@ -1,4 +1,4 @@
-"""The Python door (components.api, ``tfopt.optimize`` / ``tfopt.run``): the same flow as the
+"""The Python door (tfopt.components.api, ``tfopt.optimize`` / ``tfopt.run``): the same flow as the
 CLI's, returning typed values and raising typed errors instead of printing and exiting."""
 
 import json
@@ -6,10 +6,10 @@ import json
 import pytest
 
 from components import api
-from components.cli import main
-from components.pipeline import PipelineOutcome
-from optimizer.errors import DestinationError, InvalidInputsError
-from optimizer.optimize.with_targets import OptimizeOutcome
+from tfopt.components.cli import main
+from tfopt.components.pipeline.run import PipelineOutcome
+from tfopt.optimizer.errors import DestinationError, InvalidInputsError
+from tfopt.optimizer.optimize.with_targets import OptimizeOutcome
 
 # What does not depend on timing noise: what each candidate is and what it measured on the
 # eval data (accuracy is deterministic: the same calibration, the same data).
@@ -85,7 +85,7 @@ def test_run_returns_the_pipelines_outcome_on_a_mapping_config(model_dir, tmp_pa
 
 
 def test_run_without_a_source_is_the_configs_typed_error():
-    from components.config import ConfigError
+    from tfopt.components.config.pipeline_config import ConfigError
 
     with pytest.raises(ConfigError, match="source"):
         api.run()

@@ -8,15 +8,18 @@ import json
 from pathlib import Path
 from typing import get_args
 
-from components.cli.call_deadline_flag import add_model_call_seconds_argument, apply_call_deadline
-from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
-from components.cli.optimize_targets import add_arguments as add_target_arguments
-from components.cli.output import human_bytes, op_histogram_table, table
-from components.cli.settings_flags import setting_flag
-from optimizer.benchmark.settings import BenchmarkConfig
-from optimizer.optimize.recipe import RECIPES
-from optimizer.search.settings import SearchSettings
-from optimizer.verify.tolerance import Tolerance
+from tfopt.components.cli.call_deadline_flag import (
+    add_model_call_seconds_argument,
+    apply_call_deadline,
+)
+from tfopt.components.cli.model_scan_flags import add_allow_op_argument, scan_policy
+from tfopt.components.cli.optimize_targets import add_arguments as add_target_arguments
+from tfopt.components.cli.output import human_bytes, op_histogram_table, table
+from tfopt.components.cli.settings_flags import setting_flag
+from tfopt.optimizer.benchmark.settings import BenchmarkConfig
+from tfopt.optimizer.optimize.recipe import RECIPES
+from tfopt.optimizer.search.settings import SearchSettings
+from tfopt.optimizer.verify.tolerance import Tolerance
 
 STRATEGIES = get_args(SearchSettings.model_fields["strategy"].annotation)
 COSTS = get_args(SearchSettings.model_fields["cost"].annotation)
@@ -98,7 +101,7 @@ def add_parser(sub) -> None:
 
 def _search_settings(args):
     """None for the recipe strategy; else the checked settings (a bad value is exit 2)."""
-    from optimizer.transforms.base import TransformConfigError
+    from tfopt.optimizer.transforms.base import TransformConfigError
 
     if args.strategy == "recipe":
         return None
@@ -119,9 +122,9 @@ def _search_settings(args):
 def _recipe(args):
     """The recipe the flags name; none named: the inference recipe (GTT's own with the native
     backend, whose C++ tool lacks this package's transforms)."""
-    from optimizer.optimize.recipe import Recipe, default_recipe
-    from optimizer.optimize.recipe_yaml import load_recipe_file
-    from optimizer.transforms.base import TransformConfigError
+    from tfopt.optimizer.optimize.recipe import Recipe, default_recipe
+    from tfopt.optimizer.optimize.recipe_yaml import load_recipe_file
+    from tfopt.optimizer.transforms.base import TransformConfigError
 
     if args.recipe_file is not None:
         return load_recipe_file(args.recipe_file)
@@ -199,7 +202,7 @@ def _print_result(result) -> None:
 
 
 def _write_trace(path: str, result) -> None:
-    from optimizer.errors import DestinationError
+    from tfopt.optimizer.errors import DestinationError
 
     trace = {"recipe": result.candidate.recipe, "backend": result.candidate.backend,
              "steps": [step.to_dict() for step in result.candidate.trace]}
@@ -221,7 +224,7 @@ def _print_costs(costs: dict, model_bytes: int) -> None:
 
 
 def run(args) -> int:
-    from optimizer.system.process_tree import TreeMeter
+    from tfopt.optimizer.system.process_tree import TreeMeter
 
     apply_call_deadline(args)  # before any model is called
     costs: dict = {}
@@ -236,7 +239,7 @@ def run(args) -> int:
             document["costs"] = {stage: cost.to_dict() for stage, cost in costs.items()}
             print(json.dumps(document, indent=2))
     if not args.json and costs:
-        from optimizer.model.savedmodel import directory_size
+        from tfopt.optimizer.model.savedmodel import directory_size
 
         _print_costs(costs, directory_size(args.src))
     return code
@@ -244,7 +247,7 @@ def run(args) -> int:
 
 def _stage_of(stages):
     """The library's stages as the command's stage lines name them."""
-    from optimizer.optimize.with_targets import OPTIMIZE_STAGE, TENSORFLOW_STAGE
+    from tfopt.optimizer.optimize.with_targets import OPTIMIZE_STAGE, TENSORFLOW_STAGE
 
     def around(stage: str):
         if stage == TENSORFLOW_STAGE:
@@ -256,12 +259,12 @@ def _stage_of(stages):
 
 
 def _run(args, costs: dict, document: dict) -> int:
-    from components.cli.optimize_targets import print_outcome, print_precision
-    from components.cli.stage_lines import stages_of
-    from optimizer.candidates.build import parse_targets
-    from optimizer.model.savedmodel import directory_size
-    from optimizer.optimize.recipe import Recipe
-    from optimizer.optimize.with_targets import optimize_with_targets
+    from tfopt.components.cli.optimize_targets import print_outcome, print_precision
+    from tfopt.components.cli.stage_lines import stages_of
+    from tfopt.optimizer.candidates.build import parse_targets
+    from tfopt.optimizer.model.savedmodel import directory_size
+    from tfopt.optimizer.optimize.recipe import Recipe
+    from tfopt.optimizer.optimize.with_targets import optimize_with_targets
 
     targets = parse_targets(args.targets) if args.targets is not None else None
     search = _search_settings(args)

@@ -1,16 +1,19 @@
 """``tfopt optimize SRC DST --targets savedmodel,litert,onnx,openvino``: build candidates, let the
 gate choose. Its flags, and the text it prints; what it does is
-:func:`optimizer.optimize.with_targets.optimize_with_targets` (whose docstring says what DST
-holds), which returns an :class:`~optimizer.optimize.with_targets.OptimizeOutcome` printed here.
+:func:`tfopt.optimizer.optimize.with_targets.optimize_with_targets` (whose docstring says what DST
+holds), which returns an :class:`~tfopt.optimizer.optimize.with_targets.OptimizeOutcome` printed here.
 """
 
 from __future__ import annotations
 
-from components.cli.output import human_bytes, table
-from components.cli.settings_flags import setting_flag
-from optimizer.benchmark.settings import BenchmarkConfig
-from optimizer.gate.verdict import GateConfig
-from optimizer.search.precision.settings import PRECISION_SEARCH_MODES, PrecisionSearchSettings
+from tfopt.components.cli.output import human_bytes, table
+from tfopt.components.cli.settings_flags import setting_flag
+from tfopt.optimizer.benchmark.settings import BenchmarkConfig
+from tfopt.optimizer.gate.verdict import GateConfig
+from tfopt.optimizer.search.precision.settings import (
+    PRECISION_SEARCH_MODES,
+    PrecisionSearchSettings,
+)
 
 
 def add_arguments(p) -> None:
@@ -87,7 +90,7 @@ def _print_input_and_budget(held: dict) -> None:
 
 def print_precision(label: str, outcome) -> None:
     """One line per precision search, as it ends."""
-    from optimizer.optimize.candidates_stage import describe_outcome
+    from tfopt.optimizer.optimize.candidates_stage import describe_outcome
 
     print(f"precision    {describe_outcome(label, outcome)}")
 

@@ -5,33 +5,33 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from components.artifacts import CandidateModel, PulledModel
-from components.config import PipelineConfig
-from components.workspace import Workspace
+from tfopt.components.config.pipeline_config import PipelineConfig
+from tfopt.components.pipeline.artifacts import CandidateModel, PulledModel
+from tfopt.components.pipeline.workspace import Workspace
 
 log = logging.getLogger(__name__)
 LABEL = "frozen"
 
 
 def from_inputs(call) -> CandidateModel:
-    """The table's entry (components.step_table)."""
+    """The table's entry (tfopt.components.pipeline.step_table)."""
     return freeze(call.config, call.pulled, call.workspace)
 
 
 def freeze(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> CandidateModel:
-    from components.memory_check import require_model_fits
+    from tfopt.components.pipeline.memory_check import require_model_fits
 
     require_model_fits(config, pulled, "freeze")  # exit 7 now, not an OOM kill midway
 
     def run(step_dir: Path) -> CandidateModel:
-        from components.steps.evaluate import check_evaluation_data
-        from optimizer.benchmark.environment import model_digest
-        from optimizer.candidates.build import savedmodel_load_instructions
-        from optimizer.model.export import write_saved_model
-        from optimizer.model.savedmodel import get_signature
-        from optimizer.verify.evaluation import refuse_nonfinite_input_model
-        from optimizer.verify.freeze_check import freeze_and_check
-        from optimizer.verify.tolerance import Tolerance
+        from tfopt.components.steps.evaluate import check_evaluation_data
+        from tfopt.optimizer.benchmark.environment import model_digest
+        from tfopt.optimizer.candidates.build import savedmodel_load_instructions
+        from tfopt.optimizer.model.export import write_saved_model
+        from tfopt.optimizer.model.savedmodel import get_signature
+        from tfopt.optimizer.verify.evaluation import refuse_nonfinite_input_model
+        from tfopt.optimizer.verify.freeze_check import freeze_and_check
+        from tfopt.optimizer.verify.tolerance import Tolerance
 
         log.info("freeze: %s [%s]", pulled.path, config.signature)
         policy = config.security.scan_policy()

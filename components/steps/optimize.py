@@ -6,17 +6,17 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from components.artifacts import CandidateModel, PulledModel
-from components.config import PipelineConfig
-from components.workspace import Workspace
+from tfopt.components.config.pipeline_config import PipelineConfig
+from tfopt.components.pipeline.artifacts import CandidateModel, PulledModel
+from tfopt.components.pipeline.workspace import Workspace
 
 log = logging.getLogger(__name__)
 LABEL = "optimized"
 
 
 def recipe_of(config: PipelineConfig):
-    from optimizer.optimize.recipe import Recipe
-    from optimizer.optimize.recipe_yaml import specs_from_yaml
+    from tfopt.optimizer.optimize.recipe import Recipe
+    from tfopt.optimizer.optimize.recipe_yaml import specs_from_yaml
 
     recipe = config.optimize.recipe
     if isinstance(recipe, str):
@@ -26,7 +26,7 @@ def recipe_of(config: PipelineConfig):
 
 def search_settings_of(config: PipelineConfig):
     """None for the recipe strategy; else how to search (the config's optimize.* keys)."""
-    from optimizer.search.settings import SearchSettings
+    from tfopt.optimizer.search.settings import SearchSettings
 
     section = config.optimize
     if section.strategy == "recipe":
@@ -36,22 +36,22 @@ def search_settings_of(config: PipelineConfig):
 
 
 def from_inputs(call) -> CandidateModel:
-    """The table's entry (components.step_table). Its named part ``candidates`` is
+    """The table's entry (tfopt.components.pipeline.step_table). Its named part ``candidates`` is
     :func:`derive`."""
     return optimize(call.config, call.pulled, call.workspace)
 
 
 def optimize(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> CandidateModel:
-    from components.memory_check import require_model_fits
+    from tfopt.components.pipeline.memory_check import require_model_fits
 
     require_model_fits(config, pulled, "optimize")  # exit 7 now, not an OOM kill midway
 
     def run(step_dir: Path) -> CandidateModel:
-        from optimizer.benchmark.environment import model_digest
-        from optimizer.candidates.build import savedmodel_load_instructions
-        from optimizer.optimize.flow import optimize as optimize_model
-        from optimizer.optimize.flow import write_optimized
-        from optimizer.verify.tolerance import Tolerance
+        from tfopt.optimizer.benchmark.environment import model_digest
+        from tfopt.optimizer.candidates.build import savedmodel_load_instructions
+        from tfopt.optimizer.optimize.flow import optimize as optimize_model
+        from tfopt.optimizer.optimize.flow import write_optimized
+        from tfopt.optimizer.verify.tolerance import Tolerance
 
         tolerance = Tolerance(atol=config.optimize.atol, rtol=config.optimize.rtol,
                               min_top1=config.optimize.min_top1)
@@ -84,15 +84,15 @@ def derive(config: PipelineConfig, pulled: PulledModel, optimized, step_dir: Pat
     """The candidates ``candidates.targets`` allows besides the optimized graph (bf16, XLA,
     LiteRT, ONNX, OpenVINO, and the mixed int8 ones ``candidates.precision_search`` finds
     inside the gate's accuracy budget), built under ``step_dir/candidates`` by the candidates
-    stage (:func:`optimizer.optimize.candidates_stage.build_candidates`); the int8 flavours that
+    stage (:func:`tfopt.optimizer.optimize.candidates_stage.build_candidates`); the int8 flavours that
     calibrate do it on calibration.data, else evaluation.data, else inputs generated from the
     signature (tagged synthetic). A mixed int8 candidate's record carries its search's table
     and trace in ``trace``."""
-    from components.steps.evaluate import local_data_file
-    from optimizer.benchmark.environment import model_digest
-    from optimizer.optimize.candidates_stage import build_candidates, searched_targets
-    from optimizer.search.precision.settings import PrecisionSearchSettings
-    from optimizer.system.memory_budget import memory_budget
+    from tfopt.components.steps.evaluate import local_data_file
+    from tfopt.optimizer.benchmark.environment import model_digest
+    from tfopt.optimizer.optimize.candidates_stage import build_candidates, searched_targets
+    from tfopt.optimizer.search.precision.settings import PrecisionSearchSettings
+    from tfopt.optimizer.system.memory_budget import memory_budget
 
     settings = config.candidates.settings()
     precision = PrecisionSearchSettings(mode=config.candidates.precision_search)
@@ -117,9 +117,9 @@ def _eval_data(config: PipelineConfig, pulled: PulledModel, step_dir: Path):
     """evaluation.data as the precision search measures its error on, None without any."""
     if config.evaluation.data is None:
         return None
-    from components.steps.evaluate import local_data_file
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.verify.evaluation import load_labelled_data
+    from tfopt.components.steps.evaluate import local_data_file
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.verify.evaluation import load_labelled_data
 
     return load_labelled_data(
         local_data_file(config.evaluation.data, config, step_dir),

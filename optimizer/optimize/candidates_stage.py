@@ -6,11 +6,11 @@ Three things, in this order:
 
 1. the calibration set, when a candidate calibrates (a uniform int8 flavour, or a precision
    search): the calibration data's inputs, else the eval data's, else inputs generated from
-   the signature (:func:`optimizer.inputs.calibration.choose_calibration`);
-2. the candidates :class:`~optimizer.candidates.build.CandidateSettings` allows
-   (:func:`optimizer.candidates.build.derive_candidates`);
+   the signature (:func:`tfopt.optimizer.inputs.calibration.choose_calibration`);
+2. the candidates :class:`~tfopt.optimizer.candidates.build.CandidateSettings` allows
+   (:func:`tfopt.optimizer.candidates.build.derive_candidates`);
 3. the precision search for each target that has a mixed int8 candidate
-   (:func:`optimizer.search.precision.candidates.mixed_candidate`), held to the gate's
+   (:func:`tfopt.optimizer.search.precision.candidates.mixed_candidate`), held to the gate's
    accuracy budget. A search that fails leaves the other candidates to the gate.
 """
 
@@ -25,18 +25,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.search.precision.settings import PrecisionSearchSettings
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.search.precision.settings import PrecisionSearchSettings
 
 if TYPE_CHECKING:
-    from optimizer.candidates.build import CandidateSettings
-    from optimizer.candidates.candidate import Candidate, Skipped
-    from optimizer.inputs.calibration import Calibration
-    from optimizer.model.frozen import FrozenModel
-    from optimizer.search.precision.candidates import PrecisionOutcome
-    from optimizer.system.memory_budget import MemoryBudget
-    from optimizer.verify.evaluation import LabelledData
+    from tfopt.optimizer.candidates.build import CandidateSettings
+    from tfopt.optimizer.candidates.candidate import Candidate, Skipped
+    from tfopt.optimizer.inputs.calibration import Calibration
+    from tfopt.optimizer.model.frozen import FrozenModel
+    from tfopt.optimizer.search.precision.candidates import PrecisionOutcome
+    from tfopt.optimizer.system.memory_budget import MemoryBudget
+    from tfopt.optimizer.verify.evaluation import LabelledData
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ STAGES = ("candidates", "precision search")  # what ``around`` is entered with, 
 def searched_targets(targets, mode: str) -> list[str]:
     """The targets whose mixed int8 candidate is searched: those that have one, when the
     search is not off."""
-    # One line at the merge: optimizer.search.precision.candidates.searched_targets (which
+    # One line at the merge: tfopt.optimizer.search.precision.candidates.searched_targets (which
     # adds openvino) replaces this definition.
     if mode == "off":
         return []
@@ -110,11 +110,11 @@ def build_candidates(
     ``around(stage)`` is entered around each of :data:`STAGES`; ``on_precision(label,
     outcome)`` sees every search's outcome, an ``off`` one included.
     """
-    from optimizer.candidates.build import derive_candidates
-    from optimizer.errors import first_line
-    from optimizer.inputs.calibration import choose_calibration
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.search.precision.candidates import TARGETS, mixed_candidate
+    from tfopt.optimizer.candidates.build import derive_candidates
+    from tfopt.optimizer.errors import first_line
+    from tfopt.optimizer.inputs.calibration import choose_calibration
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.search.precision.candidates import TARGETS, mixed_candidate
 
     precision = precision or PrecisionSearchSettings()
     around = around or (lambda stage: nullcontext())

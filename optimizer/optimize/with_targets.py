@@ -1,13 +1,13 @@
 """``tfopt optimize SRC DST``, with or without ``--targets``, as one function that returns what
 it did: :func:`optimize_with_targets`. The CLI parses its flags, calls it and prints the
-:class:`OptimizeOutcome`; the Python API (``components.api.optimize``) calls it too.
+:class:`OptimizeOutcome`; the Python API (``tfopt.components.api.optimize``) calls it too.
 
 Without targets, the recipe's (or search's) optimized SavedModel is written at DST once its
 outputs agree with SRC's. With targets, the optimized float32 SavedModel and the candidates the
-targets allow (:mod:`optimizer.optimize.candidates_stage`) are benchmarked against SRC in one
+targets allow (:mod:`tfopt.optimizer.optimize.candidates_stage`) are benchmarked against SRC in one
 process and evaluated (held-out accuracy with eval data, agreement with SRC's top-1 without);
 the gate chooses the fastest that is faster with confidence and inside the accuracy budget
-(:func:`optimizer.gate.selection.select_candidate`). DST is a directory, written atomically:
+(:func:`tfopt.optimizer.gate.selection.select_candidate`). DST is a directory, written atomically:
 
 - the chosen SavedModel itself, or the chosen model's file(s) with its JSON sidecar
   (``model.tflite``, ``model.onnx``, or ``model.xml`` and ``model.bin``; plus ``<file>.json``);
@@ -33,17 +33,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
 
 if TYPE_CHECKING:
-    from optimizer.candidates.candidate import Candidate
-    from optimizer.gate.selection import Selection
-    from optimizer.optimize.flow import OptimizeResult
-    from optimizer.optimize.recipe import Recipe
-    from optimizer.search.precision.candidates import PrecisionOutcome
-    from optimizer.search.settings import SearchSettings
-    from optimizer.verify.tolerance import Tolerance
+    from tfopt.optimizer.candidates.candidate import Candidate
+    from tfopt.optimizer.gate.selection import Selection
+    from tfopt.optimizer.optimize.flow import OptimizeResult
+    from tfopt.optimizer.optimize.recipe import Recipe
+    from tfopt.optimizer.search.precision.candidates import PrecisionOutcome
+    from tfopt.optimizer.search.settings import SearchSettings
+    from tfopt.optimizer.verify.tolerance import Tolerance
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class OptimizeOutcome:
       precision search's outcome by label), ``runtime_settings`` (with ``tune``),
       ``accuracy_kind``, ``input_accuracy`` and ``accuracy_budget`` (what the candidates were
       held to);
-    - ``costs``: each stage's :class:`~optimizer.system.process_tree.Cost`.
+    - ``costs``: each stage's :class:`~tfopt.optimizer.system.process_tree.Cost`.
     """
 
     result: OptimizeResult
@@ -78,7 +78,7 @@ class OptimizeOutcome:
     exit_code: int = 0
     selection: Selection | None = None
     precision: dict[str, PrecisionOutcome] = field(default_factory=dict)
-    runtime_settings: Any = None  # optimizer.runtime_tuning.record.RuntimeSettings
+    runtime_settings: Any = None  # tfopt.optimizer.runtime_tuning.record.RuntimeSettings
     candidates_file: Path | None = None
     accuracy_kind: str | None = None
     input_accuracy: float | None = None
@@ -174,13 +174,13 @@ def optimize_with_targets(
     """Optimize the SavedModel at ``source`` and write the result at ``dst``.
 
     ``recipe`` (default: the inference recipe) or ``search`` makes the optimized graph, held to
-    ``tolerance`` (default: the recipe's, else :class:`~optimizer.verify.tolerance.Tolerance`'s).
+    ``tolerance`` (default: the recipe's, else :class:`~tfopt.optimizer.verify.tolerance.Tolerance`'s).
     ``targets`` (``savedmodel``, ``litert``, ``onnx``, ``openvino``): build those candidates and
     write the one the gate chooses (see the module's docstring); ``eval_data`` (an ``.npz`` of
     ``x`` and ``y``), ``calibration_data``, ``accuracy_budget`` and ``min_speedup`` (default:
-    :class:`~optimizer.gate.verdict.GateConfig`'s), ``seconds`` (benchmark, default
-    :class:`~optimizer.benchmark.settings.BenchmarkConfig`'s), ``precision_search`` (default
-    :class:`~optimizer.search.precision.settings.PrecisionSearchSettings`'s) and ``tune``
+    :class:`~tfopt.optimizer.gate.verdict.GateConfig`'s), ``seconds`` (benchmark, default
+    :class:`~tfopt.optimizer.benchmark.settings.BenchmarkConfig`'s), ``precision_search`` (default
+    :class:`~tfopt.optimizer.search.precision.settings.PrecisionSearchSettings`'s) and ``tune``
     apply to them. ``memory_gb``: the budget where no cgroup limit applies.
 
     Hooks for a caller that shows progress: ``around(stage)`` is entered around each stage
@@ -190,18 +190,18 @@ def optimize_with_targets(
     ``progress(message)`` the benchmark's rounds; ``costs`` (a dict) gets each stage's cost as
     it ends, so a caller has them even when a later stage raises.
 
-    Raises the library's typed errors (:mod:`optimizer.errors`): bad targets, data or
-    settings before any work; :class:`~optimizer.errors.EquivalenceError` when the optimized
-    outputs differ from the source's; :class:`~optimizer.errors.DestinationError` when ``dst``
+    Raises the library's typed errors (:mod:`tfopt.optimizer.errors`): bad targets, data or
+    settings before any work; :class:`~tfopt.optimizer.errors.EquivalenceError` when the optimized
+    outputs differ from the source's; :class:`~tfopt.optimizer.errors.DestinationError` when ``dst``
     exists without ``overwrite``.
     """
-    from optimizer.files.atomic import check_writable
-    from optimizer.model.footprint import builds_in_workers
-    from optimizer.model.savedmodel import directory_size
-    from optimizer.optimize.flow import optimize, write_optimized
-    from optimizer.optimize.recipe import Recipe, default_recipe
-    from optimizer.system.free_memory import return_freed_memory
-    from optimizer.verify.tolerance import Tolerance
+    from tfopt.optimizer.files.atomic import check_writable
+    from tfopt.optimizer.model.footprint import builds_in_workers
+    from tfopt.optimizer.model.savedmodel import directory_size
+    from tfopt.optimizer.optimize.flow import optimize, write_optimized
+    from tfopt.optimizer.optimize.recipe import Recipe, default_recipe
+    from tfopt.optimizer.system.free_memory import return_freed_memory
+    from tfopt.optimizer.verify.tolerance import Tolerance
 
     costs = {} if costs is None else costs
     metered = _metering(around or (lambda stage: nullcontext()), costs)
@@ -216,19 +216,22 @@ def optimize_with_targets(
     budget = _check_memory(source, memory_gb, with_candidates=targets is not None)
     in_worker = builds_in_workers(source)
     if not in_worker and "tensorflow" not in sys.modules:
-        from optimizer.tf_runtime import import_tensorflow
+        from tfopt.optimizer.tf_runtime import import_tensorflow
 
         with (around or (lambda stage: nullcontext()))(TENSORFLOW_STAGE):
             import_tensorflow()
     runtime = None
     if targets is not None and not in_worker:
-        from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+        from tfopt.optimizer.system.cpu_threads import (
+            apply_runtime_settings,
+            default_runtime_settings,
+        )
 
         runtime = apply_runtime_settings(default_runtime_settings())  # before TF sizes pools
         # a model optimized in workers is not loaded here (its outputs on generated inputs
         # are checked in the optimize flow, as every model's are)
         if checked.eval_data is not None:
-            from optimizer.verify.evaluation import refuse_nonfinite_input_model
+            from tfopt.optimizer.verify.evaluation import refuse_nonfinite_input_model
 
             refuse_nonfinite_input_model(source, checked.eval_data, signature, policy)
     with metered(OPTIMIZE_STAGE):
@@ -238,7 +241,7 @@ def optimize_with_targets(
     if on_optimized is not None:
         on_optimized(result)
     if not result.accepted:
-        from optimizer.errors import EquivalenceError
+        from tfopt.optimizer.errors import EquivalenceError
 
         raise EquivalenceError(result.divergence())
     outcome = OptimizeOutcome(result=result, costs=costs,
@@ -272,13 +275,13 @@ def _check_targets(source, signature, targets, eval_data, calibration_data, poli
     against the model's output, is an error before any work; the eval data is read once."""
     if targets is None:
         return None
-    from optimizer.benchmark.settings import BenchmarkConfig
-    from optimizer.candidates.build import CandidateSettings
-    from optimizer.gate.verdict import GateConfig
-    from optimizer.inputs.calibration import read_inputs
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.search.precision.settings import PrecisionSearchSettings
-    from optimizer.verify.evaluation import load_labelled_data
+    from tfopt.optimizer.benchmark.settings import BenchmarkConfig
+    from tfopt.optimizer.candidates.build import CandidateSettings
+    from tfopt.optimizer.gate.verdict import GateConfig
+    from tfopt.optimizer.inputs.calibration import read_inputs
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.search.precision.settings import PrecisionSearchSettings
+    from tfopt.optimizer.verify.evaluation import load_labelled_data
 
     settings = CandidateSettings(targets=tuple(targets))
     given = {k: v for k, v in (("max_accuracy_drop_abs", accuracy_budget),
@@ -302,11 +305,11 @@ def _check_targets(source, signature, targets, eval_data, calibration_data, poli
 
 def _check_memory(source, memory_gb: float | None, with_candidates: bool):
     """The budget; a model that could not even be optimized within it is refused now."""
-    from optimizer.model.footprint import disk_bytes, job_minimum_bytes, optimizing_bytes
-    from optimizer.system.memory_budget import GIB, memory_budget
+    from tfopt.optimizer.model.footprint import disk_bytes, job_minimum_bytes, optimizing_bytes
+    from tfopt.optimizer.system.memory_budget import GIB, memory_budget
 
     if memory_gb is not None and memory_gb <= 0:
-        from optimizer.errors import InvalidInputsError
+        from tfopt.optimizer.errors import InvalidInputsError
 
         raise InvalidInputsError(f"--memory-gb must be positive, got {memory_gb:g}")
     budget = memory_budget(memory_gb)
@@ -320,7 +323,7 @@ def _check_memory(source, memory_gb: float | None, with_candidates: bool):
 def _metering(around: Callable[[str], AbstractContextManager], costs: dict):
     """``metered(stage)``: ``around(stage)`` with the process tree's cost recorded in
     ``costs[stage]``."""
-    from optimizer.system.process_tree import TreeMeter
+    from tfopt.optimizer.system.process_tree import TreeMeter
 
     @contextmanager
     def metered(stage: str) -> Iterator[None]:
@@ -334,13 +337,13 @@ def _metering(around: Callable[[str], AbstractContextManager], costs: dict):
 def _with_candidates(outcome: OptimizeOutcome, source, dst: Path, checked: _Checked, *,
                      signature: str, overwrite: bool, tune: bool, budget, runtime, policy,
                      metered, on_precision, progress) -> OptimizeOutcome:
-    from optimizer.candidates.build import savedmodel_load_instructions
-    from optimizer.candidates.candidate import Candidate
-    from optimizer.files.atomic import atomic_directory
-    from optimizer.gate.selection import select_candidate
-    from optimizer.gate.verdict import EXIT_REJECT
-    from optimizer.optimize.candidates_stage import build_candidates
-    from optimizer.optimize.flow import write_optimized
+    from tfopt.optimizer.candidates.build import savedmodel_load_instructions
+    from tfopt.optimizer.candidates.candidate import Candidate
+    from tfopt.optimizer.files.atomic import atomic_directory
+    from tfopt.optimizer.gate.selection import select_candidate
+    from tfopt.optimizer.gate.verdict import EXIT_REJECT
+    from tfopt.optimizer.optimize.candidates_stage import build_candidates
+    from tfopt.optimizer.optimize.flow import write_optimized
 
     result = outcome.result
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -402,7 +405,7 @@ def _with_candidates(outcome: OptimizeOutcome, source, dst: Path, checked: _Chec
 def _write_precision_search(outcomes: dict, path: Path) -> None:
     import json
 
-    from optimizer.files.atomic import atomic_file
+    from tfopt.optimizer.files.atomic import atomic_file
 
     with atomic_file(path, overwrite=True) as staging:
         staging.write_text(json.dumps({label: outcome.to_dict()
@@ -410,7 +413,7 @@ def _write_precision_search(outcomes: dict, path: Path) -> None:
 
 
 def _tune(directory: Path, model_path: Path, signature: str, policy, budget):
-    from optimizer.runtime_tuning import RUNTIME_SETTINGS_FILE, tune_runtime
+    from tfopt.optimizer.runtime_tuning import RUNTIME_SETTINGS_FILE, tune_runtime
 
     settings = tune_runtime(model_path, signature=signature,
                             progress=lambda message: log.info("tuning: %s", message),

@@ -2,8 +2,8 @@
 and the pipeline's ``freeze`` step both do before writing anything.
 
 Freezing is not supposed to change a single output, so the frozen graph is run beside the
-SavedModel on inputs generated from the signature (:func:`~optimizer.verify.equivalence.compare`)
-and held to the :class:`~optimizer.verify.tolerance.Tolerance` (its ``atol`` by default, the
+SavedModel on inputs generated from the signature (:func:`~tfopt.optimizer.verify.equivalence.compare`)
+and held to the :class:`~tfopt.optimizer.verify.tolerance.Tolerance` (its ``atol`` by default, the
 same bound every rewrite is held to). A source whose own outputs are NaN or Inf on those inputs
 is refused first: agreement with it would mean nothing.
 """
@@ -15,12 +15,12 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
-from optimizer.errors import EquivalenceError
-from optimizer.model.frozen import FrozenModel
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.verify.equivalence import EquivalenceReport
-from optimizer.verify.tolerance import Tolerance
+from tfopt.optimizer.errors import EquivalenceError
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.verify.equivalence import EquivalenceReport
+from tfopt.optimizer.verify.tolerance import Tolerance
 
 
 @dataclass(frozen=True)
@@ -47,13 +47,13 @@ def freeze_and_check(
     ``name`` is how errors call the source (a URI, default ``path``); ``around(stage)`` is
     entered around each of the two stages, ``"freeze"`` and ``"check"`` (a CLI's stage lines);
     ``on_report`` sees the equivalence report before it is judged (a CLI prints it).
-    Raises :class:`~optimizer.errors.InvalidInputsError` when the source's own outputs are
-    not finite, :class:`~optimizer.errors.EquivalenceError` when the frozen graph's outputs
+    Raises :class:`~tfopt.optimizer.errors.InvalidInputsError` when the source's own outputs are
+    not finite, :class:`~tfopt.optimizer.errors.EquivalenceError` when the frozen graph's outputs
     break the tolerance.
     """
-    from optimizer.model.freeze import freeze
-    from optimizer.verify.equivalence import compare
-    from optimizer.verify.finite import refuse_nonfinite_source
+    from tfopt.optimizer.model.freeze import freeze
+    from tfopt.optimizer.verify.equivalence import compare
+    from tfopt.optimizer.verify.finite import refuse_nonfinite_source
 
     tolerance = tolerance or Tolerance()
     around = around or (lambda stage: nullcontext())
