@@ -36,12 +36,10 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from tfopt.components.cli.stage_lines import load_tensorflow, stages_of
-    from tfopt.optimizer.errors import EquivalenceError
     from tfopt.optimizer.files.atomic import check_writable
     from tfopt.optimizer.model.export import write_saved_model
-    from tfopt.optimizer.model.freeze import freeze
     from tfopt.optimizer.model.savedmodel import directory_size
-    from tfopt.optimizer.verify.equivalence import compare
+    from tfopt.optimizer.verify.freeze_check import freeze_and_check
 
     apply_call_deadline(args)  # before any model is called
     stages = stages_of(args)
@@ -49,16 +47,11 @@ def run(args) -> int:
     check_writable(args.dst, args.overwrite)
     policy = scan_policy(args)
     load_tensorflow(stages)
-    with stages.stage("freeze"):
-        frozen = freeze(args.src, args.signature, policy=policy)
-    with stages.stage("check"):
-        report = compare(args.src, frozen, signature_name=args.signature, policy=policy)
-    if not args.json:
-        print(f"equivalence  {report.summary()}")
-    if not report.accepted_by(tolerance):
-        raise EquivalenceError(
-            f"frozen outputs differ from {args.src} by {report.max_abs_diff:.3g} "
-            f"(> --atol {args.atol:g}); nothing written")
+    checked = freeze_and_check(
+        args.src, args.signature, tolerance, policy=policy, around=stages.stage,
+        on_report=None if args.json else
+        lambda report: print(f"equivalence  {report.summary()}"))
+    frozen, report = checked.frozen, checked.report
     with stages.stage("write"):
         write_saved_model(frozen, args.dst, overwrite=args.overwrite)
     before, after = directory_size(args.src), directory_size(args.dst)

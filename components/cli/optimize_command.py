@@ -223,30 +223,6 @@ def _print_costs(costs: dict, model_bytes: int) -> None:
     print(table(["stage", "wall", "peak memory (process tree)"], rows))
 
 
-def _check_memory(args):
-    """The budget; a model that could not even be optimized within it is refused now."""
-    from tfopt.optimizer.model.footprint import disk_bytes, job_minimum_bytes, optimizing_bytes
-    from tfopt.optimizer.system.memory_budget import GIB, memory_budget
-
-    if args.memory_gb is not None and args.memory_gb <= 0:
-        from tfopt.optimizer.errors import InvalidInputsError
-
-        raise InvalidInputsError(f"--memory-gb must be positive, got {args.memory_gb:g}")
-    budget = memory_budget(args.memory_gb)
-    estimate = (job_minimum_bytes(args.src) if args.targets is not None
-                else optimizing_bytes(args.src))
-    budget.require(estimate, f"optimizing {args.src} ({disk_bytes(args.src) / GIB:.2f} GiB "
-                             f"on disk)" + (" and benchmarking its candidates"
-                                            if args.targets is not None else ""))
-    return budget
-
-
-def _apply_runtime():
-    from tfopt.optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
-
-    return apply_runtime_settings(default_runtime_settings())
-
-
 def run(args) -> int:
     from tfopt.optimizer.system.process_tree import TreeMeter
 
@@ -269,74 +245,60 @@ def run(args) -> int:
     return code
 
 
+def _stage_of(stages):
+    """The library's stages as the command's stage lines name them."""
+    from tfopt.optimizer.optimize.with_targets import OPTIMIZE_STAGE, TENSORFLOW_STAGE
+
+    def around(stage: str):
+        if stage == TENSORFLOW_STAGE:
+            return stages.stage(stage, announce=True)
+        return stages.stage("optimize (freeze, transform, check)" if stage == OPTIMIZE_STAGE
+                            else stage)
+
+    return around
+
+
 def _run(args, costs: dict, document: dict) -> int:
-    from tfopt.components.cli.stage_lines import load_tensorflow, stages_of
-    from tfopt.optimizer.errors import EquivalenceError
-    from tfopt.optimizer.files.atomic import check_writable
+    from tfopt.components.cli.optimize_targets import print_outcome, print_precision
+    from tfopt.components.cli.stage_lines import stages_of
+    from tfopt.optimizer.candidates.build import parse_targets
     from tfopt.optimizer.model.savedmodel import directory_size
-    from tfopt.optimizer.optimize.flow import optimize, write_optimized
     from tfopt.optimizer.optimize.recipe import Recipe
+    from tfopt.optimizer.optimize.with_targets import optimize_with_targets
 
-    stages = stages_of(args)
-    eval_data = None
-    if args.targets is not None:
-        from tfopt.components.cli.optimize_targets import check_arguments
-
-        # bad targets, calibration or eval data: errors before any work
-        eval_data = check_arguments(args)
+    targets = parse_targets(args.targets) if args.targets is not None else None
     search = _search_settings(args)
     recipe = _recipe(args) if search is None else None
     tolerance = _tolerance(args, recipe or Recipe(()))
-    check_writable(args.dst, args.overwrite)
-    args.budget = _check_memory(args)
-    from tfopt.optimizer.model.footprint import builds_in_workers
 
-    in_worker = builds_in_workers(args.src)
-    if not in_worker:
-        load_tensorflow(stages)
-    runtime = None
-    if args.targets is not None and not in_worker:
-        runtime = _apply_runtime()  # thread pools are sized when TensorFlow starts
-        # before any work; a model optimized in workers is not loaded here (its outputs on
-        # generated inputs are checked in the optimize flow, as every model's are)
-        if eval_data is not None:
-            from tfopt.optimizer.verify.evaluation import refuse_nonfinite_input_model
-
-            refuse_nonfinite_input_model(args.src, eval_data, args.signature, scan_policy(args))
-    from tfopt.optimizer.system.process_tree import TreeMeter
-
-    with stages.stage("optimize (freeze, transform, check)"), TreeMeter() as meter:
-        result = optimize(args.src, recipe, signature_name=args.signature, tolerance=tolerance,
-                          backend=args.backend, search=search, in_worker=in_worker,
-                          policy=scan_policy(args))
-    costs["optimize"] = meter.cost
-    # A big model's candidates are built and timed in workers, each applying the default
-    # thread settings itself: this process starts no TensorFlow (0.65 GiB) beside them.
-    from tfopt.optimizer.system.free_memory import return_freed_memory
-
-    return_freed_memory()  # the copies freezing and transforming held: the next stages need it
-    if args.trace:
-        _write_trace(args.trace, result)
-
-    src_bytes = directory_size(args.src)
-    document.update(result.to_dict())
-    document.update(saved_model_bytes_before=src_bytes, saved_model_bytes_after=None,
-                    written=None)
-    if not args.json:
-        _print_result(result)
-    if not result.accepted:
+    def optimized(result) -> None:
+        if args.trace:
+            _write_trace(args.trace, result)
+        document.update(result.to_dict())
+        document.update(saved_model_bytes_before=directory_size(args.src),
+                        saved_model_bytes_after=None, written=None)
         if not args.json:
-            print(f"SavedModel   {human_bytes(src_bytes)} (source); nothing written")
-        raise EquivalenceError(result.divergence())
+            _print_result(result)
+            if not result.accepted:
+                print(f"SavedModel   {human_bytes(directory_size(args.src))} (source); "
+                      f"nothing written")
 
-    if args.targets is not None:
-        from tfopt.components.cli.optimize_targets import run_with_targets
-
-        return run_with_targets(args, result, runtime, costs, eval_data, document)
-    written = write_optimized(result, args.dst, overwrite=args.overwrite)
-    dst_bytes = directory_size(written)
-    document.update(saved_model_bytes_after=dst_bytes, written=str(written))
-    if not args.json:
-        print(f"SavedModel   {human_bytes(src_bytes)} -> {human_bytes(dst_bytes)}")
-        print(f"wrote        {written}")
-    return 0
+    outcome = optimize_with_targets(
+        args.src, args.dst, recipe=recipe, search=search, tolerance=tolerance,
+        backend=args.backend, signature=args.signature, overwrite=args.overwrite,
+        targets=targets, eval_data=args.eval_data, calibration_data=args.calibration_data,
+        accuracy_budget=args.accuracy_budget, min_speedup=args.min_speedup,
+        seconds=args.seconds, precision_search=args.precision_search, tune=args.tune,
+        memory_gb=args.memory_gb, policy=scan_policy(args), around=_stage_of(stages_of(args)),
+        on_optimized=optimized, on_precision=None if args.json else print_precision,
+        costs=costs)
+    document.update(outcome.to_dict())
+    if args.json:
+        return outcome.exit_code
+    if targets is not None:
+        print_outcome(outcome, args.src, args.dst)
+    else:
+        print(f"SavedModel   {human_bytes(outcome.saved_model_bytes_before)} -> "
+              f"{human_bytes(outcome.saved_model_bytes_after)}")
+        print(f"wrote        {outcome.written}")
+    return outcome.exit_code

@@ -27,25 +27,24 @@ def freeze(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> Candid
         from tfopt.components.steps.evaluate import check_evaluation_data
         from tfopt.optimizer.benchmark.environment import model_digest
         from tfopt.optimizer.candidates.build import savedmodel_load_instructions
-        from tfopt.optimizer.errors import EquivalenceError
         from tfopt.optimizer.model.export import write_saved_model
-        from tfopt.optimizer.model.freeze import freeze as freeze_model
-        from tfopt.optimizer.verify.equivalence import compare
+        from tfopt.optimizer.model.savedmodel import get_signature
         from tfopt.optimizer.verify.evaluation import refuse_nonfinite_input_model
-        from tfopt.optimizer.verify.finite import refuse_nonfinite_source
+        from tfopt.optimizer.verify.freeze_check import freeze_and_check
+        from tfopt.optimizer.verify.tolerance import Tolerance
 
         log.info("freeze: %s [%s]", pulled.path, config.signature)
         policy = config.security.scan_policy()
-        frozen = freeze_model(pulled.path, config.signature, policy=policy)
-        data = check_evaluation_data(config, frozen.signature)
+        # bad evaluation data is refused before freezing, as it was
+        data = check_evaluation_data(
+            config, get_signature(pulled.path, config.signature, policy=policy))
         if data is not None:
             refuse_nonfinite_input_model(pulled.path, data, config.signature, policy,
                                          name=pulled.uri)
-        report = compare(pulled.path, frozen, signature_name=config.signature, policy=policy)
-        refuse_nonfinite_source(report.original_nan_values, report.original_inf_values,
-                                pulled.uri, "inputs generated from its signature")
-        if not report.within(atol=config.optimize.atol):
-            raise EquivalenceError(f"frozen outputs differ from the source: {report.summary()}")
+        checked = freeze_and_check(pulled.path, config.signature,
+                                   Tolerance(atol=config.optimize.atol), policy=policy,
+                                   name=pulled.uri)
+        frozen, report = checked.frozen, checked.report
         target = step_dir / "savedmodel"
         write_saved_model(frozen, target, overwrite=True,
                           metadata={"source_uri": pulled.uri, "source_digest": pulled.digest})

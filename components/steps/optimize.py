@@ -4,7 +4,6 @@ written back."""
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 
 from tfopt.components.config.pipeline_config import PipelineConfig
@@ -83,93 +82,46 @@ def optimize(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> Cand
 def derive(config: PipelineConfig, pulled: PulledModel, optimized, step_dir: Path
            ) -> tuple[list[CandidateModel], list]:
     """The candidates ``candidates.targets`` allows besides the optimized graph (bf16, XLA,
-    LiteRT, ONNX, OpenVINO), built under ``step_dir/candidates``; the int8 flavours that
+    LiteRT, ONNX, OpenVINO, and the mixed int8 ones ``candidates.precision_search`` finds
+    inside the gate's accuracy budget), built under ``step_dir/candidates`` by the candidates
+    stage (:func:`tfopt.optimizer.optimize.candidates_stage.build_candidates`); the int8 flavours that
     calibrate do it on calibration.data, else evaluation.data, else inputs generated from the
-    signature (tagged synthetic)."""
+    signature (tagged synthetic). A mixed int8 candidate's record carries its search's table
+    and trace in ``trace``."""
+    from tfopt.components.steps.evaluate import local_data_file
     from tfopt.optimizer.benchmark.environment import model_digest
-    from tfopt.optimizer.candidates.build import derive_candidates
+    from tfopt.optimizer.optimize.candidates_stage import build_candidates, searched_targets
+    from tfopt.optimizer.search.precision.settings import PrecisionSearchSettings
     from tfopt.optimizer.system.memory_budget import memory_budget
 
     settings = config.candidates.settings()
-    searched = ([t for t in ("onnx", "litert") if t in settings.targets]
-                if config.candidates.precision_search != "off" else [])
-    searches = bool(searched)
-    calibration = _calibration(config, pulled, step_dir, settings, force=searches)
-    made, skipped = derive_candidates(
+    precision = PrecisionSearchSettings(mode=config.candidates.precision_search)
+    policy = config.security.scan_policy()
+    built = build_candidates(
         pulled.path, optimized, step_dir / "candidates", settings, signature=config.signature,
-        calibration=calibration, source_digest=pulled.digest,
-        budget=memory_budget(config.resources.memory_gb), policy=config.security.scan_policy())
-    models = [CandidateModel.made(c, kind="derived", digest=model_digest(c.artifact_dir))
-              for c in made]
-    for target in searched:
-        mixed = _mixed_precision(config, pulled, step_dir, calibration,
-                                 {c.label: c.path for c in made}, target)
-        if mixed is not None:
-            models.append(mixed)
-    return models, skipped
+        precision=precision, accuracy_budget=config.gate.max_accuracy_drop_abs,
+        calibration_data=config.calibration.data, eval_data_file=config.evaluation.data,
+        fetch=lambda location: local_data_file(location, config, step_dir),
+        eval_data=(_eval_data(config, pulled, step_dir)
+                   if searched_targets(settings.targets, precision.mode) else None),
+        metric=config.evaluation.metric, source_digest=pulled.digest,
+        budget=memory_budget(config.resources.memory_gb), policy=policy)
+    models = [CandidateModel.made(
+        c, kind="derived", digest=model_digest(c.artifact_dir),
+        **({"trace": [built.precision[c.label].to_dict()]} if c.label in built.precision
+           else {})) for c in built.candidates]
+    return models, built.skipped
 
 
-def _mixed_precision(config: PipelineConfig, pulled: PulledModel, step_dir: Path, calibration,
-                     built: dict[str, str], target: str) -> CandidateModel | None:
-    """``onnx_mixed_int8`` or ``litert_mixed_int8``, by ``target``
-    (:mod:`tfopt.optimizer.search.precision.candidates`) under the gate's
-    accuracy budget, its search's table and trace in the record's ``trace``; None when the
-    search is off for this model or found nothing inside the budget. A search that fails is
-    logged and leaves the other candidates to the gate."""
+def _eval_data(config: PipelineConfig, pulled: PulledModel, step_dir: Path):
+    """evaluation.data as the precision search measures its error on, None without any."""
+    if config.evaluation.data is None:
+        return None
     from tfopt.components.steps.evaluate import local_data_file
-    from tfopt.optimizer.benchmark.environment import model_digest
-    from tfopt.optimizer.errors import first_line
     from tfopt.optimizer.model.savedmodel import get_signature
-    from tfopt.optimizer.search.precision.candidates import mixed_candidate
-    from tfopt.optimizer.search.precision.settings import PrecisionSearchSettings
     from tfopt.optimizer.verify.evaluation import load_labelled_data
 
-    policy = config.security.scan_policy()
-    try:
-        eval_data = None
-        if config.evaluation.data is not None:
-            eval_data = load_labelled_data(
-                local_data_file(config.evaluation.data, config, step_dir),
-                get_signature(pulled.path, config.signature, policy=policy),
-                config.evaluation.metric)
-        outcome = mixed_candidate(
-            pulled.path, step_dir / "candidates",
-            PrecisionSearchSettings(mode=config.candidates.precision_search),
-            # no accuracy bound at the gate: uniform int8 passes it, and auto searches nothing
-            math.inf if config.gate.max_accuracy_drop_abs is None
-            else config.gate.max_accuracy_drop_abs, signature=config.signature,
-            calibration=calibration, eval_data=eval_data, metric=config.evaluation.metric,
-            samples=config.candidates.calibration_samples, source_digest=pulled.digest,
-            policy=policy, built=built, target=target)
-    except Exception as exc:  # noqa: BLE001 - a search that fails leaves the other candidates
-        log.warning("optimize: precision search (%s) failed, no mixed int8 candidate: %s",
-                    target, first_line(exc))
-        return None
-    log.info("optimize: precision search (%s) %s: %s", target, outcome.strategy,
-             f"float layers {list(outcome.candidate.float_layers)}" if outcome.candidate
-             else outcome.reason)
-    if outcome.candidate is None:
-        return None
-    candidate = outcome.candidate
-    return CandidateModel.made(candidate, kind="derived",
-                               digest=model_digest(candidate.artifact_dir),
-                               trace=[outcome.to_dict()])
-
-
-def _calibration(config: PipelineConfig, pulled: PulledModel, step_dir: Path, settings,
-                 force: bool = False):
-    if not settings.calibrates and not force:
-        return None
-    from tfopt.components.steps.evaluate import local_data_file
-    from tfopt.optimizer.inputs.calibration import choose_calibration
-    from tfopt.optimizer.model.savedmodel import get_signature
-
-    calibration = choose_calibration(
+    return load_labelled_data(
+        local_data_file(config.evaluation.data, config, step_dir),
         get_signature(pulled.path, config.signature, policy=config.security.scan_policy()),
-        settings.calibration_samples,
-        calibration_data=config.calibration.data, eval_data=config.evaluation.data,
-        fetch=lambda location: local_data_file(location, config, step_dir))
-    if not calibration.synthetic:
-        log.info("optimize: int8 candidates calibrate on %d rows of %s",
-                 len(calibration.feeds), calibration.source)
-    return calibration
+        config.evaluation.metric)
