@@ -156,6 +156,21 @@ def test_python_examples_compile_and_import_installed_modules():
         assert modules
         for module in modules:
             assert importlib.util.find_spec(module) is not None, f"{module} is not installed"
+        _check_tfopt_calls(tree)
+
+
+def _check_tfopt_calls(tree):
+    """Every ``tfopt.NAME(...)`` call names a real function with arguments it takes."""
+    import inspect
+
+    import tfopt
+
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "tfopt"):
+            function = getattr(tfopt, node.func.attr)
+            inspect.signature(function).bind(*node.args,
+                                             **{k.arg: k.value for k in node.keywords})
 
 
 def test_links_lead_to_docs_pages_that_exist():
