@@ -385,10 +385,11 @@ def run_benchmark(
                               policy=policy)
     if isinstance(eval_data, (str, os.PathLike)):
         eval_data = load_labelled_data(eval_data, contract)
+    # labelled rows feed a model of one input; one of several gets generated inputs
+    rows_timed = inputs is None and eval_data is not None and len(contract.inputs) == 1
 
     generation = _generation(subjects, contract, config.signature,
-                             generated=inputs is None and eval_data is None,
-                             policy=policy)
+                             generated=inputs is None and not rows_timed, policy=policy)
     first_feeds = _batch_feeds(contract, min(config.batch_sizes), config.seed, inputs, eval_data,
                                generation)
     loaded: list[_Loaded] = []
@@ -475,7 +476,7 @@ def run_benchmark(
     from optimizer.verify.equivalence import compare
 
     fidelities: dict[str, Fidelity] = {}
-    if eval_data is None or len(contract.inputs) != 1:  # else the evaluate stage's, on its rows
+    if eval_data is None or len(contract.inputs) != 1:  # else the evaluate stage's
         feeds_list, feeds_source = _fidelity_feeds(ref_item.runner, config.seed, inputs,
                                                    generation)
         for item in loaded:
@@ -502,7 +503,7 @@ def run_benchmark(
         for item in loaded]
     if inputs is not None:
         inputs_source = "supplied inputs"
-    elif eval_data is not None and len(contract.inputs) == 1:
+    elif rows_timed:
         inputs_source = f"rows of {eval_data.source}"
     else:
         inputs_source = f"generated from the signature (seed {config.seed})"
