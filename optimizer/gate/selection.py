@@ -1,13 +1,14 @@
 """Choose among candidates: all measured against the baseline in one process, the gate decides.
 
-Every candidate (SavedModel or LiteRT, see :mod:`optimizer.candidates.build`) goes through the same
-stages as in the pipeline, in its order: the benchmark against the baseline, interleaved
+Every candidate (SavedModel or LiteRT, see :mod:`optimizer.candidates.build`) goes through the
+pipeline's three measuring stages, in its order, by the same functions
+(:func:`select_candidate`): the benchmark against the baseline, interleaved
 (:mod:`optimizer.gate.benchmark_candidates`), the evaluation (held-out accuracy with labelled
 data, :mod:`optimizer.benchmark.accuracy`; agreement with the baseline's top-1 without), and
-the gate (:func:`judge`). The gate
-(:mod:`optimizer.gate.verdict`) then promotes the candidates that pass every check, the accuracy budget
-included, and chooses among them with :func:`optimizer.gate.near_ties.choose_among_promoted`. A candidate that breaks the
-budget is therefore never chosen, however fast it is.
+the gate (:func:`judge`). The gate (:mod:`optimizer.gate.verdict`) promotes the candidates that
+pass every check, the accuracy budget included, and chooses among them with
+:func:`optimizer.gate.near_ties.choose_among_promoted`. A candidate that breaks the budget is
+therefore never chosen, however fast it is.
 
 Near ties: the fastest promoted candidate is chosen unless another promoted one is
 indistinguishable from it (head to head, :mod:`optimizer.gate.near_ties`) and keeps more of
