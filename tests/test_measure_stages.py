@@ -1,5 +1,5 @@
 """The measuring stages exist once: the pipeline's benchmark, evaluate and gate steps and
-``tfopt optimize --targets``' :func:`~optimizer.gate.selection.select_candidate` call the same
+``tfopt optimize --targets``' :func:`~tfopt.optimizer.gate.selection.select_candidate` call the same
 three library functions, so that on the same models and labelled data they report the same
 accuracy, fidelity, candidate rows and verdict fields; only timing may differ between runs.
 
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from benchmark_testing import with_damaged_weights
 
-from components.artifacts import CandidateModel, PulledModel
-from components.config import PipelineConfig
-from components.workspace import Workspace
-from optimizer.benchmark.environment import model_digest
-from optimizer.gate.selection import CANDIDATES_FILE, select_candidate
-from optimizer.model.export import write_saved_model
-from optimizer.model.freeze import freeze
-from optimizer.verify.evaluation import load_labelled_data
+from tfopt.components.config.pipeline_config import PipelineConfig
+from tfopt.components.pipeline.artifacts import CandidateModel, PulledModel
+from tfopt.components.pipeline.workspace import Workspace
+from tfopt.optimizer.benchmark.environment import model_digest
+from tfopt.optimizer.gate.selection import CANDIDATES_FILE, select_candidate
+from tfopt.optimizer.model.export import write_saved_model
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.verify.evaluation import load_labelled_data
 
 # the rows' timing fields, measured anew by each door
 TIMED = {"p50_seconds", "ratio_to_baseline", "ratio_interval", "speedup", "verdict", "reasons",
@@ -29,9 +29,9 @@ TIMED = {"p50_seconds", "ratio_to_baseline", "ratio_interval", "speedup", "verdi
 @pytest.fixture(scope="module")
 def doors(digits_model, tmp_path_factory):
     """(the pipeline's benchmark, evaluate and gate outputs, select_candidate's Selection)."""
-    from components.steps.benchmark import benchmark
-    from components.steps.evaluate import evaluate
-    from components.steps.gate import gate
+    from tfopt.components.steps.benchmark import benchmark
+    from tfopt.components.steps.evaluate import evaluate
+    from tfopt.components.steps.gate import gate
 
     root = tmp_path_factory.mktemp("measure_stages")
     frozen = freeze(digits_model.saved_model)
@@ -62,7 +62,7 @@ def doors(digits_model, tmp_path_factory):
 
 
 def test_both_doors_time_the_eval_rows_and_the_benchmark_alone_measures_no_accuracy(doors):
-    from optimizer.benchmark.result import load_result
+    from tfopt.optimizer.benchmark.result import load_result
 
     measured, evaluation, _, selection = doors
     timed = load_result(measured.result_path)
@@ -75,7 +75,7 @@ def test_both_doors_time_the_eval_rows_and_the_benchmark_alone_measures_no_accur
 
 def test_the_pipeline_and_select_candidate_measure_the_same_quality_and_fidelity(doors,
                                                                                  digits_model):
-    from optimizer.benchmark.result import load_result
+    from tfopt.optimizer.benchmark.result import load_result
 
     _, evaluation, _, selection = doors
     evaluated = load_result(evaluation.result_path)

@@ -3,7 +3,7 @@
 With ``evaluation.data`` (an ``.npz`` with ``x``/``y`` or a TFRecord file, local or ``s3://``)
 each model gets the configured metric in its own runtime (a LiteRT champion in LiteRT), and each
 model's fidelity to the unoptimized input is measured on those real inputs: the library's
-evaluate stage (:func:`optimizer.benchmark.accuracy.evaluate_models`), which
+evaluate stage (:func:`tfopt.optimizer.benchmark.accuracy.evaluate_models`), which
 ``tfopt optimize --targets`` runs too. Without labels, the benchmark's fidelity on generated
 inputs stands, and the gate bounds the accuracy drop through top-1 agreement with the input.
 """
@@ -14,9 +14,9 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from components.artifacts import BenchmarkOutput, EvaluationOutput
-from components.config import PipelineConfig
-from components.workspace import Workspace
+from tfopt.components.config.pipeline_config import PipelineConfig
+from tfopt.components.pipeline.artifacts import BenchmarkOutput, EvaluationOutput
+from tfopt.components.pipeline.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +27,12 @@ def local_data_file(location: str, config: PipelineConfig, step_dir: Path) -> Pa
     budget is refused here, exit 7, before any array is read."""
     import zipfile
 
-    from optimizer.inputs.data_files import require_npz_fits
-    from optimizer.system.memory_budget import memory_budget
+    from tfopt.optimizer.inputs.data_files import require_npz_fits
+    from tfopt.optimizer.system.memory_budget import memory_budget
 
     path = Path(location)
     if location.startswith("s3://"):
-        from components.storage.s3 import download_file
+        from tfopt.components.storage.s3 import download_file
 
         path = download_file(location, step_dir / Path(location).name, config.s3)
     if zipfile.is_zipfile(path):
@@ -44,7 +44,7 @@ def check_evaluation_data(config: PipelineConfig, signature):
     """Refuse now evaluation data that does not fit the model (``signature``: ``x`` of other
     dtypes or shapes, no rows) or labels ``evaluation.metric`` cannot score against its output,
     in the first step that reads it, not once every candidate has been built and timed.
-    Returns the data (a :class:`~optimizer.verify.evaluation.LabelledData`), None without any.
+    Returns the data (a :class:`~tfopt.optimizer.verify.evaluation.LabelledData`), None without any.
     An ``s3://`` file is fetched into a directory of its own and let go."""
     if not config.evaluation.data:
         return None
@@ -55,7 +55,7 @@ def check_evaluation_data(config: PipelineConfig, signature):
 
 
 def from_inputs(call) -> EvaluationOutput:
-    """The table's entry (components.step_table)."""
+    """The table's entry (tfopt.components.pipeline.step_table)."""
     measured = call.output("benchmark")
     evaluation = evaluate(call.config, measured, call.workspace)
     # A record an older tfopt left in the workspace carries no candidates: the benchmark's.
@@ -65,11 +65,11 @@ def from_inputs(call) -> EvaluationOutput:
 
 def labelled_data(config: PipelineConfig, signature, step_dir: Path):
     """``evaluation.data`` read for a model of ``signature`` (a
-    :class:`~optimizer.verify.evaluation.LabelledData`, refused in one line when it does not fit
+    :class:`~tfopt.optimizer.verify.evaluation.LabelledData`, refused in one line when it does not fit
     it or ``evaluation.metric``), an ``s3://`` file fetched into ``step_dir``; None without any."""
     if not config.evaluation.data:
         return None
-    from optimizer.verify.evaluation import load_labelled_data
+    from tfopt.optimizer.verify.evaluation import load_labelled_data
 
     return load_labelled_data(local_data_file(config.evaluation.data, config, step_dir),
                               signature, config.evaluation.metric)
@@ -78,9 +78,9 @@ def labelled_data(config: PipelineConfig, signature, step_dir: Path):
 def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
              ) -> EvaluationOutput:
     def run(step_dir: Path) -> EvaluationOutput:
-        from optimizer.benchmark.accuracy import evaluate_models
-        from optimizer.benchmark.result import load_result
-        from optimizer.runtime import read_signature
+        from tfopt.optimizer.benchmark.accuracy import evaluate_models
+        from tfopt.optimizer.benchmark.result import load_result
+        from tfopt.optimizer.runtime import read_signature
 
         result = load_result(benchmark.result_path)
         if not config.evaluation.data:

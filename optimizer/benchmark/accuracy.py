@@ -1,11 +1,11 @@
 """The evaluate stage: every measured model's accuracy on labelled data, the one place it is measured.
 
-It takes the benchmark's :class:`~optimizer.benchmark.result.BenchmarkResult` and returns it
-with each model's :class:`~optimizer.benchmark.result.Quality` (the metric, computed on the
+It takes the benchmark's :class:`~tfopt.optimizer.benchmark.result.BenchmarkResult` and returns it
+with each model's :class:`~tfopt.optimizer.benchmark.result.Quality` (the metric, computed on the
 model's outputs in its own runtime: a LiteRT champion in LiteRT) and its
-:class:`~optimizer.benchmark.result.Fidelity` to the accuracy reference (the unoptimized input)
+:class:`~tfopt.optimizer.benchmark.result.Fidelity` to the accuracy reference (the unoptimized input)
 on every row of the data. The pipeline's ``evaluate`` step and ``tfopt optimize --targets``
-(:func:`optimizer.gate.selection.select_candidate`) both call :func:`evaluate_models`, so that
+(:func:`tfopt.optimizer.gate.selection.select_candidate`) both call :func:`evaluate_models`, so that
 the two doors report the same figures for the same models and data; the benchmark harness
 times, it does not evaluate.
 
@@ -22,13 +22,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from optimizer.benchmark.result import BenchmarkResult, Fidelity, ModelMeasurement, Quality
-from optimizer.errors import InvalidInputsError
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.runtime import ModelRunner, load_runner
-from optimizer.verify.equivalence import compare_outputs
-from optimizer.verify.evaluation import EVAL_BATCH_SIZE, LabelledData, get_metric
+from tfopt.optimizer.benchmark.result import BenchmarkResult, Fidelity, ModelMeasurement, Quality
+from tfopt.optimizer.errors import InvalidInputsError
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.runtime import ModelRunner, load_runner
+from tfopt.optimizer.verify.equivalence import compare_outputs
+from tfopt.optimizer.verify.evaluation import EVAL_BATCH_SIZE, LabelledData, get_metric
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def evaluate_models(result: BenchmarkResult, data: LabelledData, metric: str = "
                     signature: str = DEFAULT_SIGNATURE, policy: ScanPolicy = DEFAULT_POLICY,
                     progress: Callable[[str], None] | None = None) -> BenchmarkResult:
     """``result`` with every measured model's ``metric`` on ``data`` and each one's fidelity
-    to :attr:`~optimizer.benchmark.result.BenchmarkResult.accuracy_reference` on the same
+    to :attr:`~tfopt.optimizer.benchmark.result.BenchmarkResult.accuracy_reference` on the same
     rows. Each model is loaded as it was timed (its format and thread count), its SavedModel
     read under ``policy``. The twin (the baseline timed twice) keeps what the benchmark
     measured: its accuracy is the baseline's."""

@@ -1,17 +1,17 @@
 """The benchmark stage: the candidates timed against the baseline, in one process per group.
 
 :func:`benchmark_candidates` takes what the candidate-building stages made (each a
-:class:`~optimizer.candidates.candidate.Candidate`) and returns the
-:class:`~optimizer.benchmark.result.BenchmarkResult` the evaluate stage
-(:func:`optimizer.benchmark.accuracy.evaluate_models`) and the gate read. The pipeline's
+:class:`~tfopt.optimizer.candidates.candidate.Candidate`) and returns the
+:class:`~tfopt.optimizer.benchmark.result.BenchmarkResult` the evaluate stage
+(:func:`tfopt.optimizer.benchmark.accuracy.evaluate_models`) and the gate read. The pipeline's
 ``benchmark`` step and ``tfopt optimize --targets``
-(:func:`optimizer.gate.selection.select_candidate`) both call it, so both time the same
+(:func:`tfopt.optimizer.gate.selection.select_candidate`) both call it, so both time the same
 subjects the same way: with a memory budget, in groups that fit it
-(:func:`optimizer.benchmark.memory_groups.run_benchmark_within`), without one, all in this
-process (:func:`optimizer.benchmark.harness.run_benchmark`).
+(:func:`tfopt.optimizer.benchmark.memory_groups.run_benchmark_within`), without one, all in this
+process (:func:`tfopt.optimizer.benchmark.harness.run_benchmark`).
 
 It sits in ``gate/``, not ``benchmark/``: each subject carries its candidate's precision as the
-gate's near-tie rule ranks it (:func:`optimizer.gate.near_ties.precision_rank`), so that timing
+gate's near-tie rule ranks it (:func:`tfopt.optimizer.gate.near_ties.precision_rank`), so that timing
 goes on while the gate's choice between two of them is unresolved, and the benchmark package
 sits below the candidates (docs/architecture.md).
 """
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from optimizer.benchmark.harness import Subject, run_benchmark
-from optimizer.benchmark.result import BenchmarkResult
-from optimizer.benchmark.settings import BenchmarkConfig
-from optimizer.candidates.candidate import Candidate
-from optimizer.gate.near_ties import precision_rank
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.verify.evaluation import LabelledData
+from tfopt.optimizer.benchmark.harness import Subject, run_benchmark
+from tfopt.optimizer.benchmark.result import BenchmarkResult
+from tfopt.optimizer.benchmark.settings import BenchmarkConfig
+from tfopt.optimizer.candidates.candidate import Candidate
+from tfopt.optimizer.gate.near_ties import precision_rank
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.verify.evaluation import LabelledData
 
 
 def benchmark_candidates(
@@ -46,10 +46,10 @@ def benchmark_candidates(
     registry's champion), with the untimed ``reference`` (the input, beside a champion). With
     labelled ``eval_data``, its rows are what is timed (:func:`run_benchmark` says why); its
     accuracy is the evaluate stage's. ``budget`` (a
-    :class:`~optimizer.system.memory_budget.MemoryBudget`): timed in groups that fit it when
+    :class:`~tfopt.optimizer.system.memory_budget.MemoryBudget`): timed in groups that fit it when
     they do not all fit together; ``in_new_process`` (thread settings this process can no
     longer take) in place of ``runtime``: in a process started with them
-    (:func:`~optimizer.benchmark.memory_groups.run_benchmark_within`). A candidate that fits
+    (:func:`~tfopt.optimizer.benchmark.memory_groups.run_benchmark_within`). A candidate that fits
     beside the baseline in no group is left out of the result, and its notes say why. Every
     SavedModel is read under ``policy``."""
     config = config or BenchmarkConfig()
@@ -59,8 +59,8 @@ def benchmark_candidates(
     if budget is None and in_new_process is None:
         return run_benchmark(baseline, subjects, config, runtime=runtime, eval_data=eval_data,
                              progress=progress, reference=reference, policy=policy)
-    from optimizer.benchmark.memory_groups import run_benchmark_within
-    from optimizer.system.memory_budget import memory_budget
+    from tfopt.optimizer.benchmark.memory_groups import run_benchmark_within
+    from tfopt.optimizer.system.memory_budget import memory_budget
 
     return run_benchmark_within(
         budget or memory_budget(), baseline, subjects, config,

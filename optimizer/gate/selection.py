@@ -1,17 +1,17 @@
 """Choose among candidates: all measured against the baseline in one process, the gate decides.
 
-Every candidate (SavedModel or LiteRT, see :mod:`optimizer.candidates.build`) goes through the
+Every candidate (SavedModel or LiteRT, see :mod:`tfopt.optimizer.candidates.build`) goes through the
 pipeline's three measuring stages, in its order, by the same functions
 (:func:`select_candidate`): the benchmark against the baseline, interleaved
-(:mod:`optimizer.gate.benchmark_candidates`), the evaluation (held-out accuracy with labelled
-data, :mod:`optimizer.benchmark.accuracy`; agreement with the baseline's top-1 without), and
-the gate (:func:`judge`). The gate (:mod:`optimizer.gate.verdict`) promotes the candidates that
+(:mod:`tfopt.optimizer.gate.benchmark_candidates`), the evaluation (held-out accuracy with labelled
+data, :mod:`tfopt.optimizer.benchmark.accuracy`; agreement with the baseline's top-1 without), and
+the gate (:func:`judge`). The gate (:mod:`tfopt.optimizer.gate.verdict`) promotes the candidates that
 pass every check, the accuracy budget included, and chooses among them with
-:func:`optimizer.gate.near_ties.choose_among_promoted`. A candidate that breaks the budget is
+:func:`tfopt.optimizer.gate.near_ties.choose_among_promoted`. A candidate that breaks the budget is
 therefore never chosen, however fast it is.
 
 Near ties: the fastest promoted candidate is chosen unless another promoted one is
-indistinguishable from it (head to head, :mod:`optimizer.gate.near_ties`) and keeps more of
+indistinguishable from it (head to head, :mod:`tfopt.optimizer.gate.near_ties`) and keeps more of
 the model's numeric precision: float32 before reduced floats (fp16, bf16) before int8. Then the
 most precise of the tied ones is chosen (the fastest of those, if several). A 1% difference the
 benchmark cannot resolve is no reason to serve fewer bits: on the StringLookup classifier the
@@ -32,15 +32,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.benchmark.accuracy import evaluate_models
-from optimizer.benchmark.harness import BenchmarkConfig, Subject
-from optimizer.benchmark.result import UNOPTIMIZED_INPUT, BenchmarkResult
-from optimizer.candidates.candidate import Candidate, Skipped
-from optimizer.errors import InvalidInputsError
-from optimizer.gate.benchmark_candidates import benchmark_candidates
-from optimizer.gate.verdict import GateConfig, GateDecision, evaluate_gate
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.verify.evaluation import LabelledData
+from tfopt.optimizer.benchmark.accuracy import evaluate_models
+from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject
+from tfopt.optimizer.benchmark.result import UNOPTIMIZED_INPUT, BenchmarkResult
+from tfopt.optimizer.candidates.candidate import Candidate, Skipped
+from tfopt.optimizer.errors import InvalidInputsError
+from tfopt.optimizer.gate.benchmark_candidates import benchmark_candidates
+from tfopt.optimizer.gate.verdict import GateConfig, GateDecision, evaluate_gate
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.verify.evaluation import LabelledData
 
 # what Selection.write_json writes: beside the chosen model (tfopt optimize --targets), in the
 # gate step's directory (the pipeline)
@@ -79,7 +79,7 @@ class Selection:
                 "chosen": chosen_dict, "candidates": rows}
 
     def write_json(self, path: str | os.PathLike, kept: dict[str, str] | None = None) -> Path:
-        from optimizer.files.atomic import atomic_file
+        from tfopt.optimizer.files.atomic import atomic_file
 
         path = Path(path)
         with atomic_file(path, overwrite=True) as staging:
@@ -149,7 +149,7 @@ def candidate_rows(result: BenchmarkResult, decision: GateDecision,
 def judge(result: BenchmarkResult, candidates: Sequence[Candidate], gate_config: GateConfig,
           skipped: Sequence[Skipped] = ()) -> Selection:
     """The gate stage: the verdict on every candidate ``result`` measured
-    (:func:`~optimizer.gate.verdict.evaluate_gate`, with each one's precision from its record,
+    (:func:`~tfopt.optimizer.gate.verdict.evaluate_gate`, with each one's precision from its record,
     never guessed from its label), and the :class:`Selection` whose rows are what
     ``candidates.json`` holds and the report's candidate table shows. The pipeline's ``gate``
     step and :func:`select_candidate` both call it. ``candidates`` the benchmark left out (they
@@ -184,12 +184,12 @@ def select_candidate(
 ) -> Selection:
     """Benchmark ``candidates`` against ``baseline``, evaluate them on ``eval_data`` when there
     is some, and let the gate choose: the pipeline's three stages in its order
-    (:func:`~optimizer.gate.benchmark_candidates.benchmark_candidates`,
-    :func:`~optimizer.benchmark.accuracy.evaluate_models`, :func:`judge`). With a memory
-    ``budget`` (:class:`~optimizer.system.memory_budget.MemoryBudget`), timed in groups that fit
-    it when they do not all fit together (:mod:`optimizer.benchmark.memory_groups`). ``metric``:
+    (:func:`~tfopt.optimizer.gate.benchmark_candidates.benchmark_candidates`,
+    :func:`~tfopt.optimizer.benchmark.accuracy.evaluate_models`, :func:`judge`). With a memory
+    ``budget`` (:class:`~tfopt.optimizer.system.memory_budget.MemoryBudget`), timed in groups that fit
+    it when they do not all fit together (:mod:`tfopt.optimizer.benchmark.memory_groups`). ``metric``:
     on the labelled data (default ``benchmark_config.metric``). Every SavedModel is read under
-    ``policy`` (:mod:`optimizer.model.op_scan`)."""
+    ``policy`` (:mod:`tfopt.optimizer.model.op_scan`)."""
     if not candidates:
         raise InvalidInputsError("no candidate to choose from"
                                  + (f" ({len(skipped)} skipped: {skipped[0].reason})"
@@ -197,8 +197,8 @@ def select_candidate(
     config = benchmark_config or BenchmarkConfig()
     metric = metric or config.metric
     if isinstance(eval_data, (str, os.PathLike)):
-        from optimizer.runtime import read_signature
-        from optimizer.verify.evaluation import load_labelled_data
+        from tfopt.optimizer.runtime import read_signature
+        from tfopt.optimizer.verify.evaluation import load_labelled_data
 
         eval_data = load_labelled_data(
             eval_data, read_signature(baseline, config.signature, policy=policy), metric)
