@@ -87,8 +87,10 @@ def _median(by_label: dict[str, float]) -> float:
 
 
 def measure_model(name: str, workdir: Path, args, runtime) -> dict:
+    from tfopt.optimizer.benchmark.accuracy import evaluate_models
     from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
     from tfopt.optimizer.gate.verdict import GateConfig, evaluate_gate
+    from tfopt.optimizer.verify.evaluation import load_labelled_data
 
     stock, eval_data, candidates, skipped = build_candidates(name, workdir)
     say = (lambda message: print(f"  {message}", flush=True))
@@ -98,13 +100,16 @@ def measure_model(name: str, workdir: Path, args, runtime) -> dict:
         subjects = [dataclasses.replace(s, num_threads=args.litert_threads)
                     if s.format == "tflite" else s for s in subjects]
     gate = GateConfig(max_accuracy_drop_abs=args.accuracy_budget)
+    data = load_labelled_data(eval_data) if eval_data is not None else None
     results, chosen = {}, {}
     for way, block_size in (("blocks", args.block_size), ("one call", 1)):
         started = time.perf_counter()
         config = BenchmarkConfig(batch_sizes=(1,), warmup=5, min_runs=args.min_runs,
                                  min_seconds=args.seconds, block_size=block_size)
         result = run_benchmark(baseline, subjects, config, runtime=runtime,
-                               eval_data=eval_data, progress=say)
+                               eval_data=data, progress=say)
+        if data is not None:  # the gate's accuracy evidence: the evaluate stage's
+            result = evaluate_models(result, data, progress=say)
         results[way], chosen[way] = result, evaluate_gate(result, gate).chosen
         print(f"{name}: {way} timed in {time.perf_counter() - started:.0f}s", flush=True)
         # the same thread counts for every way: the ones the blocks run chose

@@ -65,12 +65,14 @@ def judge(root: Path, baseline: Path, candidates: list, gate_config=None, eval_d
     the evaluate and gate steps write them; ``eval_data`` (an ``.npz`` of ``x`` and ``y``):
     held-out accuracy instead of agreement with the baseline."""
     from tfopt.components.pipeline.artifacts import EvaluationOutput, GateOutput
-    from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-    from tfopt.optimizer.candidates.candidate import Candidate
-    from tfopt.optimizer.gate.selection import candidate_rows
-    from tfopt.optimizer.gate.verdict import GateConfig, evaluate_gate
+    from tfopt.optimizer.benchmark.accuracy import evaluate_models
+    from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject
+    from tfopt.optimizer.gate.benchmark_candidates import benchmark_candidates
+    from tfopt.optimizer.gate.selection import judge as gate_stage
+    from tfopt.optimizer.gate.verdict import GateConfig
     from tfopt.optimizer.report.write import write_report
     from tfopt.optimizer.runtime import read_signature
+    from tfopt.optimizer.verify.evaluation import load_labelled_data
 
     # enough rounds that a burst of load from the other test worker cannot hide a win:
     # 40 blocks of 10 calls time each model twice as long as 200 single calls did
@@ -78,21 +80,23 @@ def judge(root: Path, baseline: Path, candidates: list, gate_config=None, eval_d
     # two loads of a small model were measured up to 1.4x apart (tests/test_gate.py tests it)
     settings = {"batch_sizes": (1,), "warmup": 3, "min_runs": 40, "min_seconds": 1.5,
                 "twin": False, **benchmark}
-    result = run_benchmark(
-        Subject.baseline(baseline, label="input"),
-        [Subject.candidate(c.path, label=c.label, format=c.format) for c in candidates],
-        BenchmarkConfig(**settings), eval_data=eval_data)
+    data = load_labelled_data(eval_data) if eval_data is not None else None
+    result = benchmark_candidates(Subject.baseline(baseline, label="input"),
+                                  [c.candidate() for c in candidates],
+                                  BenchmarkConfig(**settings), eval_data=data)
+    if data is not None:
+        result = evaluate_models(result, data, "top1")
     tags = [c.candidate().to_dict() for c in candidates]
     evaluation = EvaluationOutput(result_path=str(result.save(root / "evaluation.json")),
                                   has_labels=eval_data is not None, metric="top1",
                                   candidate_tags=tags,
                                   candidates=[c.to_dict() for c in candidates])
-    decision = evaluate_gate(result, gate_config or GateConfig(min_speedup=1.05))
+    selection = gate_stage(result, [c.candidate() for c in candidates],
+                           gate_config or GateConfig(min_speedup=1.05))
+    decision = selection.decision
     verdict_path = root / "verdict.json"
     verdict_path.write_text(json.dumps(decision.to_dict(), indent=2))
-    report = write_report(result, root / "report", decision,
-                          candidate_rows=candidate_rows(result, decision,
-                                                        [Candidate.from_dict(t) for t in tags]))
+    report = write_report(result, root / "report", decision, candidate_rows=selection.rows())
     shown = decision.verdict(decision.chosen) if decision.chosen else decision.verdicts[0]
     gate = GateOutput(promote=decision.promote, chosen=decision.chosen,
                       chosen_path=result.candidate(decision.chosen).path

@@ -20,6 +20,7 @@ from benchmark_testing import (
 )
 from pydantic import ValidationError
 
+from tfopt.optimizer.benchmark.accuracy import evaluate_models
 from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
 from tfopt.optimizer.benchmark.result import CHAMPION, Fidelity, Quality
 from tfopt.optimizer.errors import GateConfigError
@@ -32,6 +33,7 @@ from tfopt.optimizer.gate.verdict import (
 )
 from tfopt.optimizer.model.export import write_saved_model
 from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.verify.evaluation import load_labelled_data
 
 N = 200  # rounds in the synthetic results
 
@@ -349,9 +351,10 @@ def test_a_digits_model_with_damaged_weights_is_rejected_on_accuracy(workdir):
 
     digits = train_digits_model(workdir / "digits", epochs=3)
     write_saved_model(with_damaged_weights(freeze(digits.saved_model)), workdir / "damaged")
-    result = run_benchmark(Subject.baseline(digits.saved_model),
-                           [Subject.candidate(workdir / "damaged")], QUICK,
-                           eval_data=digits.eval_data)
+    data = load_labelled_data(digits.eval_data)
+    result = evaluate_models(run_benchmark(Subject.baseline(digits.saved_model),
+                                           [Subject.candidate(workdir / "damaged")], QUICK,
+                                           eval_data=data), data)
     verdict = evaluate_gate(result).verdicts[0]
     assert result.baseline.quality.value == pytest.approx(digits.test_accuracy, abs=1e-6)
     assert not verdict.promote

@@ -196,6 +196,13 @@ def run(args) -> int:
         result = run_benchmark(Subject.baseline(args.baseline, args.baseline_role),
                                candidates, config, runtime=runtime, eval_data=eval_data,
                                progress=stages.say, policy=policy)
+    if eval_data is not None:
+        from tfopt.optimizer.benchmark.accuracy import evaluate_models
+
+        with stages.stage("evaluate"):
+            result = evaluate_models(result, eval_data, config.metric,
+                                     signature=args.signature, policy=policy,
+                                     progress=stages.say)
     if args.json_out:
         result.save(args.json_out)
     decision = evaluate_gate(result, gate_config)

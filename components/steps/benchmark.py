@@ -76,9 +76,11 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
     require_inputs_fit(config, pulled, "benchmark")  # every batch size, before any is made
 
     def run(step_dir: Path) -> BenchmarkOutput:
+        from tfopt.components.steps.evaluate import labelled_data
         from tfopt.optimizer.benchmark.harness import Subject
-        from tfopt.optimizer.benchmark.memory_groups import run_benchmark_within
         from tfopt.optimizer.benchmark.result import CHAMPION, UNOPTIMIZED_INPUT
+        from tfopt.optimizer.gate.benchmark_candidates import benchmark_candidates
+        from tfopt.optimizer.runtime import read_signature
         from tfopt.optimizer.system.cpu_threads import (
             apply_runtime_settings,
             default_runtime_settings,
@@ -86,6 +88,7 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
         )
         from tfopt.optimizer.system.memory_budget import memory_budget
 
+        policy = config.security.scan_policy()
         reference = None
         if champion is not None:
             baseline = Subject.baseline(champion.path, role=CHAMPION, label=champion.label,
@@ -94,29 +97,24 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
             reference = Subject.reference(pulled.path, label="input")
         else:
             baseline = Subject.baseline(pulled.path, role=UNOPTIMIZED_INPUT, label="input")
-        from tfopt.optimizer.gate.near_ties import precision_rank
-
-        # their records' precision, so that timing goes on while the gate's near-tie choice
-        # between two of them is unresolved
-        subjects = [Subject.candidate(c.path, label=c.label, format=c.format,
-                                      precision_rank=precision_rank(c.precision))
-                    for c in candidates]
         settings = config.benchmark.settings(settle_speedup=config.gate.min_speedup,
                                              confidence=config.gate.confidence,
                                              signature=config.signature)
+        # the labelled data's rows are what is timed, at every door (tfopt.optimizer.benchmark.harness)
+        eval_data = labelled_data(config, read_signature(pulled.path, config.signature,
+                                                         policy=policy), step_dir)
         requested = default_runtime_settings(config.benchmark.threads)
         # In one process (tfopt run, Airflow's in-process tasks) the steps before have sized
         # TensorFlow's pools already: the benchmark then runs in a process started with the
         # settings, so that the threads it records are the ones it ran with.
         here = settings_take_effect_here(requested)
         log.info("benchmark: %s vs %s", baseline.label, ", ".join(c.label for c in candidates))
-        result = run_benchmark_within(
-            memory_budget(config.resources.memory_gb), baseline, subjects, settings,
-            variants={c.label: c.variant for c in candidates if c.variant},
+        result = benchmark_candidates(
+            baseline, [c.candidate() for c in candidates], settings, reference=reference,
+            eval_data=eval_data, budget=memory_budget(config.resources.memory_gb),
             runtime=apply_runtime_settings(requested) if here else None,
             in_new_process=None if here else requested,
-            progress=lambda message: log.info("benchmark: %s", message), reference=reference,
-            policy=config.security.scan_policy())
+            progress=lambda message: log.info("benchmark: %s", message), policy=policy)
         runtime = result.environment.runtime
         if champion is not None and champion.intra_op_threads is not None and (
                 champion.intra_op_threads, champion.inter_op_threads) != (

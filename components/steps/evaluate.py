@@ -2,9 +2,10 @@
 
 With ``evaluation.data`` (an ``.npz`` with ``x``/``y`` or a TFRecord file, local or ``s3://``)
 each model gets the configured metric in its own runtime (a LiteRT champion in LiteRT), and each
-model's fidelity to the unoptimized input is measured on those real inputs. Without labels, the
-benchmark's fidelity on generated inputs stands, and the gate bounds the accuracy drop through
-top-1 agreement with the input.
+model's fidelity to the unoptimized input is measured on those real inputs: the library's
+evaluate stage (:func:`tfopt.optimizer.benchmark.accuracy.evaluate_models`), which
+``tfopt optimize --targets`` runs too. Without labels, the benchmark's fidelity on generated
+inputs stands, and the gate bounds the accuracy drop through top-1 agreement with the input.
 """
 
 from __future__ import annotations
@@ -49,12 +50,8 @@ def check_evaluation_data(config: PipelineConfig, signature):
         return None
     import tempfile
 
-    from tfopt.optimizer.verify.evaluation import load_labelled_data
-
     with tempfile.TemporaryDirectory(prefix="tfopt-eval-check-") as scratch:
-        return load_labelled_data(
-            local_data_file(config.evaluation.data, config, Path(scratch)), signature,
-            config.evaluation.metric)
+        return labelled_data(config, signature, Path(scratch))
 
 
 def from_inputs(call) -> EvaluationOutput:
@@ -66,18 +63,24 @@ def from_inputs(call) -> EvaluationOutput:
         evaluation, candidates=measured.candidates)
 
 
+def labelled_data(config: PipelineConfig, signature, step_dir: Path):
+    """``evaluation.data`` read for a model of ``signature`` (a
+    :class:`~tfopt.optimizer.verify.evaluation.LabelledData`, refused in one line when it does not fit
+    it or ``evaluation.metric``), an ``s3://`` file fetched into ``step_dir``; None without any."""
+    if not config.evaluation.data:
+        return None
+    from tfopt.optimizer.verify.evaluation import load_labelled_data
+
+    return load_labelled_data(local_data_file(config.evaluation.data, config, step_dir),
+                              signature, config.evaluation.metric)
+
+
 def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
              ) -> EvaluationOutput:
     def run(step_dir: Path) -> EvaluationOutput:
-        from tfopt.optimizer.benchmark.result import Fidelity, Quality, load_result
-        from tfopt.optimizer.runtime import load_runner
-        from tfopt.optimizer.verify.equivalence import compare
-        from tfopt.optimizer.verify.evaluation import (
-            EVAL_BATCH_SIZE,
-            get_metric,
-            load_labelled_data,
-        )
-        from tfopt.optimizer.verify.evaluation import evaluate as evaluate_metric
+        from tfopt.optimizer.benchmark.accuracy import evaluate_models
+        from tfopt.optimizer.benchmark.result import load_result
+        from tfopt.optimizer.runtime import read_signature
 
         result = load_result(benchmark.result_path)
         if not config.evaluation.data:
@@ -88,36 +91,19 @@ def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
                                     candidate_tags=benchmark.candidate_tags,
                                     candidates=benchmark.candidates)
 
-        metric = get_metric(config.evaluation.metric)
         policy = config.security.scan_policy()
-        runners = {m.label: load_runner(m.path, config.signature, format=m.format,
-                                        num_threads=m.num_threads, policy=policy)
-                   for m in result.measured}
         reference = result.accuracy_reference
-        data = load_labelled_data(local_data_file(config.evaluation.data, config, step_dir),
-                                  runners[reference.label].signature, metric.name)
-        key = runners[reference.label].signature.inputs[0].key
-        feeds = [{key: data.x[i:i + EVAL_BATCH_SIZE]}
-                 for i in range(0, len(data), EVAL_BATCH_SIZE)]
-        scores, updated = {}, {}
-        for model in result.measured:
-            log.info("evaluate: %s (%s) on %d examples of %s", model.label, model.runtime,
-                     len(data), data.source)
-            value = evaluate_metric(runners[model.label], data, metric.name, EVAL_BATCH_SIZE)
-            scores[model.label] = value
-            quality = Quality(metric.name, value, metric.higher_is_better, len(data), data.source)
-            fidelity = model.fidelity
-            if model is not reference:
-                report = compare(runners[reference.label], runners[model.label], feeds)
-                fidelity = Fidelity.of(report, "eval data")
-            updated[model.label] = dataclasses.replace(model, quality=quality, fidelity=fidelity)
-        result = dataclasses.replace(
-            result, baseline=updated[result.baseline.label],
-            candidates=tuple(updated[c.label] for c in result.candidates),
-            reference=updated[result.reference.label] if result.reference else None)
+        data = labelled_data(config, read_signature(reference.path, config.signature,
+                                                    format=reference.format, policy=policy),
+                             step_dir)
+        result = evaluate_models(result, data, config.evaluation.metric,
+                                 signature=config.signature, policy=policy,
+                                 progress=lambda message: log.info("evaluate: %s", message))
         path = result.save(step_dir / "evaluation.json")
-        return EvaluationOutput(result_path=str(path), has_labels=True, metric=metric.name,
-                                scores=scores, candidate_tags=benchmark.candidate_tags,
+        return EvaluationOutput(result_path=str(path), has_labels=True,
+                                metric=config.evaluation.metric,
+                                scores={m.label: m.quality.value for m in result.measured},
+                                candidate_tags=benchmark.candidate_tags,
                                 candidates=benchmark.candidates)
 
     return ws.reuse_or_run(Workspace.keyed("evaluate", benchmark.result_path),

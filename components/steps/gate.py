@@ -43,17 +43,21 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace,
         from tfopt.components.pipeline.step_table import part_costs as named_part_costs
         from tfopt.components.publishing.publication import publishable_labels
         from tfopt.optimizer.benchmark.result import load_result
-        from tfopt.optimizer.candidates.candidate import Candidate
-        from tfopt.optimizer.gate.verdict import evaluate_gate
+        from tfopt.optimizer.candidates.candidate import Candidate, Skipped
+        from tfopt.optimizer.gate.selection import CANDIDATES_FILE, judge
         from tfopt.optimizer.runtime import read_signature
 
         result = load_result(evaluation.result_path)
-        # what each candidate is, from its record: the gate does not guess from labels
-        precisions = {tag["label"]: Candidate.from_dict(tag).precision
-                      for tag in evaluation.candidate_tags}
-        decision = evaluate_gate(result, config.gate, precisions=precisions)
+        # what each candidate is, from its record: the gate does not guess from labels; the
+        # gate stage is tfopt optimize --targets' too (tfopt.optimizer.gate.selection.judge)
+        selection = judge(result, [Candidate.from_dict(tag) for tag in evaluation.candidate_tags],
+                          config.gate, [Skipped(s["label"], s["reason"])
+                                        for c in evaluation.candidates
+                                        for s in c.get("skipped", [])])
+        decision = selection.decision
         verdict_path = step_dir / "verdict.json"
         verdict_path.write_text(json.dumps(decision.to_dict(), indent=2) + "\n")
+        selection.write_json(step_dir / CANDIDATES_FILE)
         publishable = publishable_labels(decision.to_dict())
         # Every model measured keeps the source's signature; the baseline's is read here.
         signature = read_signature(result.baseline.path, config.signature,
@@ -63,8 +67,7 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace,
         tuned, tune_cost = tune(config, chosen_path, step_dir) if chosen_path else (None, None)
         parts = {"tune": tune_cost.to_dict()} if tune_cost else {}
         # The report explains the best candidate even when it is rejected, for the reviewer.
-        report_dir = report(config, evaluation, result, decision, publishable[0], signature,
-                            step_dir, {**(step_costs or {}), **named_part_costs("gate", parts)},
+        report_dir = report(config, selection, publishable[0], signature, step_dir, {**(step_costs or {}), **named_part_costs("gate", parts)},
                             tuned)
         summary = (f"promote {decision.chosen}" if decision.promote
                    else "reject: " + "; ".join(
@@ -80,18 +83,17 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace,
     return ws.reuse_or_run(Workspace.keyed("gate", evaluation.result_path), GateOutput, run)
 
 
-def report(config: PipelineConfig, evaluation: EvaluationOutput, result, decision, shown: str,
-           signature, step_dir: Path, step_costs: dict | None,
-           tuned: Path | None = None) -> Path:
-    """The before/after report under ``step_dir/report``, with the op profile of the baseline
-    and ``shown``, its title block and next steps (the chosen model's load line with the
-    ``tuned`` runtime settings); returns its directory."""
-    from tfopt.optimizer.candidates.candidate import Candidate
-    from tfopt.optimizer.gate.selection import candidate_rows
+def report(config: PipelineConfig, selection, shown: str, signature, step_dir: Path,
+           step_costs: dict | None, tuned: Path | None = None) -> Path:
+    """The before/after report of the gate's ``selection``
+    (:class:`~tfopt.optimizer.gate.selection.Selection`) under ``step_dir/report``, with the op
+    profile of the baseline and ``shown``, its title block and next steps (the chosen model's
+    load line with the ``tuned`` runtime settings); returns its directory."""
     from tfopt.optimizer.inputs.generated import make_inputs
     from tfopt.optimizer.report.profile import profile_baseline_and_candidate
     from tfopt.optimizer.report.write import write_report
 
+    result, decision = selection.result, selection.decision
     profiles = []
     try:
         feeds = make_inputs(signature, batch_size=min(result.settings.batch_sizes))
@@ -99,8 +101,7 @@ def report(config: PipelineConfig, evaluation: EvaluationOutput, result, decisio
                                                   policy=config.security.scan_policy())
     except Exception as exc:  # noqa: BLE001 - the profile is an aid, never a blocker
         log.warning("gate: op profile skipped: %s", exc)
-    rows = candidate_rows(result, decision,
-                          [Candidate.from_dict(tag) for tag in evaluation.candidate_tags])
+    rows = selection.rows()
     written = write_report(result, step_dir / "report", decision, profiles,
                            candidate_rows=rows, step_costs=step_costs,
                            title=report_title(config, rows, decision, tuned))

@@ -11,10 +11,12 @@ paired block bootstrap over rounds, each model's round figure being the median o
 (see :mod:`tfopt.optimizer.benchmark.stats`). Latency is reported as p50/p90/p99/mean and
 throughput (items/s) at each batch size.
 
-Quality is measured per model: with labelled data, a metric (``top1`` by default; see
-:mod:`tfopt.optimizer.verify.evaluation`); always, for each candidate, fidelity to the baseline (top-1
-agreement, max absolute and relative output error) on the eval data's inputs, or on inputs
-generated from the signature when there is none.
+The harness times; it does not evaluate. With labelled data, its rows are what is timed (see
+:func:`run_benchmark` for why), and accuracy and fidelity on them are the evaluate stage's
+(:func:`tfopt.optimizer.benchmark.accuracy.evaluate_models`), the one place they are measured.
+Without, each candidate's fidelity to the accuracy reference (top-1 agreement, max absolute and
+relative output error) is measured here on the inputs it timed, generated or supplied, while
+the models are loaded: it is the gate's evidence of accuracy when there are no labels.
 
 Generated inputs follow the signature (:func:`tfopt.optimizer.inputs.generated.make_inputs`); string inputs take
 their tokens from the model's own vocabulary (:mod:`tfopt.optimizer.inputs.vocabulary`), a quarter of them out
@@ -58,7 +60,6 @@ from tfopt.optimizer.benchmark.result import (
     BenchmarkResult,
     Fidelity,
     ModelMeasurement,
-    Quality,
     TimingRecord,
 )
 from tfopt.optimizer.benchmark.settings import BenchmarkConfig
@@ -82,19 +83,11 @@ from tfopt.optimizer.system.cpu_threads import (
     apply_runtime_settings,
     default_runtime_settings,
 )
-from tfopt.optimizer.verify.evaluation import (
-    EVAL_BATCH_SIZE,
-    LabelledData,
-    evaluate,
-    get_metric,
-    load_labelled_data,
-)
+from tfopt.optimizer.verify.evaluation import LabelledData, load_labelled_data
 
 log = logging.getLogger(__name__)
 
 MAX_SECONDS_PER_MIN_SECOND = 4
-FIDELITY_ROWS = 256  # eval rows compared against the baseline (in batches of EVAL_BATCH)
-EVAL_BATCH = EVAL_BATCH_SIZE
 
 
 @dataclass(frozen=True)
@@ -185,13 +178,8 @@ def _batch_feeds(signature: SignatureInfo, batch_size: int, seed: int,
     return (generation or _Generation()).inputs(signature, batch_size, seed)
 
 
-def _fidelity_feeds(runner: ModelRunner, seed: int, inputs, eval_data,
+def _fidelity_feeds(runner: ModelRunner, seed: int, inputs,
                     generation: _Generation | None = None) -> tuple[list, str]:
-    if eval_data is not None and len(runner.signature.inputs) == 1:
-        spec = runner.signature.inputs[0]
-        x = eval_data.x[:FIDELITY_ROWS].astype(spec.numpy_dtype, copy=False)
-        return [{spec.key: x[i:i + EVAL_BATCH]} for i in range(0, len(x), EVAL_BATCH)], \
-            "eval data"
     if inputs is not None:
         return [dict(inputs)], "supplied"
     generation = generation or _Generation()
@@ -367,12 +355,19 @@ def run_benchmark(
     ``inputs`` (``{input key: array}``) or ``eval_data`` supply the timed inputs (rows are
     taken, or repeated, to each batch size); otherwise they are generated from the signature.
     ``reference`` (the unoptimized input, when the baseline is a champion) is loaded beside
-    them but not timed: accuracy and every model's fidelity are measured against it.
+    them but not timed: every model's fidelity is measured against it.
+
+    With labelled data (``eval_data``, for a model of one input), its rows are timed, and
+    only timed: the evaluate stage (:func:`tfopt.optimizer.benchmark.accuracy.evaluate_models`)
+    measures accuracy and fidelity on them. Every door times them, the pipeline and
+    ``tfopt optimize --targets`` alike, because they are what the model will serve: a
+    generated row has the signature's shape and dtype, but not the data's sequence lengths,
+    vocabulary hits or value ranges, and a model's cost can depend on those. Without labelled
+    data, fidelity on the timed inputs is measured here.
     """
     if not candidates:
         raise InvalidInputsError("nothing to compare: give at least one candidate")
     config = config or BenchmarkConfig()
-    metric = get_metric(config.metric)
     say = progress or (lambda message: log.info("%s", message))
     started = time.perf_counter()
     runtime = runtime or apply_runtime_settings(default_runtime_settings())
@@ -390,10 +385,11 @@ def run_benchmark(
                               policy=policy)
     if isinstance(eval_data, (str, os.PathLike)):
         eval_data = load_labelled_data(eval_data, contract)
+    # labelled rows feed a model of one input; one of several gets generated inputs
+    rows_timed = inputs is None and eval_data is not None and len(contract.inputs) == 1
 
     generation = _generation(subjects, contract, config.signature,
-                             generated=inputs is None and eval_data is None,
-                             policy=policy)
+                             generated=inputs is None and not rows_timed, policy=policy)
     first_feeds = _batch_feeds(contract, min(config.batch_sizes), config.seed, inputs, eval_data,
                                generation)
     loaded: list[_Loaded] = []
@@ -477,26 +473,17 @@ def run_benchmark(
             for b in config.batch_sizes}
         for item in timed_models[1:] if item is not twin_item}
 
-    qualities: dict[str, Quality] = {}
-    if eval_data is not None:
-        for item in loaded:
-            if item is twin_item:  # the baseline's own accuracy, measured once is enough
-                continue
-            say(f"evaluating {item.label}: {metric.name} on {len(eval_data)} examples")
-            value = evaluate(item.runner, eval_data, metric.name, EVAL_BATCH)
-            qualities[item.label] = Quality(metric.name, value, metric.higher_is_better,
-                                            len(eval_data), eval_data.source)
-
     from tfopt.optimizer.verify.equivalence import compare
 
     fidelities: dict[str, Fidelity] = {}
-    feeds_list, feeds_source = _fidelity_feeds(ref_item.runner, config.seed, inputs, eval_data,
-                                               generation)
-    for item in loaded:
-        if item is ref_item:
-            continue
-        report = compare(ref_item.runner, item.runner, inputs=feeds_list)
-        fidelities[item.label] = Fidelity.of(report, feeds_source)
+    if eval_data is None or len(contract.inputs) != 1:  # else the evaluate stage's
+        feeds_list, feeds_source = _fidelity_feeds(ref_item.runner, config.seed, inputs,
+                                                   generation)
+        for item in loaded:
+            if item is ref_item:
+                continue
+            report = compare(ref_item.runner, item.runner, inputs=feeds_list)
+            fidelities[item.label] = Fidelity.of(report, feeds_source)
 
     files = {item.label: model_files(item.subject.path, item.runner.format) for item in loaded}
     measurements = [
@@ -512,12 +499,11 @@ def run_benchmark(
             peak_rss_exact=item.growth.peak_exact,
             latency={b: LatencySummary.of(s, b) for b, s in samples[item.label].items()},
             samples=samples[item.label], block_size=block_size,
-            quality=qualities.get(item.label),
             fidelity=fidelities.get(item.label))
         for item in loaded]
     if inputs is not None:
         inputs_source = "supplied inputs"
-    elif eval_data is not None:
+    elif rows_timed:
         inputs_source = f"rows of {eval_data.source}"
     else:
         inputs_source = f"generated from the signature (seed {config.seed})"

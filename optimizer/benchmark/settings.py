@@ -8,7 +8,7 @@ Light to import: the CLI reads these defaults while it builds its parser.
 
 from __future__ import annotations
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, field_validator
 
 from tfopt.optimizer.benchmark.interleaved import DEFAULT_BLOCK_SECONDS, DEFAULT_BLOCK_SIZE
 from tfopt.optimizer.errors import InvalidInputsError
@@ -58,3 +58,14 @@ class BenchmarkConfig(Settings):
     signature: str = Field(DEFAULT_SIGNATURE, description="the signature called")
     progress_every: float = Field(5.0, description="seconds between progress lines")
     seed: int = Field(0, description="of generated inputs and the bootstrap")
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, metric: str) -> str:
+        """An unknown metric is refused with the settings, before anything is timed: it is
+        the evaluate stage's (:mod:`tfopt.optimizer.benchmark.accuracy`), which runs after timing."""
+        from tfopt.optimizer.verify.evaluation import METRICS
+
+        if metric not in METRICS:
+            raise ValueError(f"unknown metric '{metric}'; available: {', '.join(sorted(METRICS))}")
+        return metric

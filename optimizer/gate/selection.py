@@ -1,11 +1,14 @@
 """Choose among candidates: all measured against the baseline in one process, the gate decides.
 
-Every candidate (SavedModel or LiteRT, see :mod:`tfopt.optimizer.candidates.build`) goes through the same
-benchmark harness as the baseline, interleaved, and through the same evaluation (held-out
-accuracy with labelled data, agreement with the baseline's top-1 without). The gate
-(:mod:`tfopt.optimizer.gate.verdict`) then promotes the candidates that pass every check, the accuracy budget
-included, and chooses among them with :func:`tfopt.optimizer.gate.near_ties.choose_among_promoted`. A candidate that breaks the
-budget is therefore never chosen, however fast it is.
+Every candidate (SavedModel or LiteRT, see :mod:`tfopt.optimizer.candidates.build`) goes through the
+pipeline's three measuring stages, in its order, by the same functions
+(:func:`select_candidate`): the benchmark against the baseline, interleaved
+(:mod:`tfopt.optimizer.gate.benchmark_candidates`), the evaluation (held-out accuracy with labelled
+data, :mod:`tfopt.optimizer.benchmark.accuracy`; agreement with the baseline's top-1 without), and
+the gate (:func:`judge`). The gate (:mod:`tfopt.optimizer.gate.verdict`) promotes the candidates that
+pass every check, the accuracy budget included, and chooses among them with
+:func:`tfopt.optimizer.gate.near_ties.choose_among_promoted`. A candidate that breaks the budget is
+therefore never chosen, however fast it is.
 
 Near ties: the fastest promoted candidate is chosen unless another promoted one is
 indistinguishable from it (head to head, :mod:`tfopt.optimizer.gate.near_ties`) and keeps more of
@@ -29,13 +32,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+from tfopt.optimizer.benchmark.accuracy import evaluate_models
+from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject
 from tfopt.optimizer.benchmark.result import UNOPTIMIZED_INPUT, BenchmarkResult
 from tfopt.optimizer.candidates.candidate import Candidate, Skipped
 from tfopt.optimizer.errors import InvalidInputsError
-from tfopt.optimizer.gate.near_ties import precision_rank
+from tfopt.optimizer.gate.benchmark_candidates import benchmark_candidates
 from tfopt.optimizer.gate.verdict import GateConfig, GateDecision, evaluate_gate
 from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.verify.evaluation import LabelledData
+
+# what Selection.write_json writes: beside the chosen model (tfopt optimize --targets), in the
+# gate step's directory (the pipeline)
+CANDIDATES_FILE = "candidates.json"
 
 
 @dataclass(frozen=True)
@@ -137,44 +146,14 @@ def candidate_rows(result: BenchmarkResult, decision: GateDecision,
     return rows
 
 
-def select_candidate(
-    baseline: str | os.PathLike,
-    candidates: Sequence[Candidate],
-    gate_config: GateConfig,
-    benchmark_config: BenchmarkConfig | None = None,
-    *,
-    skipped: Sequence[Skipped] = (),
-    eval_data=None,
-    baseline_role: str = UNOPTIMIZED_INPUT,
-    runtime=None,
-    progress: Callable[[str], None] | None = None,
-    budget=None,
-    policy: ScanPolicy = DEFAULT_POLICY,
-) -> Selection:
-    """Benchmark ``candidates`` against ``baseline`` and let the gate choose. With a memory
-    ``budget`` (:class:`~tfopt.optimizer.system.memory_budget.MemoryBudget`), in groups that fit it when
-    they do not all fit together (:mod:`tfopt.optimizer.benchmark.memory_groups`). Every SavedModel is
-    read under ``policy`` (:mod:`tfopt.optimizer.model.op_scan`)."""
-    if not candidates:
-        raise InvalidInputsError("no candidate to choose from"
-                                 + (f" ({len(skipped)} skipped: {skipped[0].reason})"
-                                    if skipped else ""))
-    # their precision, so that timing goes on while the near-tie choice is unresolved
-    subjects = [Subject.candidate(c.path, label=c.label,
-                                  precision_rank=precision_rank(c.precision))
-                for c in candidates]
-    base = Subject.baseline(baseline, role=baseline_role, label="input")
-    if budget is None:
-        result = run_benchmark(base, subjects, benchmark_config or BenchmarkConfig(),
-                               runtime=runtime, eval_data=eval_data, progress=progress,
-                               policy=policy)
-    else:
-        from tfopt.optimizer.benchmark.memory_groups import run_benchmark_within
-
-        result = run_benchmark_within(
-            budget, base, subjects, benchmark_config or BenchmarkConfig(),
-            variants={c.label: c.variant for c in candidates}, runtime=runtime,
-            eval_data=eval_data, progress=progress, policy=policy)
+def judge(result: BenchmarkResult, candidates: Sequence[Candidate], gate_config: GateConfig,
+          skipped: Sequence[Skipped] = ()) -> Selection:
+    """The gate stage: the verdict on every candidate ``result`` measured
+    (:func:`~tfopt.optimizer.gate.verdict.evaluate_gate`, with each one's precision from its record,
+    never guessed from its label), and the :class:`Selection` whose rows are what
+    ``candidates.json`` holds and the report's candidate table shows. The pipeline's ``gate``
+    step and :func:`select_candidate` both call it. ``candidates`` the benchmark left out (they
+    fit beside the baseline in no group within its memory limit) join ``skipped``."""
     decision = evaluate_gate(result, gate_config,
                              precisions={c.label: c.precision for c in candidates})
     measured = {c.label for c in result.candidates}
@@ -186,3 +165,47 @@ def select_candidate(
                            for c in candidates if c.label not in measured)]
     return Selection(result, decision, tuple(c for c in candidates if c.label in measured),
                      tuple(skipped))
+
+
+def select_candidate(
+    baseline: str | os.PathLike,
+    candidates: Sequence[Candidate],
+    gate_config: GateConfig,
+    benchmark_config: BenchmarkConfig | None = None,
+    *,
+    skipped: Sequence[Skipped] = (),
+    eval_data: LabelledData | str | os.PathLike | None = None,
+    baseline_role: str = UNOPTIMIZED_INPUT,
+    runtime=None,
+    progress: Callable[[str], None] | None = None,
+    budget=None,
+    policy: ScanPolicy = DEFAULT_POLICY,
+    metric: str | None = None,
+) -> Selection:
+    """Benchmark ``candidates`` against ``baseline``, evaluate them on ``eval_data`` when there
+    is some, and let the gate choose: the pipeline's three stages in its order
+    (:func:`~tfopt.optimizer.gate.benchmark_candidates.benchmark_candidates`,
+    :func:`~tfopt.optimizer.benchmark.accuracy.evaluate_models`, :func:`judge`). With a memory
+    ``budget`` (:class:`~tfopt.optimizer.system.memory_budget.MemoryBudget`), timed in groups that fit
+    it when they do not all fit together (:mod:`tfopt.optimizer.benchmark.memory_groups`). ``metric``:
+    on the labelled data (default ``benchmark_config.metric``). Every SavedModel is read under
+    ``policy`` (:mod:`tfopt.optimizer.model.op_scan`)."""
+    if not candidates:
+        raise InvalidInputsError("no candidate to choose from"
+                                 + (f" ({len(skipped)} skipped: {skipped[0].reason})"
+                                    if skipped else ""))
+    config = benchmark_config or BenchmarkConfig()
+    metric = metric or config.metric
+    if isinstance(eval_data, (str, os.PathLike)):
+        from tfopt.optimizer.runtime import read_signature
+        from tfopt.optimizer.verify.evaluation import load_labelled_data
+
+        eval_data = load_labelled_data(
+            eval_data, read_signature(baseline, config.signature, policy=policy), metric)
+    result = benchmark_candidates(
+        Subject.baseline(baseline, role=baseline_role, label="input"), candidates, config,
+        eval_data=eval_data, budget=budget, runtime=runtime, progress=progress, policy=policy)
+    if eval_data is not None:
+        result = evaluate_models(result, eval_data, metric, signature=config.signature,
+                                 policy=policy, progress=progress)
+    return judge(result, candidates, gate_config, skipped)

@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CANDIDATES_FILE = "candidates.json"
 PRECISION_SEARCH_FILE = "precision_search.json"
 OPTIMIZE_STAGE = "optimize"  # what ``around`` is entered with, besides the candidates stage's
 TENSORFLOW_STAGE = "loading TensorFlow"
@@ -287,7 +286,9 @@ def _check_targets(source, signature, targets, eval_data, calibration_data, poli
     given = {k: v for k, v in (("max_accuracy_drop_abs", accuracy_budget),
                                ("min_speedup", min_speedup)) if v is not None}
     gate = GateConfig(**given)
-    benchmark = BenchmarkConfig(signature=signature,
+    # timing settles around the gate's own bound and confidence, as the pipeline's benchmark does
+    benchmark = BenchmarkConfig(signature=signature, settle_speedup=gate.min_speedup,
+                                confidence=gate.confidence,
                                 **({"min_seconds": seconds} if seconds is not None else {}))
     precision = PrecisionSearchSettings(
         **({"mode": precision_search} if precision_search is not None else {}))
@@ -340,7 +341,7 @@ def _with_candidates(outcome: OptimizeOutcome, source, dst: Path, checked: _Chec
     from tfopt.optimizer.candidates.build import savedmodel_load_instructions
     from tfopt.optimizer.candidates.candidate import Candidate
     from tfopt.optimizer.files.atomic import atomic_directory
-    from tfopt.optimizer.gate.selection import select_candidate
+    from tfopt.optimizer.gate.selection import CANDIDATES_FILE, select_candidate
     from tfopt.optimizer.gate.verdict import EXIT_REJECT
     from tfopt.optimizer.optimize.candidates_stage import build_candidates
     from tfopt.optimizer.optimize.flow import write_optimized

@@ -178,7 +178,7 @@ def compare(
     finally:
         if b is not candidate:
             b.close()
-    return _report(signature.output_keys, expected, outputs)
+    return compare_outputs(signature.output_keys, expected, outputs)
 
 
 # A garbage collection costs tens of milliseconds with TensorFlow loaded: worth it to release
@@ -196,7 +196,10 @@ def _model_bytes(model: Model) -> int:
     return 0
 
 
-def _report(output_keys, expected: list[dict], outputs: list[dict]) -> EquivalenceReport:
+def compare_outputs(output_keys, expected: list[dict], outputs: list[dict]) -> EquivalenceReport:
+    """How far ``outputs`` are from ``expected`` (batch by batch, ``{output key: array}``):
+    what :func:`compare` reports once both models have run, for a caller that ran the
+    original once and compares several models with it."""
     abs_by_key = {k: 0.0 for k in output_keys}
     rel_by_key = dict(abs_by_key)
     top1_by_key: dict[str, list[int]] = {}
