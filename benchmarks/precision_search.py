@@ -37,34 +37,44 @@ sys.path.insert(0, str(ROOT.parent / "tests"))
 
 from common import add_result_arguments, read_result, work_directory, write_result
 
-UNIFORM = ("litert_fp32", "litert_dynamic_int8", "litert_full_int8", "onnx_fp32",
-           "onnx_optimized", "onnx_dynamic_int8", "onnx_static_int8")
+UNIFORM = ("optimized", "bf16", "xla", "litert_fp32", "litert_fp16", "litert_dynamic_int8",
+           "litert_full_int8", "onnx_fp32", "onnx_optimized", "onnx_dynamic_int8",
+           "onnx_static_int8", "openvino_fp32", "openvino_bf16", "openvino_int8")
+TARGETS = ("savedmodel", "litert", "onnx", "openvino")
+# TensorFlow sets its threads once per process: these run on its defaults
+SAVEDMODEL_LABELS = ("stock", "optimized", "bf16", "xla")
 SEARCHES = ("greedy", "relaxed")
 MIXED = {"onnx": "onnx_mixed_int8", "litert": "litert_mixed_int8"}
 
 
 def build_all(name: str, workdir: Path, budget: float, threads: int) -> tuple[dict, dict, object]:
     """(label -> candidate path, label -> search outcome dict, the trained model)."""
-    from precision_models import train_table_model
+    from precision_models import train_model
 
     from optimizer.candidates.build import CandidateSettings, build_candidates
     from optimizer.candidates.onnx.convert import OnnxExport
     from optimizer.inputs.calibration import choose_calibration
     from optimizer.model.savedmodel import get_signature
+    from optimizer.optimize.flow import optimize, write_optimized
+    from optimizer.optimize.recipe import INFERENCE_RECIPE
     from optimizer.search.precision.candidates import mixed_candidate
     from optimizer.search.precision.settings import PrecisionSearchSettings
     from optimizer.verify.evaluation import load_labelled_data
 
-    model = train_table_model(name, workdir)
+    model = train_model(name, workdir)
     signature = get_signature(model.saved_model, "serving_default")
     calibration = choose_calibration(signature, 100,
                                      calibration_data=str(model.calibration_data))
     eval_data = load_labelled_data(model.eval_data, signature, "top1")
-    settings = CandidateSettings(targets=("litert", "onnx"))
-    made, skipped = build_candidates(model.saved_model, None, workdir / f"{name}_candidates",
-                                     settings, UNIFORM, signature="serving_default",
-                                     calibration=calibration, source_digest=None)
-    paths = {"stock": str(model.saved_model)}
+    # the library's float rewrite (the "optimized" candidate), from which bf16 and xla derive
+    optimized = optimize(model.saved_model, INFERENCE_RECIPE)
+    optimized_dir = write_optimized(optimized, workdir / f"{name}_optimized", overwrite=True)
+    settings = CandidateSettings(targets=TARGETS)
+    made, skipped = build_candidates(model.saved_model, optimized.candidate.model,
+                                     workdir / f"{name}_candidates", settings, UNIFORM,
+                                     signature="serving_default", calibration=calibration,
+                                     source_digest=None)
+    paths = {"stock": str(model.saved_model), "optimized": str(optimized_dir)}
     paths.update({c.label: c.path for c in made})
     for s in skipped:
         print(f"  {name}: {s.label} skipped: {s.reason}")
@@ -93,7 +103,7 @@ def measure(paths: dict, eval_data, seconds: float, threads: int) -> dict:
     from optimizer.verify.evaluation import evaluate
 
     runners = {label: load_runner(path, "serving_default",
-                                  num_threads=None if label == "stock" else threads)
+                                  num_threads=None if label in SAVEDMODEL_LABELS else threads)
                for label, path in paths.items()}
     accuracy = {label: float(evaluate(r, eval_data, "top1", batch_size=1))
                 for label, r in runners.items()}
@@ -204,7 +214,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--budget", type=float, default=0.01)
-    parser.add_argument("--models", default="breast_cancer,wine")
+    parser.add_argument("--models",
+                        default="digits_separable,digits_inverted,breast_cancer,wine")
     parser.add_argument("--no-digits", action="store_true", dest="no_digits")
     add_result_arguments(parser, "precision_search")
     args = parser.parse_args()
