@@ -1,25 +1,30 @@
-"""Mixed precision searched by measured latency, against every uniform candidate, on two models
+"""Mixed precision searched by measured latency, against every uniform candidate, on models
 uniform int8 breaks; and the digits CNN, where uniform int8 passes and the search stays off.
 
-    .venv/bin/python benchmarks/precision_search.py [--seconds 20] [--threads 1]
-        [--budget 0.01] [--models breast_cancer,wine] [--workdir DIR] [--print-only]
+    .venv/bin/python benchmarks/precision_search.py [--seconds 20] [--threads 1] [--budget 0.01]
+        [--models digits_separable,digits_inverted,breast_cancer,wine] [--no-digits]
+        [--workdir DIR] [--result-name NAME] [--print-only]
 
-Models (tests/precision_models.py, trained here on scikit-learn's bundled tables in seconds):
-raw features -> Normalization (adapted in the model) -> 3 x Dense(1024, relu) -> softmax. Uniform
-int8 quantizes the centred raw features with one per-tensor scale and loses most of what the
-small-range features said (see that module).
+Models (tests/precision_models.py, trained here on scikit-learn's bundled data in seconds; the
+module says why full int8 breaks on each): two digits convnets (MobileNetV1- and V2-style)
+whose images are standardized per pixel inside the model, where the search pays; two tables
+(breast cancer, wine) whose raw features are normalized inside an MLP, where dynamic-range int8
+keeps up.
 
-For each model, in one process: the stock SavedModel call, every uniform candidate the repo
-builds for LiteRT (fp32, dynamic-range int8, full int8) and ONNX Runtime (fp32, optimized,
-dynamic int8, static int8), and ``onnx_mixed_int8`` and ``litert_mixed_int8`` as the greedy
-search (INC/NNCF fallback) and the relaxed search chose them. Accuracy on the held-out quarter; latency p50 at batch 1, all
-models timed interleaved in blocks of 10 calls (:func:`optimizer.benchmark.interleaved.
-time_interleaved`, the order rotating each round), ``--threads`` intra-op threads for the
-runtimes that take it. Printed per model: each one's accuracy, p50 ratio to stock, and the
-searched candidates' p50 against the best uniform candidate inside the budget (paired
-block-bootstrap 95% interval), and the search's time (table, search, building and measuring its
-proposals). The digits CNN (components/digits.py): the ``auto`` rule measures uniform int8's
-error and keeps the search off; the time that took is printed.
+For each model, in one process: the stock SavedModel call, every uniform candidate the four
+targets build (SavedModel: the library's float rewrite ``optimized``, ``bf16``, ``xla``; LiteRT:
+fp32, fp16, dynamic-range int8, full int8; ONNX Runtime: fp32, optimized, dynamic int8, static
+int8; OpenVINO: fp32, bf16, int8), and ``onnx_mixed_int8`` and ``litert_mixed_int8`` as the
+greedy search (INC/NNCF fallback) and the relaxed search chose them. Accuracy on the held-out
+quarter; latency p50 at batch 1, all of a model's candidates timed interleaved in blocks of 10
+calls (:func:`optimizer.benchmark.interleaved.time_interleaved`, the order rotating each
+round), ``--threads`` intra-op threads for the runtimes that take it (TensorFlow sets its
+threads once per process: the SavedModels run on its defaults). Printed per model: each one's
+accuracy, p50 ratio to stock, and the searched candidates' p50 against the best uniform
+candidate inside the budget (paired block-bootstrap 95% interval), relaxed against greedy, and
+the search's time (table, search, building and measuring its proposals). The digits CNN
+(components/digits.py): the ``auto`` rule measures uniform int8's error and keeps the search
+off; the time that took is printed.
 """
 
 from __future__ import annotations

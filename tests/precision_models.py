@@ -19,17 +19,27 @@ either and keeps up with full int8 on dense layers, so these show the search is 
 it pays much.
 
 **Digits** (``digits_separable``, ``digits_inverted``): the 8x8 digit images as they ship (ink
-0-16), standardized per pixel inside the model (a Keras ``Normalization`` adapted on the
-training images, one mean and variance per pixel, as featurewise standardization is written),
-then a MobileNetV1-style depthwise-separable convnet, or MobileNetV2-style inverted residual
-blocks (expand 1x1, depthwise 3x3, linear 1x1 projection, residual add; ReLU6). Some border pixels are never inked in the training images: their
-variance is 0 and Keras divides them by its epsilon (1e-7), so the normalization's per-pixel
-scale constant spans 0.2 to 1e7. Full int8 quantizes that constant, like every tensor, with
-one per-tensor scale: every inked pixel's factor rounds to 0 and the model sees a blank image
-(it answers one class). Keeping the normalization in float restores it. Depthwise
-convolutions are where dynamic-range int8 cannot keep up: it has no int8 depthwise kernel that
-takes float activations, so it runs slower than float there, while full int8 runs about twice
-as fast as float.
+0-16), standardized per pixel inside the model (a Keras ``Normalization`` with one mean and
+variance per pixel of the training images, featurewise standardization), then a
+MobileNetV1-style depthwise-separable convnet, or MobileNetV2-style inverted residual blocks
+(expand 1x1, depthwise 3x3, linear 1x1 projection, residual add; ReLU6). Full int8 breaks on
+the standardization, for two reasons:
+
+- ``digits_separable`` is standardized as Keras' ``adapt`` sets it: four border pixels are
+  never inked in the training images, their variance is 0 and Keras divides them by its
+  epsilon (1e-7), so the per-pixel factor is a constant spanning 0.15 to 1e7. Full int8
+  quantizes that constant with one per-tensor scale (1e7 / 127): every real pixel's factor
+  rounds to 0, the network sees a blank image and answers one class.
+- ``digits_inverted`` is standardized as scikit-learn's ``StandardScaler`` fits it (a
+  zero-variance pixel keeps scale 1: no epsilon). Rarely inked pixels still have a standard
+  deviation of 0.03, so the per-pixel factor spans 0.15 to 37; one per-tensor int8 scale for
+  it (37 / 127 = 0.29) leaves the ordinary pixels' factors (0.15-0.5) one or two levels, up to
+  half of their value wrong: 3 points lost.
+
+Keeping the standardization's division in float restores the accuracy. Depthwise convolutions
+are where dynamic-range int8 cannot keep up: it has no fast int8 depthwise kernel that takes
+float activations, so it runs 2-3.5x slower than float there, while full int8 runs about
+twice as fast as float.
 """
 
 from __future__ import annotations
@@ -96,6 +106,22 @@ def build_table_mlp(x_train: np.ndarray, classes: int, width: int = WIDTH):
     return keras.Model(inputs, outputs)
 
 
+def pixel_standardization(x_train: np.ndarray, as_keras_adapts: bool):
+    """A Keras ``Normalization`` with one mean and variance per pixel of ``x_train``: as
+    ``adapt`` sets it (a pixel of zero variance is divided by Keras' epsilon, 1e-7), or as
+    scikit-learn's ``StandardScaler`` fits it (a pixel of zero variance keeps scale 1)."""
+    import keras
+
+    if as_keras_adapts:
+        normalize = keras.layers.Normalization(axis=(1, 2, 3), name="normalize")
+        normalize.adapt(x_train)
+        return normalize
+    variance = x_train.var(axis=0)
+    variance[variance == 0] = 1.0
+    return keras.layers.Normalization(axis=(1, 2, 3), mean=x_train.mean(axis=0),
+                                      variance=variance, name="normalize")
+
+
 def build_separable_cnn(x_train: np.ndarray, classes: int, width: int = SEPARABLE_WIDTH):
     """Raw 8x8x1 images -> per-pixel Normalization (adapted on ``x_train``) -> Conv 3x3 ->
     4 x (depthwise 3x3, pointwise 1x1), each with batch norm and relu (MobileNet's block) ->
@@ -103,8 +129,7 @@ def build_separable_cnn(x_train: np.ndarray, classes: int, width: int = SEPARABL
     import keras
 
     inputs = keras.Input(x_train.shape[1:], name="image")
-    normalize = keras.layers.Normalization(axis=(1, 2, 3), name="normalize")
-    normalize.adapt(x_train)
+    normalize = pixel_standardization(x_train, as_keras_adapts=True)
 
     def bn_relu(x):
         return keras.layers.ReLU()(keras.layers.BatchNormalization()(x))
@@ -128,8 +153,7 @@ def build_inverted_cnn(x_train: np.ndarray, classes: int, width: int = INVERTED_
     import keras
 
     inputs = keras.Input(x_train.shape[1:], name="image")
-    normalize = keras.layers.Normalization(axis=(1, 2, 3), name="normalize")
-    normalize.adapt(x_train)
+    normalize = pixel_standardization(x_train, as_keras_adapts=False)
 
     def bn(x, relu6: bool = True):
         x = keras.layers.BatchNormalization()(x)
