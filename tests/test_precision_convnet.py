@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 from precision_models import searched_candidate, train_model
 
-from optimizer.model.savedmodel import get_signature
-from optimizer.runtime import load_runner
-from optimizer.verify.evaluation import load_labelled_data, top1_accuracy
+from tfopt.optimizer.model.savedmodel import get_signature
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.verify.evaluation import load_labelled_data, top1_accuracy
 
 BUDGET = 0.01
 

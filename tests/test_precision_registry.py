@@ -10,14 +10,14 @@ import pytest
 from precision_models import searched_candidate, train_model
 from publish_inputs import judge
 
-from components.artifacts import CandidateModel, PulledModel
-from components.config import config_from_mapping
-from components.steps.publish import publish
-from components.workspace import Workspace
-from optimizer.benchmark.environment import model_digest
-from optimizer.gate.verdict import GateConfig
-from optimizer.runtime import load_runner
-from optimizer.verify.evaluation import load_labelled_data
+from tfopt.components.config.pipeline_config import config_from_mapping
+from tfopt.components.pipeline.artifacts import CandidateModel, PulledModel
+from tfopt.components.pipeline.workspace import Workspace
+from tfopt.components.steps.publish import publish
+from tfopt.optimizer.benchmark.environment import model_digest
+from tfopt.optimizer.gate.verdict import GateConfig
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.verify.evaluation import load_labelled_data
 
 pytest_plugins = ["mlflow_server"]
 pytestmark = pytest.mark.slow  # trains, searches, benchmarks and publishes: ~3 minutes

@@ -3,8 +3,8 @@ candidate the benchmark, the evaluation and the gate treat like every other.
 
 :func:`mixed_candidate` runs on ONNX Runtime's static int8 (``onnx_mixed_int8``) or LiteRT's
 full int8 (``litert_mixed_int8``): the table is measured once
-(:func:`optimizer.search.precision.measure.build_table`), the
-search (:mod:`optimizer.search.precision.search`) proposes its few best assignments, each is
+(:func:`tfopt.optimizer.search.precision.measure.build_table`), the
+search (:mod:`tfopt.optimizer.search.precision.search`) proposes its few best assignments, each is
 built and measured end to end (its error on the same data, its p50 at batch 1 on one thread,
 timed interleaved in blocks with the others), and the fastest inside the budget is written as
 the candidate, its float layers in :attr:`Candidate.float_layers` and its sidecar's converter
@@ -23,12 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.candidates.candidate import Candidate
-from optimizer.inputs.calibration import Calibration
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.search.precision.search import Measured, PrecisionResult, search_precision
-from optimizer.search.precision.settings import PrecisionSearchSettings
-from optimizer.search.precision.table import PrecisionTable
+from tfopt.optimizer.candidates.candidate import Candidate
+from tfopt.optimizer.inputs.calibration import Calibration
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.search.precision.search import Measured, PrecisionResult, search_precision
+from tfopt.optimizer.search.precision.settings import PrecisionSearchSettings
+from tfopt.optimizer.search.precision.table import PrecisionTable
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def _inputs(signature, calibration: Calibration | None, eval_x: np.ndarray | Non
 
 def _measure(model, meter):
     """``measure(assignments)``: each built, its error, and its p50 timed interleaved."""
-    from optimizer.search.precision.measure import p50_seconds
+    from tfopt.optimizer.search.precision.measure import p50_seconds
 
     def measure(assignments) -> list[Measured]:
         paths = [model.build(float_layers=sorted(a)) for a in assignments]
@@ -114,9 +114,9 @@ def mixed_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
     model file of the candidates already built; with the target's uniform int8 and a float
     one among them, ``auto`` reads uniform int8's error from those and, when it passes,
     converts nothing. ``export``: a tf2onnx conversion to share (onnx)."""
-    from optimizer.files.atomic import atomic_directory
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.search.precision.measure import ErrorMeter, build_table, p50_seconds
+    from tfopt.optimizer.files.atomic import atomic_directory
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.search.precision.measure import ErrorMeter, build_table, p50_seconds
 
     label, uniform_label, float_labels = TARGETS[target]
     started = time.perf_counter()
@@ -151,15 +151,15 @@ def mixed_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
             return off(why, uniform)
     feeds = calibration.feeds[:samples]
     if target == "onnx":
-        from optimizer.candidates.onnx.convert import OnnxExport
-        from optimizer.search.precision.onnx_runtime import OnnxLayerCosts, OnnxPrecisionModel
+        from tfopt.optimizer.candidates.onnx.convert import OnnxExport
+        from tfopt.optimizer.search.precision.onnx_runtime import OnnxLayerCosts, OnnxPrecisionModel
 
         export = export or OnnxExport(source, signature)
         model = OnnxPrecisionModel(export.pre_processed_bytes(), feeds,
                                    workdir / f"{label}_search")
         costs = OnnxLayerCosts(cost_cache)
     else:
-        from optimizer.search.precision.litert_runtime import (
+        from tfopt.optimizer.search.precision.litert_runtime import (
             LiteRTLayerCosts,
             LiteRTPrecisionModel,
         )
@@ -199,7 +199,7 @@ def mixed_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
     with atomic_directory(dst, overwrite=True) as staging:
         staging.mkdir(parents=True, exist_ok=True)
         if target == "onnx":
-            from optimizer.candidates.onnx.convert import convert_to_onnx
+            from tfopt.optimizer.candidates.onnx.convert import convert_to_onnx
 
             path = staging / "model.onnx"
             how = convert_to_onnx(
@@ -208,7 +208,7 @@ def mixed_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
                 policy=policy, float_nodes=result.float_layers).sidecar.load_python
             runtime = "onnxruntime"
         else:
-            from optimizer.candidates.litert.convert import convert_to_litert
+            from tfopt.optimizer.candidates.litert.convert import convert_to_litert
 
             path = staging / "model.tflite"
             converted = convert_to_litert(

@@ -3,7 +3,7 @@
 - **Mixed models**: the SavedModel converted once with calibration only (the float model with
   its activation ranges recorded, as the quantization debugger converts it), then quantized by
   ``mlir_quantize`` with the float layers as ``denylisted_nodes``: each build is seconds, no
-  calibration (:func:`optimizer.candidates.litert.convert.quantize_calibrated`).
+  calibration (:func:`tfopt.optimizer.candidates.litert.convert.quantize_calibrated`).
 - **Layers**: the ops of the calibrated model that compute (fully connected, convolutions,
   element-wise arithmetic, pooling, softmax...), named by their first output tensor as
   ``denylisted_nodes`` names them.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.search.precision.table import INPUT, OUTPUT
+from tfopt.optimizer.search.precision.table import INPUT, OUTPUT
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +43,10 @@ class LiteRTPrecisionModel:
 
     def __init__(self, saved_model: Path, signature: str,
                  feeds: Sequence[Mapping[str, np.ndarray]], work: Path):
-        from optimizer.candidates.conversion import run_converter
-        from optimizer.candidates.litert.convert import calibrate_only
-        from optimizer.runtime.litert import import_interpreter
-        from optimizer.tf_runtime import import_tensorflow
+        from tfopt.optimizer.candidates.conversion import run_converter
+        from tfopt.optimizer.candidates.litert.convert import calibrate_only
+        from tfopt.optimizer.runtime.litert import import_interpreter
+        from tfopt.optimizer.tf_runtime import import_tensorflow
 
         tf = import_tensorflow()
         self.work = Path(work)
@@ -75,8 +75,8 @@ class LiteRTPrecisionModel:
 
     def build(self, float_layers: Sequence[str] = (), only: Sequence[str] | None = None,
               dst: Path | None = None) -> Path:
-        from optimizer.candidates.conversion import run_converter
-        from optimizer.candidates.litert.convert import quantize_calibrated
+        from tfopt.optimizer.candidates.conversion import run_converter
+        from tfopt.optimizer.candidates.litert.convert import quantize_calibrated
 
         denied = (tuple(float_layers) if only is None
                   else tuple(n for n in self.layers if n not in set(only)))
