@@ -1,25 +1,30 @@
-"""Mixed precision searched by measured latency, against every uniform candidate, on two models
+"""Mixed precision searched by measured latency, against every uniform candidate, on models
 uniform int8 breaks; and the digits CNN, where uniform int8 passes and the search stays off.
 
-    .venv/bin/python benchmarks/precision_search.py [--seconds 20] [--threads 1]
-        [--budget 0.01] [--models breast_cancer,wine] [--workdir DIR] [--print-only]
+    .venv/bin/python benchmarks/precision_search.py [--seconds 20] [--threads 1] [--budget 0.01]
+        [--models digits_separable,digits_inverted,breast_cancer,wine] [--no-digits]
+        [--workdir DIR] [--result-name NAME] [--print-only]
 
-Models (tests/precision_models.py, trained here on scikit-learn's bundled tables in seconds):
-raw features -> Normalization (adapted in the model) -> 3 x Dense(1024, relu) -> softmax. Uniform
-int8 quantizes the centred raw features with one per-tensor scale and loses most of what the
-small-range features said (see that module).
+Models (tests/precision_models.py, trained here on scikit-learn's bundled data in seconds; the
+module says why full int8 breaks on each): two digits convnets (MobileNetV1- and V2-style)
+whose images are standardized per pixel inside the model, where the search pays; two tables
+(breast cancer, wine) whose raw features are normalized inside an MLP, where dynamic-range int8
+keeps up.
 
-For each model, in one process: the stock SavedModel call, every uniform candidate the repo
-builds for LiteRT (fp32, dynamic-range int8, full int8) and ONNX Runtime (fp32, optimized,
-dynamic int8, static int8), and ``onnx_mixed_int8`` and ``litert_mixed_int8`` as the greedy
-search (INC/NNCF fallback) and the relaxed search chose them. Accuracy on the held-out quarter; latency p50 at batch 1, all
-models timed interleaved in blocks of 10 calls (:func:`tfopt.optimizer.benchmark.interleaved.
-time_interleaved`, the order rotating each round), ``--threads`` intra-op threads for the
-runtimes that take it. Printed per model: each one's accuracy, p50 ratio to stock, and the
-searched candidates' p50 against the best uniform candidate inside the budget (paired
-block-bootstrap 95% interval), and the search's time (table, search, building and measuring its
-proposals). The digits CNN (components/demo/digits.py): the ``auto`` rule measures uniform int8's
-error and keeps the search off; the time that took is printed.
+For each model, in one process: the stock SavedModel call, every uniform candidate the four
+targets build (SavedModel: the library's float rewrite ``optimized``, ``bf16``, ``xla``; LiteRT:
+fp32, fp16, dynamic-range int8, full int8; ONNX Runtime: fp32, optimized, dynamic int8, static
+int8; OpenVINO: fp32, bf16, int8), and ``onnx_mixed_int8`` and ``litert_mixed_int8`` as the
+greedy search (INC/NNCF fallback) and the relaxed search chose them. Accuracy on the held-out
+quarter; latency p50 at batch 1, all of a model's candidates timed interleaved in blocks of 10
+calls (:func:`tfopt.optimizer.benchmark.interleaved.time_interleaved`, the order rotating each
+round), ``--threads`` intra-op threads for the runtimes that take it (TensorFlow sets its
+threads once per process: the SavedModels run on its defaults). Printed per model: each one's
+accuracy, p50 ratio to stock, and the searched candidates' p50 against the best uniform
+candidate inside the budget (paired block-bootstrap 95% interval), relaxed against greedy, and
+the search's time (table, search, building and measuring its proposals). The digits CNN
+(components/demo/digits.py): the ``auto`` rule measures uniform int8's error and keeps the search
+off; the time that took is printed.
 """
 
 from __future__ import annotations
@@ -37,34 +42,44 @@ sys.path.insert(0, str(ROOT.parent / "tests"))
 
 from common import add_result_arguments, read_result, work_directory, write_result
 
-UNIFORM = ("litert_fp32", "litert_dynamic_int8", "litert_full_int8", "onnx_fp32",
-           "onnx_optimized", "onnx_dynamic_int8", "onnx_static_int8")
+UNIFORM = ("optimized", "bf16", "xla", "litert_fp32", "litert_fp16", "litert_dynamic_int8",
+           "litert_full_int8", "onnx_fp32", "onnx_optimized", "onnx_dynamic_int8",
+           "onnx_static_int8", "openvino_fp32", "openvino_bf16", "openvino_int8")
+TARGETS = ("savedmodel", "litert", "onnx", "openvino")
+# TensorFlow sets its threads once per process: these run on its defaults
+SAVEDMODEL_LABELS = ("stock", "optimized", "bf16", "xla")
 SEARCHES = ("greedy", "relaxed")
 MIXED = {"onnx": "onnx_mixed_int8", "litert": "litert_mixed_int8"}
 
 
 def build_all(name: str, workdir: Path, budget: float, threads: int) -> tuple[dict, dict, object]:
     """(label -> candidate path, label -> search outcome dict, the trained model)."""
-    from precision_models import train_table_model
+    from precision_models import train_model
 
     from tfopt.optimizer.candidates.build import CandidateSettings, build_candidates
     from tfopt.optimizer.candidates.onnx.convert import OnnxExport
     from tfopt.optimizer.inputs.calibration import choose_calibration
     from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.optimize.flow import optimize, write_optimized
+    from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE
     from tfopt.optimizer.search.precision.candidates import mixed_candidate
     from tfopt.optimizer.search.precision.settings import PrecisionSearchSettings
     from tfopt.optimizer.verify.evaluation import load_labelled_data
 
-    model = train_table_model(name, workdir)
+    model = train_model(name, workdir)
     signature = get_signature(model.saved_model, "serving_default")
     calibration = choose_calibration(signature, 100,
                                      calibration_data=str(model.calibration_data))
     eval_data = load_labelled_data(model.eval_data, signature, "top1")
-    settings = CandidateSettings(targets=("litert", "onnx"))
-    made, skipped = build_candidates(model.saved_model, None, workdir / f"{name}_candidates",
-                                     settings, UNIFORM, signature="serving_default",
-                                     calibration=calibration, source_digest=None)
-    paths = {"stock": str(model.saved_model)}
+    # the library's float rewrite (the "optimized" candidate), from which bf16 and xla derive
+    optimized = optimize(model.saved_model, INFERENCE_RECIPE)
+    optimized_dir = write_optimized(optimized, workdir / f"{name}_optimized", overwrite=True)
+    settings = CandidateSettings(targets=TARGETS)
+    made, skipped = build_candidates(model.saved_model, optimized.candidate.model,
+                                     workdir / f"{name}_candidates", settings, UNIFORM,
+                                     signature="serving_default", calibration=calibration,
+                                     source_digest=None)
+    paths = {"stock": str(model.saved_model), "optimized": str(optimized_dir)}
     paths.update({c.label: c.path for c in made})
     for s in skipped:
         print(f"  {name}: {s.label} skipped: {s.reason}")
@@ -93,7 +108,7 @@ def measure(paths: dict, eval_data, seconds: float, threads: int) -> dict:
     from tfopt.optimizer.verify.evaluation import evaluate
 
     runners = {label: load_runner(path, "serving_default",
-                                  num_threads=None if label == "stock" else threads)
+                                  num_threads=None if label in SAVEDMODEL_LABELS else threads)
                for label, path in paths.items()}
     accuracy = {label: float(evaluate(r, eval_data, "top1", batch_size=1))
                 for label, r in runners.items()}
@@ -204,7 +219,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--budget", type=float, default=0.01)
-    parser.add_argument("--models", default="breast_cancer,wine")
+    parser.add_argument("--models",
+                        default="digits_separable,digits_inverted,breast_cancer,wine")
     parser.add_argument("--no-digits", action="store_true", dest="no_digits")
     add_result_arguments(parser, "precision_search")
     args = parser.parse_args()

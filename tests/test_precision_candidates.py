@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from precision_models import searched_candidate, train_table_model
+from precision_models import searched_candidate, train_model
 
 from tfopt.optimizer.inputs.calibration import choose_calibration, synthetic
 from tfopt.optimizer.model.savedmodel import get_signature
@@ -25,7 +25,7 @@ BUDGET = 0.01
 
 @pytest.fixture(scope="module")
 def wine(tmp_path_factory):
-    model = train_table_model("wine", tmp_path_factory.mktemp("wine"))
+    model = train_model("wine", tmp_path_factory.mktemp("wine"))
     signature = get_signature(model.saved_model, "serving_default")
     return model, signature, load_labelled_data(model.eval_data, signature, "top1"), \
         choose_calibration(signature, 50, calibration_data=str(model.calibration_data))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import mlflow
 import numpy as np
 import pytest
-from precision_models import searched_candidate, train_table_model
+from precision_models import searched_candidate, train_model
 from publish_inputs import judge
 
 from tfopt.components.config.pipeline_config import config_from_mapping
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow  # trains, searches, benchmarks and publishes: ~3 
 @pytest.fixture(scope="module")
 def published(mlflow_server, tmp_path_factory):
     root = tmp_path_factory.mktemp("precision_registry")
-    model = train_table_model("wine", root)
+    model = train_model("wine", root)
     outcome = searched_candidate(model, root / "search", "relaxed",
                                  cost_cache=root / "precision_costs.json")
     assert outcome.candidate is not None, outcome.reason

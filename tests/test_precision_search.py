@@ -76,6 +76,23 @@ def test_relaxed_with_alpha_1_and_one_expansion_cannot_leave_greedy():
     assert proposals[0].float_layers == ("L2",)
 
 
+def test_relaxed_measures_greedys_answer_and_keeps_it_when_the_prediction_was_wrong():
+    # predicted: L1+L3 (relaxed) is faster than L2 (greedy); measured the other way round, as
+    # when a runtime fuses what the table costs layer by layer
+    table = costly_sensitive_layer()
+    measured_seconds = {frozenset({"L2"}): 1.0}
+
+    def measure(assignments):
+        seen.extend(assignments)
+        return [Measured(measured_seconds.get(a, 2.0), table.error(a)) for a in assignments]
+
+    seen = []
+    relaxed = search_precision(table, "relaxed", 0.012, measure, keep=1)
+    assert frozenset({"L2"}) in seen and frozenset({"L1", "L3"}) in seen
+    assert relaxed.float_layers == ("L2",)
+    assert relaxed.measured.seconds == 1.0
+
+
 def test_merging_float_islands_removes_their_boundaries():
     table = chain(["A", "B", "C"], 1.0, [1, 1, 1], [1.1, 1.5, 1.1], [0.01, 0.0, 0.01],
                   [0.01, 0.02, 0.01], int8_error=0.02)

@@ -256,6 +256,12 @@ def search_precision(table: PrecisionTable, strategy: str, max_error: float,
         proposals, stats = relaxed_precision_search(
             table, max_error, alpha=alpha, budget=budget, time_budget=time_budget, keep=keep,
             incumbent=greedy[0] if greedy else None)
+        # greedy's answer is measured beside the relaxed proposals even when the table
+        # predicts it slower: predictions add per-layer costs that the runtime's fusions
+        # (ONNX Runtime's QDQ folding, XNNPACK's) do not keep, and a relaxed search that
+        # returned a measured-slower assignment than greedy would lose to the search it relaxes
+        proposals = list(proposals) + [
+            p for p in greedy[:1] if p.assignment not in {q.assignment for q in proposals}]
     else:
         raise ValueError(f"unknown precision search strategy '{strategy}'")
     stats.wall_seconds = time.perf_counter() - started
