@@ -180,8 +180,8 @@ def test_any_trigger_loads_only_what_the_yaml_allows_or_is_a_config_error(tmp_pa
 
     path = tmp_path_factory.mktemp("fuzz") / "pipeline.yaml"
     path.write_text(ALLOWING)
-    config = parses_or_fails_cleanly(load_config, path,
-                                     triggers=[trigger_conf.event(extra), trigger_conf.conf(conf)])
+    config = parses_or_fails_cleanly(trigger_conf.load_triggered_config, path,
+                                     [trigger_conf.event(extra), trigger_conf.conf(conf)])
     if config is not None:  # whatever a trigger sent, nothing it may not set has changed
         defaults = PipelineConfig(source="s3://bucket/models/m").model_dump(mode="json")
         loaded = config.model_dump(mode="json")
