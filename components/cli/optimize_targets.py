@@ -72,8 +72,8 @@ def add_arguments(p) -> None:
     group.add_argument("--precision-search", dest="precision_search",
                        choices=PRECISION_SEARCH_MODES, **setting_flag(
                            PrecisionSearchSettings, "mode",
-                           "with the onnx and litert targets, onnx_mixed_int8 and "
-                           "litert_mixed_int8 candidates: int8 with the layers a search keeps in "
+                           "with the onnx, litert and openvino targets, their *_mixed_int8 "
+                           "candidates: int8 with the layers a search keeps in "
                            "float (docs/precision_search.md); {description}"))
     group.add_argument("--tune", action="store_true",
                        help="search thread settings for the chosen candidate and write "
@@ -120,10 +120,10 @@ def _accuracy_header(rows: list[dict]) -> str:
 
 
 def _searched_targets(args, settings) -> list[str]:
-    """The targets whose mixed int8 candidate is searched: onnx and litert, when asked for."""
-    if getattr(args, "precision_search", "off") == "off":
-        return []
-    return [t for t in ("onnx", "litert") if t in settings.targets]
+    """The targets whose mixed int8 candidate is searched, when asked for."""
+    from optimizer.search.precision.candidates import searched_targets
+
+    return searched_targets(settings.targets, getattr(args, "precision_search", "off"))
 
 
 def _precision_search(args, settings, calibration, eval_data, workdir: Path, policy,

@@ -88,11 +88,11 @@ def derive(config: PipelineConfig, pulled: PulledModel, optimized, step_dir: Pat
     signature (tagged synthetic)."""
     from optimizer.benchmark.environment import model_digest
     from optimizer.candidates.build import derive_candidates
+    from optimizer.search.precision.candidates import searched_targets
     from optimizer.system.memory_budget import memory_budget
 
     settings = config.candidates.settings()
-    searched = ([t for t in ("onnx", "litert") if t in settings.targets]
-                if config.candidates.precision_search != "off" else [])
+    searched = searched_targets(settings.targets, config.candidates.precision_search)
     searches = bool(searched)
     calibration = _calibration(config, pulled, step_dir, settings, force=searches)
     made, skipped = derive_candidates(
