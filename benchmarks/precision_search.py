@@ -38,9 +38,11 @@ sys.path.insert(0, str(ROOT.parent / "tests"))
 from common import add_result_arguments, read_result, work_directory, write_result
 
 UNIFORM = ("litert_fp32", "litert_dynamic_int8", "litert_full_int8", "onnx_fp32",
-           "onnx_optimized", "onnx_dynamic_int8", "onnx_static_int8")
+           "onnx_optimized", "onnx_dynamic_int8", "onnx_static_int8", "openvino_fp32",
+           "openvino_int8")
 SEARCHES = ("greedy", "relaxed")
-MIXED = {"onnx": "onnx_mixed_int8", "litert": "litert_mixed_int8"}
+MIXED = {"onnx": "onnx_mixed_int8", "litert": "litert_mixed_int8",
+         "openvino": "openvino_mixed_int8"}
 
 
 def build_all(name: str, workdir: Path, budget: float, threads: int) -> tuple[dict, dict, object]:
@@ -60,7 +62,7 @@ def build_all(name: str, workdir: Path, budget: float, threads: int) -> tuple[di
     calibration = choose_calibration(signature, 100,
                                      calibration_data=str(model.calibration_data))
     eval_data = load_labelled_data(model.eval_data, signature, "top1")
-    settings = CandidateSettings(targets=("litert", "onnx"))
+    settings = CandidateSettings(targets=tuple(MIXED))
     made, skipped = build_candidates(model.saved_model, None, workdir / f"{name}_candidates",
                                      settings, UNIFORM, signature="serving_default",
                                      calibration=calibration, source_digest=None)
@@ -76,7 +78,8 @@ def build_all(name: str, workdir: Path, budget: float, threads: int) -> tuple[di
             outcome = mixed_candidate(
                 model.saved_model, workdir / f"{name}_{target}_{strategy}",
                 PrecisionSearchSettings(mode=strategy), budget, signature="serving_default",
-                calibration=calibration, eval_data=eval_data, export=export,
+                calibration=calibration, eval_data=eval_data,
+                export=export if target == "onnx" else None,
                 cost_cache=workdir / "precision_costs.json", target=target)
             wall = time.perf_counter() - started
             label = f"{mixed} ({strategy})"
