@@ -219,24 +219,18 @@ def mixed_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
     dst = workdir / label
     with atomic_directory(dst, overwrite=True) as staging:
         staging.mkdir(parents=True, exist_ok=True)
-        if target == "onnx":
-            from optimizer.candidates.onnx.convert import convert_to_onnx
-
-            path = staging / "model.onnx"
-            how = convert_to_onnx(
+        if target in ("onnx", "openvino"):
+            # the two share their converters' interface and their sidecars
+            if target == "onnx":
+                from optimizer.candidates.onnx.convert import convert_to_onnx as convert
+            else:
+                from optimizer.candidates.openvino.convert import convert_to_openvino as convert
+            path = staging / ("model.onnx" if target == "onnx" else "model.xml")
+            how = convert(
                 source, path, "mixed_int8", signature=signature, calibration=calibration,
                 calibration_samples=samples, source_digest=source_digest, export=export,
                 policy=policy, float_nodes=result.float_layers).sidecar.load_python
-            runtime = "onnxruntime"
-        elif target == "openvino":
-            from optimizer.candidates.openvino.convert import convert_to_openvino
-
-            path = staging / "model.xml"
-            how = convert_to_openvino(
-                source, path, "mixed_int8", signature=signature, calibration=calibration,
-                calibration_samples=samples, source_digest=source_digest, export=export,
-                policy=policy, float_nodes=result.float_layers).sidecar.load_python
-            runtime = "openvino"
+            runtime = "onnxruntime" if target == "onnx" else "openvino"
         else:
             from optimizer.candidates.litert.convert import convert_to_litert
 
