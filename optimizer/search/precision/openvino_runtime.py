@@ -5,7 +5,9 @@ float.
   convert.OpenVINOExport`), then each assignment quantized by NNCF's post-training quantization
   (what the ``int8`` flavour runs) with the float layers as ``IgnoredScope(names=...)``
   (:func:`optimizer.candidates.openvino.convert.quantize_int8`). NNCF caches statistics only
-  for weight compression, so each build calibrates again: about a second on a small model.
+  for weight compression, so each build calibrates again (about a second on a small model);
+  an assignment built once is not built again (the table asks for uniform int8 and each
+  single fallback twice: for the sensitivity and for the costs).
 - **Layers**: the ops NNCF really quantizes, named by their friendly names (NNCF's graph
   names its nodes so, and ``IgnoredScope`` matches them): the ops of uniform int8 whose type
   NNCF quantizes the inputs of (matrix products, convolutions, element-wise arithmetic,
@@ -88,9 +90,10 @@ class OpenVINOPrecisionModel:
         self.feeds = [dict(f) for f in feeds]
         self.graph = export.model()
         self.prepared = self._save(self.graph, self.work / "float.xml", "fp32", {})
-        self.layers = quantized_layers(quantize_int8(export.model(), self.feeds,
-                                                     what=str(export.saved_model)))
-        self._built = 0
+        uniform = quantize_int8(export.model(), self.feeds, what=str(export.saved_model))
+        self.layers = quantized_layers(uniform)
+        self._built = {frozenset(): self._save(uniform, self.work / "assignment_1.xml",
+                                               "mixed_int8", {"float_nodes": []})}
 
     def _save(self, model, xml: Path, flavour: str, options: dict) -> Path:
         import openvino as ov
@@ -112,11 +115,15 @@ class OpenVINOPrecisionModel:
 
         ignored = (tuple(float_layers) if only is None
                    else tuple(n for n in self.layers if n not in set(only)))
-        self._built += 1
-        dst = dst or self.work / f"assignment_{self._built}.xml"
+        if dst is None and frozenset(ignored) in self._built:
+            return self._built[frozenset(ignored)]
         model = quantize_int8(self.export.model(), self.feeds, ignored,
                               str(self.export.saved_model))
-        return self._save(model, dst, "mixed_int8", {"float_nodes": list(ignored)})
+        built = self._save(model, dst or self.work / f"assignment_{len(self._built) + 1}.xml",
+                           "mixed_int8", {"float_nodes": list(ignored)})
+        if dst is None:
+            self._built[frozenset(ignored)] = built
+        return built
 
     def edges(self) -> list[tuple[str, str, str]]:
         """(producer, consumer, tensor) between layers of the float graph, through the ops
