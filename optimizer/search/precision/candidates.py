@@ -3,8 +3,9 @@ candidate the benchmark, the evaluation and the gate treat like every other.
 
 :func:`mixed_candidate` runs on ONNX Runtime's static int8 (``onnx_mixed_int8``), LiteRT's
 full int8 (``litert_mixed_int8``) or OpenVINO's NNCF int8 (``openvino_mixed_int8``): the table
-is measured once (:func:`optimizer.search.precision.measure.build_table`), the search (:mod:`optimizer.search.precision.search`) proposes its few best assignments, each is
-built and measured end to end (its error on the same data, its p50 at batch 1 on one thread,
+is measured once (:func:`optimizer.search.precision.measure.build_table`), the search
+(:mod:`optimizer.search.precision.search`) proposes its few best assignments, each is built
+and measured end to end (its error on the same data, its p50 at batch 1 on one thread,
 timed interleaved in blocks with the others), and the fastest inside the budget is written as
 the candidate, its float layers in :attr:`Candidate.float_layers` and its sidecar's converter
 options (``float_nodes``). :func:`should_search` is the ``auto`` rule: search only when uniform
