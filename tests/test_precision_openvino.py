@@ -1,13 +1,19 @@
-"""openvino_mixed_int8 on the wine model trained here (tests/precision_models.py): NNCF's int8
-with the layers a precision search chose left in float (``IgnoredScope``).
+"""openvino_mixed_int8: NNCF's int8 with the layers a precision search chose left in float
+(``IgnoredScope``), on two models trained here on wine's raw features.
 
-Measured, not assumed: NNCF's uniform int8 does NOT break the 1-point budget on this model,
-where LiteRT's and ONNX Runtime's do. The model normalizes its raw features inside
-(``Normalization``), which OpenVINO's converter folds into a Multiply and an Add on the model's
-input; NNCF matches that as its ``INPUT_SCALE_SHIFT`` pattern (a scale and shift the CPU plugin
-fuses into the input) and quantizes only after it: the raw features, whose one per-tensor
-scale breaks the other two runtimes, are never quantized. So ``auto`` leaves the OpenVINO
-search off, and an asked search stays inside the budget with the float model's accuracy."""
+Measured, not assumed: NNCF's uniform int8 does NOT break the 1-point budget on the wine model
+of tests/precision_models.py, where LiteRT's and ONNX Runtime's do. That model normalizes its
+raw features first (``Normalization``), which OpenVINO's converter folds into a Multiply and
+an Add on the model's input; NNCF matches that as its ``INPUT_SCALE_SHIFT`` pattern (a scale
+and shift the CPU plugin fuses into the input) and quantizes only after it: the raw features,
+whose one per-tensor scale breaks the other two runtimes, are never quantized. So ``auto``
+leaves the OpenVINO search off there.
+
+It does break it on a model that normalizes after its first layer instead (Dense ->
+LayerNormalization, :func:`layer_norm_mlp`): the first Dense reads the raw features, NNCF
+quantizes its input with one per-tensor scale (proline reaches 1 680 where hue stays within
+0.5-1.7), and uniform int8 loses ~20 points; the search keeps that layer in float and lands
+inside the budget."""
 
 from __future__ import annotations
 
@@ -27,7 +33,24 @@ from optimizer.search.precision.openvino_runtime import OpenVINOPrecisionModel, 
 from optimizer.verify.evaluation import load_labelled_data, top1_accuracy
 
 BUDGET = 0.01
-ATOL = 5e-3  # softmax probabilities, int8 against the float SavedModel (measured ~5e-5)
+# mixed int8 against the float SavedModel, on wine's held-out rows: softmax probabilities
+# (measured: at most 0.095 apart, median 0.017) and top-1 (measured: all the same)
+ATOL = 0.15
+TOP1_AGREEMENT = 0.95
+
+
+def layer_norm_mlp(x_train, classes: int, width: int):
+    """Raw features -> Dense(width) -> LayerNormalization -> relu -> 2 x Dense(width, relu) ->
+    Dense(classes, softmax): the network normalizes after its first layer, not its inputs."""
+    import keras
+
+    inputs = keras.Input((x_train.shape[1],), name="features")
+    x = keras.layers.Dense(width, name="dense_in")(inputs)
+    x = keras.layers.Activation("relu")(keras.layers.LayerNormalization(name="norm")(x))
+    for n in range(2):
+        x = keras.layers.Dense(width, activation="relu", name=f"dense_{n}")(x)
+    outputs = keras.layers.Dense(classes, activation="softmax", name="label")(x)
+    return keras.Model(inputs, outputs)
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +62,20 @@ def wine(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def relaxed(wine, tmp_path_factory):
-    return searched_candidate(wine[0], tmp_path_factory.mktemp("relaxed"), "relaxed",
+def layer_norm_wine(tmp_path_factory):
+    import precision_models
+
+    # the tables' training and files, this model
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(precision_models, "build_table_mlp", layer_norm_mlp)
+        model = train_table_model("wine", tmp_path_factory.mktemp("layer_norm_wine"))
+    signature = get_signature(model.saved_model, "serving_default")
+    return model, load_labelled_data(model.eval_data, signature, "top1")
+
+
+@pytest.fixture(scope="module")
+def searched(layer_norm_wine, tmp_path_factory):
+    return searched_candidate(layer_norm_wine[0], tmp_path_factory.mktemp("auto"), "auto",
                               BUDGET, target="openvino")
 
 
@@ -80,15 +115,25 @@ def test_auto_leaves_the_openvino_search_off_because_nncf_int8_is_inside_the_bud
     assert "uniform int8 is inside the budget" in outcome.reason
 
 
+def test_nncf_int8_breaks_the_budget_where_the_first_layer_reads_raw_features(searched):
+    assert searched.strategy == "relaxed"  # auto searched: uniform int8 is outside the budget
+    assert searched.uniform_int8_error > BUDGET
+    table = searched.table
+    first = next(n for n in table.layers if "dense_in" in n)
+    assert table.quantized_alone[first] > BUDGET  # quantizing it alone breaks the budget
+    assert table.float_alone[first] <= BUDGET  # keeping it alone in float is enough
+
+
 def test_the_searched_candidate_is_inside_the_budget_records_its_float_layers_and_runs(
-        relaxed, wine):
-    model, eval_data, _ = wine
-    candidate = relaxed.candidate
-    assert candidate is not None, relaxed.reason
+        searched, layer_norm_wine):
+    model, eval_data = layer_norm_wine
+    candidate = searched.candidate
+    assert candidate is not None, searched.reason
     assert (candidate.label, candidate.format, candidate.runtime) == (
         "openvino_mixed_int8", "openvino", "openvino")
-    assert set(candidate.float_layers) <= set(relaxed.table.layers)
-    assert relaxed.result.measured.error <= BUDGET
+    assert any("dense_in" in n for n in candidate.float_layers)
+    assert set(candidate.float_layers) < set(searched.table.layers)  # not all float
+    assert searched.result.measured.error <= BUDGET
     sidecar = json.loads((candidate.artifact_dir / "model.xml.json").read_text())
     assert sidecar["flavour"] == "mixed_int8"
     assert sidecar["converter"]["float_nodes"] == list(candidate.float_layers)
@@ -96,11 +141,13 @@ def test_the_searched_candidate_is_inside_the_budget_records_its_float_layers_an
     runner = load_runner(candidate.path, num_threads=1)
     assert runner.format == "openvino"
     batch = {"features": eval_data.x}
-    np.testing.assert_allclose(runner(batch)["output_0"], stock(batch)["output_0"], atol=ATOL)
+    mixed, float_ = runner(batch)["output_0"], stock(batch)["output_0"]
+    np.testing.assert_allclose(mixed, float_, atol=ATOL)
+    assert (mixed.argmax(-1) == float_.argmax(-1)).mean() >= TOP1_AGREEMENT
     assert top1_accuracy(runner, eval_data.x, eval_data.y) >= \
         top1_accuracy(stock, eval_data.x, eval_data.y) - BUDGET
     # every assignment measured is in the trace, with both figures
-    assert all(t.measured_seconds > 0 and t.predicted_seconds > 0 for t in relaxed.result.tried)
+    assert all(t.measured_seconds > 0 and t.predicted_seconds > 0 for t in searched.result.tried)
 
 
 def test_a_float_layer_the_model_lacks_is_one_line_naming_it(wine, tmp_path):
