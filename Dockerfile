@@ -76,5 +76,5 @@ RUN ["/app/.venv/bin/opt_in_out", "--opt_out"]
 
 # The wrapper sets OMP_NUM_THREADS and TF's intra/inter-op thread counts from the container's
 # CPU quota (unless set explicitly), then execs tfopt with the arguments given to the image.
-ENTRYPOINT ["python", "-m", "components.container_entrypoint", "tfopt"]
+ENTRYPOINT ["python", "-m", "tfopt.components.orchestration.container_entrypoint", "tfopt"]
 CMD ["--help"]

@@ -52,7 +52,7 @@ lock:
 	$(BIN)/uv pip compile --quiet pyproject.toml $(IMAGE_LOCK_FLAGS) -o "$(IMAGE_LOCK_OUTPUT)"
 
 demo: install
-	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m components.demo
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m tfopt.components.demo.run
 
 # Two workers, a test file each at a time: the suite is one process's CPU on average (TF
 # imports, subprocesses, servers starting), so two keep both cores busy. Module fixtures (an
@@ -87,7 +87,7 @@ $(KFP_STAMP): Makefile
 
 # -P: the module's own folder (components/) must not shadow top-level imports.
 kfp: $(KFP_STAMP)
-	$(KFP_VENV)/bin/python -P components/kubeflow_pipeline.py \
+	$(KFP_VENV)/bin/python -P components/orchestration/kubeflow_pipeline.py \
 		--image "$(KFP_IMAGE)" --output "$(KFP_OUTPUT)"
 
 clean:

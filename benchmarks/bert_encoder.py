@@ -7,27 +7,27 @@ profile and one-process timing of the stock call against the optimized graphs, b
 
 The encoder is the ``bert`` family of ``benchmarks/families.py`` (:func:`families.export_encoder`:
 4 layers, hidden 256, 4 heads, FFN 1024, length 64, every weight drawn). Variants, each written
-as a SavedModel and loaded as TF Serving loads them (:func:`optimizer.runtime.load_runner`):
+as a SavedModel and loaded as TF Serving loads them (:func:`tfopt.optimizer.runtime.load_runner`):
 
 - ``stock``: the exported SavedModel's signature call, the baseline;
-- ``gtt``: frozen, GTT's inference recipe (:data:`optimizer.optimize.recipe.GTT_INFERENCE_RECIPE`);
+- ``gtt``: frozen, GTT's inference recipe (:data:`tfopt.optimizer.optimize.recipe.GTT_INFERENCE_RECIPE`);
 - ``gelu``: GTT's recipe with ``rewrite_gelu_erf`` (the default recipe before this round);
-- ``optimized``: the default recipe (:data:`optimizer.optimize.recipe.INFERENCE_RECIPE`, with
+- ``optimized``: the default recipe (:data:`tfopt.optimizer.optimize.recipe.INFERENCE_RECIPE`, with
   ``flatten_dense_matmuls`` and ``einsum_as_batch_matmul``);
 - ``optimized_einsum``: the default recipe without ``einsum_as_batch_matmul`` (attention's
   ``Einsum``s kept, as before round 25);
 - ``bf16_all``: ``optimized`` through Grappler's bfloat16 pass with its own lists (every op it
   can, LayerNorm and Softmax included), as the bf16 candidate was before this round;
-- ``bf16``: the bf16 candidate (:func:`optimizer.candidates.bf16.bf16_mixed_precision`: the
+- ``bf16``: the bf16 candidate (:func:`tfopt.optimizer.candidates.bf16.bf16_mixed_precision`: the
   normalizations in float32);
 - ``bf16_einsum``: the bf16 candidate of ``optimized_einsum``;
 - ``xla``: the XLA candidate of ``optimized``.
 
-``--labels`` builds and times only those variants (and ``stock``). Printed: per variant, the p50 of blocks of 10 calls (:func:`optimizer.benchmark.interleaved.
+``--labels`` builds and times only those variants (and ``stock``). Printed: per variant, the p50 of blocks of 10 calls (:func:`tfopt.optimizer.benchmark.interleaved.
 time_interleaved`, order rotating every round) and its ratio to ``stock`` (p50 over p50, one
 process, one run), the largest output difference to ``stock`` and the top-1 agreement over 64
 inputs with ids drawn from the vocabulary, and each ratio to ``stock`` with its 95% interval
-over paired rounds (:func:`optimizer.benchmark.stats.p50_ratio_interval`); then, for ``optimized``, ``bf16_all`` and ``bf16``,
+over paired rounds (:func:`tfopt.optimizer.benchmark.stats.p50_ratio_interval`); then, for ``optimized``, ``bf16_all`` and ``bf16``,
 the time per op type from TensorFlow's step stats (a v1 ``Session`` with full tracing on the
 same SavedModel, ``--profile-calls`` calls: traced times, so only the shares mean something).
 """
@@ -67,14 +67,14 @@ def build_variants(workdir: Path, labels=LABELS) -> dict[str, Path]:
     if all((path / "saved_model.pb").is_file() for path in built.values()):
         return {"stock": export_encoder(workdir), **built}
 
-    from optimizer.candidates.bf16 import BF16_PASSES, bf16_mixed_precision
-    from optimizer.candidates.xla import write_xla_saved_model
-    from optimizer.model.export import write_saved_model
-    from optimizer.model.freeze import freeze
-    from optimizer.optimize.recipe import GTT_INFERENCE_RECIPE, INFERENCE_RECIPE, Recipe
-    from optimizer.optimize.recipe_building import build_transforms
-    from optimizer.transforms.pipeline import run_transforms
-    from optimizer.transforms.registry import make_transform
+    from tfopt.optimizer.candidates.bf16 import BF16_PASSES, bf16_mixed_precision
+    from tfopt.optimizer.candidates.xla import write_xla_saved_model
+    from tfopt.optimizer.model.export import write_saved_model
+    from tfopt.optimizer.model.freeze import freeze
+    from tfopt.optimizer.optimize.recipe import GTT_INFERENCE_RECIPE, INFERENCE_RECIPE, Recipe
+    from tfopt.optimizer.optimize.recipe_building import build_transforms
+    from tfopt.optimizer.transforms.pipeline import run_transforms
+    from tfopt.optimizer.transforms.registry import make_transform
 
     stock = export_encoder(workdir)
     paths = {"stock": stock}
@@ -107,7 +107,7 @@ def build_variants(workdir: Path, labels=LABELS) -> dict[str, Path]:
 
 def op_profile(path: Path, feeds: dict, calls: int) -> collections.Counter:
     """Traced microseconds per op type per call, from a v1 Session's step stats."""
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     graph = tf.Graph()
@@ -144,14 +144,14 @@ def main() -> int:
                         help="only build the variants (no timing: run it outside the lock)")
     args = parser.parse_args()
 
-    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+    from tfopt.optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     apply_runtime_settings(default_runtime_settings())  # before TensorFlow starts
     from families import BERT_VOCABULARY
 
-    from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.inputs.generated import make_inputs
-    from optimizer.runtime import load_runner
+    from tfopt.optimizer.benchmark.interleaved import time_interleaved
+    from tfopt.optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.runtime import load_runner
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     paths = build_variants(args.workdir, args.labels)
@@ -199,7 +199,7 @@ def main() -> int:
 def speedup(samples: dict, base: str, label: str) -> str:
     """``label``'s speed over ``base``'s: p50 over p50, and the median of the paired per-round
     ratios with its 95% interval."""
-    from optimizer.benchmark.stats import p50_ratio_interval
+    from tfopt.optimizer.benchmark.stats import p50_ratio_interval
 
     paired = p50_ratio_interval(samples[base].round_figures, samples[label].round_figures)
     return (f"x{samples[base].p50 / samples[label].p50:.3f} (paired x{1 / paired.ratio:.3f} "

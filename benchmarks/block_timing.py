@@ -51,9 +51,9 @@ CLEARLY_APART = 1.10  # alone, the slower of a pair takes at least this many tim
 def _time_alone(subjects, passes: int, seconds: float) -> dict[str, float]:
     import numpy as np
 
-    from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.inputs.generated import make_inputs
-    from optimizer.runtime import load_runner
+    from tfopt.optimizer.benchmark.interleaved import time_interleaved
+    from tfopt.optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.runtime import load_runner
 
     calls = {}
     for subject in subjects:
@@ -87,8 +87,8 @@ def _median(by_label: dict[str, float]) -> float:
 
 
 def measure_model(name: str, workdir: Path, args, runtime) -> dict:
-    from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-    from optimizer.gate.verdict import GateConfig, evaluate_gate
+    from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+    from tfopt.optimizer.gate.verdict import GateConfig, evaluate_gate
 
     stock, eval_data, candidates, skipped = build_candidates(name, workdir)
     say = (lambda message: print(f"  {message}", flush=True))
@@ -184,7 +184,7 @@ def main() -> int:
         print_tables(read_result(args.result_name)["models"])
         return 0
 
-    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+    from tfopt.optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     runtime = apply_runtime_settings(default_runtime_settings())  # before TensorFlow starts
     workdir = work_directory(args.workdir, "tfopt-bench-block-timing-")

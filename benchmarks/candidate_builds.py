@@ -6,8 +6,8 @@
 
 For each family of ``benchmarks/families.py`` (its stock model, exported or reused from the
 work directory) this optimizes the frozen graph with the inference recipe, then builds every
-candidate ``--targets`` asks for exactly as :func:`optimizer.candidates.build.derive_candidates` does
-(one worker process per build group, :func:`optimizer.candidates.build.build_plan`), on inputs
+candidate ``--targets`` asks for exactly as :func:`tfopt.optimizer.candidates.build.derive_candidates` does
+(one worker process per build group, :func:`tfopt.optimizer.candidates.build.build_plan`), on inputs
 generated from the signature as a user without data gets (``calibration: synthetic``), and
 prints per group the wall seconds (what a user waits for; the machine's load, printed, stretches
 them) and the worker's CPU seconds (hardly stretched by load: compare runs by these), and the
@@ -35,19 +35,19 @@ from families import ALL_TARGETS, FAMILIES
 
 
 def time_builds(src: Path, workdir: Path, targets: str, samples: int | None) -> dict:
-    from optimizer.candidates.build import (
+    from tfopt.optimizer.candidates.build import (
         SAVEDMODEL_VARIANTS,
         CandidateSettings,
         build_plan,
         parse_targets,
     )
-    from optimizer.candidates.worker import build_in_worker
-    from optimizer.inputs.calibration import synthetic
-    from optimizer.model.op_scan import DEFAULT_POLICY
-    from optimizer.model.savedmodel import DEFAULT_SIGNATURE, get_signature
-    from optimizer.optimize.flow import optimize
-    from optimizer.optimize.recipe import INFERENCE_RECIPE
-    from optimizer.system.memory_budget import memory_budget
+    from tfopt.optimizer.candidates.worker import build_in_worker
+    from tfopt.optimizer.inputs.calibration import synthetic
+    from tfopt.optimizer.model.op_scan import DEFAULT_POLICY
+    from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE, get_signature
+    from tfopt.optimizer.optimize.flow import optimize
+    from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE
+    from tfopt.optimizer.system.memory_budget import memory_budget
 
     settings = CandidateSettings(targets=parse_targets(targets))
     if samples is not None:
@@ -103,7 +103,7 @@ def main() -> int:
     args = parser.parse_args()
     # the workers log at this level: each flavour's peak is an INFO line
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     import_tensorflow()
     results = {}

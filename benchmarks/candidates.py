@@ -6,10 +6,10 @@ and what the gate chooses with LiteRT allowed and with SavedModels only.
         [--print-only]
 
 Per model, the library's own path (what ``tfopt optimize --targets savedmodel,litert`` runs):
-the inference recipe's optimized fp32 SavedModel, then :func:`optimizer.candidates.build.
+the inference recipe's optimized fp32 SavedModel, then :func:`tfopt.optimizer.candidates.build.
 derive_candidates` (bf16, XLA, LiteRT fp32 / fp16 / dynamic-range int8 / full int8), all timed
 interleaved against the stock SavedModel at batch 1 by the gate's benchmark harness
-(:func:`optimizer.gate.selection.select_candidate`), with ``p50(candidate) / p50(stock)`` and its 95%
+(:func:`tfopt.optimizer.gate.selection.select_candidate`), with ``p50(candidate) / p50(stock)`` and its 95%
 paired-bootstrap interval.
 
 Accuracy: ``digits`` (the demo's CNN, trained here on scikit-learn's digits) is scored by real
@@ -50,7 +50,7 @@ CALIBRATION_ROWS = 100
 def source_of(name: str, workdir: Path):
     """(stock SavedModel, eval data path or None)."""
     if name == "digits":
-        from components.digits import train_digits_model
+        from tfopt.components.demo.digits import train_digits_model
 
         if not (workdir / "digits_savedmodel" / "saved_model.pb").is_file():
             train_digits_model(workdir, overwrite=True)
@@ -62,16 +62,16 @@ def build_candidates(name: str, workdir: Path):
     """(stock SavedModel, eval data or None, [optimized, derived...], skipped): the library's own
     path, as ``tfopt optimize --targets savedmodel,litert`` builds them. Full int8 calibrates on
     the eval data's inputs, else on inputs generated from the signature (tagged synthetic)."""
-    from optimizer.candidates.build import (
+    from tfopt.optimizer.candidates.build import (
         CandidateSettings,
         derive_candidates,
         savedmodel_load_instructions,
     )
-    from optimizer.candidates.candidate import Candidate
-    from optimizer.inputs.calibration import choose_calibration
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.optimize.flow import optimize, write_optimized
-    from optimizer.optimize.recipe import INFERENCE_RECIPE
+    from tfopt.optimizer.candidates.candidate import Candidate
+    from tfopt.optimizer.inputs.calibration import choose_calibration
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.optimize.flow import optimize, write_optimized
+    from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE
 
     stock, eval_data = source_of(name, workdir)
     started = time.perf_counter()
@@ -91,9 +91,9 @@ def build_candidates(name: str, workdir: Path):
 
 
 def measure_model(name: str, workdir: Path, args, runtime) -> dict:
-    from optimizer.benchmark.harness import BenchmarkConfig
-    from optimizer.gate.selection import select_candidate
-    from optimizer.gate.verdict import GateConfig
+    from tfopt.optimizer.benchmark.harness import BenchmarkConfig
+    from tfopt.optimizer.gate.selection import select_candidate
+    from tfopt.optimizer.gate.verdict import GateConfig
 
     started = time.perf_counter()
     stock, eval_data, candidates, skipped = build_candidates(name, workdir)
@@ -126,8 +126,8 @@ def _distinct_top1(stock: Path) -> int:
     weights it can be one, and then top-1 agreement says nothing; max rel diff still does."""
     import numpy as np
 
-    from optimizer.inputs.generated import make_inputs
-    from optimizer.runtime import load_runner
+    from tfopt.optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.runtime import load_runner
 
     runner = load_runner(stock)
     classes = set()
@@ -187,7 +187,7 @@ def main() -> int:
         print_tables(saved["models"], saved["accuracy_budget"])
         return 0
 
-    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+    from tfopt.optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     runtime = apply_runtime_settings(default_runtime_settings())  # before TensorFlow starts
     workdir = work_directory(args.workdir, "tfopt-bench-candidates-")

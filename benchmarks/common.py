@@ -14,11 +14,11 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 def identity_call(tensors: list):
     """A call of no arguments: an identity function of ``tensors``, called as the runner calls
-    every SavedModel (:meth:`optimizer.runtime.tensorflow.SignatureFunction.bound`). No
+    every SavedModel (:meth:`tfopt.optimizer.runtime.tensorflow.SignatureFunction.bound`). No
     SavedModel can be faster through that call, so a model's stock call over this one is the
     most any SavedModel of it can gain (its ceiling)."""
-    from optimizer.runtime.tensorflow import SignatureFunction
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.runtime.tensorflow import SignatureFunction
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
 
@@ -47,7 +47,7 @@ def export_keras_application(name: str, workdir: Path, *, random_batch_norm: boo
     variance in [0.5, 1.5], beta and mean ~ N(0, 0.1)), which also makes folding them a real
     rewrite; ``logits`` drops the final softmax so that differences are not squashed.
     """
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     import_tensorflow()
     import keras

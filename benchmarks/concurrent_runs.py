@@ -16,7 +16,7 @@ every path and digest named by a step record or benchmark result, checked agains
 
 Measured 2026-11-24 on the shared 2-CPU machine (``--distinct 8 --same 4``, the defaults):
 
-- before the workspace's step lock (``components/workspace.py``), load average 8 -> 15: all
+- before the workspace's step lock (``components/pipeline/workspace.py``), load average 8 -> 15: all
   12 runs finished (exit 3: the gate rejected the tiny convnet's candidates; each registered
   its challenger), 547 s wall; one version per registered model, the 4 same-source runs
   reported that one; 153 paths and digests in the records checked, none missing or changed;

@@ -23,7 +23,7 @@ BERT-style encoder built here (int32 ids of length 64, 4 layers, hidden 256, 4 h
 post-LayerNorm, a tanh pooler on the first token and 10 logits); ``string``, the
 ``StringLookup`` classifier of ``benchmarks/string_lookup.py`` (16 string tokens, 10000-row
 vocabulary); ``digits``, the demo's CNN trained on scikit-learn's digits
-(:func:`components.digits.train_digits_model`), with its held-out split as eval data.
+(:func:`tfopt.components.demo.digits.train_digits_model`), with its held-out split as eval data.
 
 Per family, in this one process:
 
@@ -31,9 +31,9 @@ Per family, in this one process:
 - ``all targets``: the model ``tfopt optimize SRC DST --targets savedmodel,litert,onnx,openvino
   --tune`` chose, run as a subprocess exactly as a user runs it (``--eval-data`` for digits and
   lstm_trained),
-  loaded with ``optimizer.runtime.load_runner(path, format=..., num_threads=...)`` at the thread
+  loaded with ``tfopt.optimizer.runtime.load_runner(path, format=..., num_threads=...)`` at the thread
   count ``DST/runtime_settings.json`` records (``--no-tune``: the benchmark's own 1-or-all-CPUs
-  rule, :func:`optimizer.benchmark.thread_choice.choose_threads`, run here, since
+  rule, :func:`tfopt.optimizer.benchmark.thread_choice.choose_threads`, run here, since
   ``candidates.json`` does not record the count it measured at);
 - ``savedmodel only``: the same with ``--targets savedmodel`` (without ``--tune``: the chosen
   SavedModel runs on this process's thread pools, sized as the optimize benchmark sized them);
@@ -44,16 +44,16 @@ Per family, in this one process:
   plugin then computes in bf16); ``litert``: ``tf.lite.TFLiteConverter.from_saved_model(SRC)
   .convert()`` with no options, run by ``ai_edge_litert``'s ``Interpreter`` with its default
   threads, and ``litert Nt`` with ``num_threads`` = the CPUs available; both called as the
-  chosen LiteRT model is, bound through :class:`optimizer.runtime.litert.SignatureCall` (the
+  chosen LiteRT model is, bound through :class:`tfopt.optimizer.runtime.litert.SignatureCall` (the
   interpreter's ``SignatureRunner`` adds 3.6 us of Python to a 3.3 us call:
   ``benchmarks/litert_calls.py``), so that a LiteRT row compares models, not calling code;
 - ``floor``: an identity function of the stock model's inputs, called as the SavedModels are.
   No SavedModel can be faster through that call, so its speedup is the ceiling of the
   savedmodel-only line, printed beside it (timed, not scored).
 
-All of them are timed in one group (:func:`optimizer.benchmark.interleaved.time_interleaved`,
+All of them are timed in one group (:func:`tfopt.optimizer.benchmark.interleaved.time_interleaved`,
 blocks of 10 timed calls after one untimed call, scaled down as the gate's benchmark scales them
-(:func:`optimizer.benchmark.interleaved.scaled_block_size`: ResNet50 one call per round), the
+(:func:`tfopt.optimizer.benchmark.interleaved.scaled_block_size`: ResNet50 one call per round), the
 order rotating each round, at least
 ``--rounds`` rounds and ``--seconds`` seconds). Speedup is ``p50(stock) / p50(model)`` over the
 rounds' block medians, with a 95% paired block-bootstrap interval. Quality: digits, top-1 on the
@@ -154,11 +154,11 @@ figures at 1 thread and the default, and with two busy loops on the cores), per 
   bare. Fixed: every subject is called bound (``ModelRunner.bind``);
 - fp16 over fp32, 0.2-0.35 us (3-5%): the fp16 model's ``DEQUANTIZE`` of the embedding's output.
   The gate had them tied (23.32x and 23.27x, intervals overlapping) and chose fp16. Fixed in
-  ``optimizer.gate.near_ties.choose_among_promoted``: among promoted candidates whose intervals
+  ``tfopt.optimizer.gate.near_ties.choose_among_promoted``: among promoted candidates whose intervals
   overlap the fastest one's, the most precise (fp32, then fp16/bf16, then int8). Now
   ``litert_fp32`` is chosen (``litert_fp16`` and ``litert_dynamic_int8`` tied with it);
 - the converter's source, ~0.1 us (1-2%): our LiteRT candidates convert the tables-refilled
-  rewrite (``optimizer.candidates.litert.constant_tables``), whose outputs are pinned with a ``RESHAPE``;
+  rewrite (``tfopt.optimizer.candidates.litert.constant_tables``), whose outputs are pinned with a ``RESHAPE``;
   converted from the stock SavedModel the same converter settings give the by-hand model's ops
   exactly. What is left: 0.00735 vs 0.00720 ms, 0.98x, intervals overlapping;
 - threads: no difference (1, 2 or the default thread, 7.06-7.10 us by hand).
@@ -180,7 +180,7 @@ XLA, the best, is 1.30x at batch 1 here; an ``erfc`` to ``erf`` GELU rewrite tha
 remapper fuse the four FFN matmuls is the next thing to try.
 
 String, ``savedmodel`` only: the XLA candidate now compiles the numeric part after the lookup
-(``optimizer.candidates.xla.xla_partition``) and is exact, but under this load it was 0.88x of stock (the
+(``tfopt.optimizer.candidates.xla.xla_partition``) and is exact, but under this load it was 0.88x of stock (the
 hashing and search stay in TensorFlow, and the XLA launch adds its own cost to a 0.17 ms call);
 the gate rejected it. ONNX candidates now convert (the tables as a ``CategoryMapper``); the
 gate measured them at 15-16x, behind LiteRT, and rejected them for top-1 agreement 0.29: the
@@ -200,9 +200,9 @@ by all developers' jobs; the worker held 4.9 GB), the OpenVINO group 22:42-22:49
 pays a TensorFlow import: 13.7 CPU seconds, 125-163 s wall at load 10-23
 (``python -X importtime -c "import tensorflow"``; keras alone imports scikit-learn, 24 s wall).
 Changed since: the four LiteRT flavours build in one worker (one import, one load of the model,
-one converter source: :func:`optimizer.candidates.build.planned_builds`); on a model of 32 MB or more
+one converter source: :func:`tfopt.optimizer.candidates.build.planned_builds`); on a model of 32 MB or more
 ``litert_fp16`` and ``onnx_fp32``, which cannot beat ``litert_fp32`` and ``onnx_optimized``, are
-not built (:data:`optimizer.candidates.build.DOMINATED`), which also takes two of 16 models out of
+not built (:data:`tfopt.optimizer.candidates.build.DOMINATED`), which also takes two of 16 models out of
 every benchmark round; the ONNX int8 flavours share one quantization pre-processing. The
 per-group figures after the change (``benchmarks/candidate_builds.py``, CPU seconds) were not
 measured: the runs were stopped to leave the CPUs to this row.
@@ -258,7 +258,7 @@ INVALID_GRAPH). The target lines this run printed:
 - PASS savedmodel only, 1.5x everywhere (string 1.51x [1.50, 1.52] is the narrowest).
 
 BERT's all-targets gate promoted bf16 (1.80x) and litert_fp32 (1.54x) and chose litert_fp32:
-their intervals overlapped, and ``optimizer.gate.near_ties`` then prefers float32. The same
+their intervals overlapped, and ``tfopt.optimizer.gate.near_ties`` then prefers float32. The same
 bf16 is 1.90x here, as the savedmodel-only choice.
 
 Preparation (``--prepare``, ``nice -n 19``, the load 10-17 from six developers' jobs): ResNet50
@@ -346,7 +346,7 @@ Fidelity (max abs diff / top-1 agreement with stock, 8 inputs; digits top-1 on h
 Round 26 (2026-11-28). What changed: an ONNX Runtime session of more than one thread spins
 between calls (ORT's default; the tagger alone: 2 threads spinning 93 us, 1 thread 118, 2 not
 spinning 162), and after a block of such a session (ours or the default session by hand) the
-harness waits until no other thread of the process runs (``optimizer.benchmark.idle``); the
+harness waits until no other thread of the process runs (``tfopt.optimizer.benchmark.idle``); the
 ``lstm_trained`` family; a tagger's per-position labels scored per position. Every family
 prepared again on main at 758a824 (the code that lands but docs), one after another with
 ``benchmarks/families.py --families F --workdir /work/wt/fam --prepare`` (10:16-10:45 UTC, load
@@ -463,7 +463,7 @@ def export_encoder(workdir: Path) -> Path:
     path = workdir / "bert_encoder_drawn"
     if (path / "saved_model.pb").is_file():
         return path
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     import_tensorflow()
     import keras
@@ -517,7 +517,7 @@ def _export_string(workdir: Path) -> Path:
 
 
 def _export_digits(workdir: Path) -> Path:
-    from components.digits import train_digits_model
+    from tfopt.components.demo.digits import train_digits_model
 
     path = workdir / "digits_savedmodel"
     if not ((path / "saved_model.pb").is_file() and (workdir / "digits_eval.npz").is_file()):
@@ -534,7 +534,7 @@ class Family:
     eval_data: str | None = None  # file name in the family workdir, labelled (x, y)
 
     def feeds(self, signature, seed: int) -> dict:
-        from optimizer.inputs.generated import make_inputs
+        from tfopt.optimizer.inputs.generated import make_inputs
 
         return make_inputs(signature, 1, seed, self.int_ranges,
                            vocabularies=self.vocabularies() if self.vocabularies else None)
@@ -616,7 +616,7 @@ class Subject:
     """One model to time: ``call()`` is the hot path on the fixed timing input, ``predict(feeds)``
     its (first) output as a numpy array; ``spins``: its runtime's workers spin on after a call
     (ONNX Runtime with a pool), so the next model's block waits for them
-    (:mod:`optimizer.benchmark.idle`)."""
+    (:mod:`tfopt.optimizer.benchmark.idle`)."""
 
     def __init__(self, label: str, call: Callable[[], object],
                  predict: Callable[[dict], np.ndarray], note: str = "", spins: bool = False):
@@ -742,13 +742,13 @@ def openvino_subject(src: Path, directory: Path, timing_feeds: dict) -> Subject:
 def litert_subjects(src: Path, directory: Path, timing_feeds: dict, cpus: int) -> list[Subject]:
     """``TFLiteConverter.from_saved_model`` with no options, then ai_edge_litert's Interpreter
     with its default threads and with ``num_threads`` = the CPUs available. Called as the
-    chosen LiteRT model is (:class:`optimizer.runtime.litert.SignatureCall`, bound): the
+    chosen LiteRT model is (:class:`tfopt.optimizer.runtime.litert.SignatureCall`, bound): the
     interpreter's ``SignatureRunner`` spends ~4 us a call in Python (resize, re-allocate, dicts)
     on a 3 us model (``benchmarks/litert_calls.py``), which would compare call code, not
     models."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from optimizer.runtime.litert import SignatureCall
+    from tfopt.optimizer.runtime.litert import SignatureCall
 
     path = convert_litert(src, directory)
     subjects = []
@@ -773,7 +773,7 @@ def _quality(family: Family, workdir: Path, stock_signature, subjects: list[Subj
     """Per label: held-out top-1 (digits, lstm_trained); else max abs diff and top-1 agreement
     vs stock."""
     if family.eval_data:
-        from optimizer.verify.evaluation import top1
+        from tfopt.optimizer.verify.evaluation import top1
 
         data = np.load(workdir / family.eval_data)
         x, y = data["x"], data["y"]
@@ -803,8 +803,8 @@ def _quality(family: Family, workdir: Path, stock_signature, subjects: list[Subj
 
 def _chosen_subject(label: str, run: dict, feeds: dict, stock_signature, cpus: int,
                     timing_feeds: dict) -> tuple[Subject | None, dict]:
-    from optimizer.benchmark.thread_choice import choose_threads
-    from optimizer.runtime import load_runner, runtime_for
+    from tfopt.optimizer.benchmark.thread_choice import choose_threads
+    from tfopt.optimizer.runtime import load_runner, runtime_for
 
     chosen = run["chosen"]
     if chosen is None:
@@ -850,13 +850,13 @@ def prepare_family(family: Family, args, say) -> tuple[Path, dict]:
 
 
 def measure_family(family: Family, args, cpus: int, say) -> dict:
-    from optimizer.benchmark.interleaved import (
+    from tfopt.optimizer.benchmark.interleaved import (
         DEFAULT_BLOCK_SECONDS,
         scaled_block_size,
         time_interleaved,
     )
-    from optimizer.benchmark.stats import p50_ratio_interval
-    from optimizer.runtime import load_runner
+    from tfopt.optimizer.benchmark.stats import p50_ratio_interval
+    from tfopt.optimizer.runtime import load_runner
 
     workdir = args.workdir / family.name
     src, runs = prepare_family(family, args, say)
@@ -885,7 +885,7 @@ def measure_family(family: Family, args, cpus: int, say) -> dict:
         except Exception as exc:  # noqa: BLE001
             failed[label] = _one_line(exc)
             if label == "openvino":  # its messages open with C++ source locations
-                from optimizer.runtime.openvino import condense_openvino_error
+                from tfopt.optimizer.runtime.openvino import condense_openvino_error
 
                 named = [line.strip() for line in str(exc).splitlines()
                          if "Conversion is failed for:" in line]
@@ -1037,7 +1037,7 @@ def versus_best_by_hand(result: dict) -> dict | None:
 
     The verdict: ``faster`` when the whole interval is above 1, ``slower`` when it is all
     below 1, else ``tie`` (the interval reaches 1: at least as fast, not shown faster)."""
-    from optimizer.benchmark.stats import p50_ratio_interval
+    from tfopt.optimizer.benchmark.stats import p50_ratio_interval
 
     best = _best_direct(result)
     ours = _row(result, "all targets") or _row(result, "stock")
@@ -1180,11 +1180,11 @@ def main() -> int:
     if args.quick:
         args.seconds, args.rounds = min(args.seconds, 3.0), min(args.rounds, 5)
 
-    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+    from tfopt.optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     args.run = time.strftime("%Y-%m-%dT%H:%M:%S%z")  # which rows were timed in one run
     runtime = apply_runtime_settings(default_runtime_settings())  # before TensorFlow starts
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     import_tensorflow()
     cpus = runtime.cpus.available

@@ -26,12 +26,12 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
 
-    from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.inputs.generated import make_inputs
-    from optimizer.model.export import write_saved_model
-    from optimizer.model.freeze import freeze
-    from optimizer.runtime import load_runner
-    from optimizer.verify.equivalence import compare
+    from tfopt.optimizer.benchmark.interleaved import time_interleaved
+    from tfopt.optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.model.export import write_saved_model
+    from tfopt.optimizer.model.freeze import freeze
+    from tfopt.optimizer.runtime import load_runner
+    from tfopt.optimizer.verify.equivalence import compare
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="tfopt-bench-freeze-"))
     rows = []

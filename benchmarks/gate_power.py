@@ -122,11 +122,11 @@ def _optimized_pair(source: Path, workdir: Path, runtime) -> tuple[Path, Path, f
     ~10% to it, so MobileNetV2 (~10-20 ms a call) is used."""
     from benchmark_testing import with_output_neutral_work
 
-    from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-    from optimizer.model.export import write_saved_model
-    from optimizer.model.freeze import freeze
-    from optimizer.optimize.flow import apply_recipe
-    from optimizer.optimize.recipe import DEPLOYMENT_RECIPE, Recipe
+    from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+    from tfopt.optimizer.model.export import write_saved_model
+    from tfopt.optimizer.model.freeze import freeze
+    from tfopt.optimizer.optimize.flow import apply_recipe
+    from tfopt.optimizer.optimize.recipe import DEPLOYMENT_RECIPE, Recipe
 
     frozen = freeze(source)
     optimized = apply_recipe(frozen, Recipe.from_string(DEPLOYMENT_RECIPE)).model
@@ -157,9 +157,9 @@ def _busy_loops(count: int = 2) -> list[subprocess.Popen]:
 
 def _repeat(name: str, baseline: Path, candidate: Path, repeats: int, runtime,
             busy: bool = False) -> dict:
-    from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-    from optimizer.benchmark.stats import twin_discrepancy
-    from optimizer.gate.verdict import evaluate_gate
+    from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+    from tfopt.optimizer.benchmark.stats import twin_discrepancy
+    from tfopt.optimizer.gate.verdict import evaluate_gate
 
     runs = []
     for i in range(repeats):
@@ -210,8 +210,8 @@ def compare_statistics(path: Path) -> None:
     interval, over the first 50, 100, 200 rounds and all of them; and the load's spread."""
     import numpy as np
 
-    from optimizer.benchmark.result import load_result
-    from optimizer.benchmark.stats import _block_indices, default_block, p50_ratio_interval
+    from tfopt.optimizer.benchmark.result import load_result
+    from tfopt.optimizer.benchmark.stats import _block_indices, default_block, p50_ratio_interval
 
     result = load_result(path)
     batch = min(result.settings.batch_sizes)
@@ -255,7 +255,7 @@ def main() -> int:
     if unknown := [s for s in chosen if s not in SCENARIOS]:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}")
 
-    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+    from tfopt.optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     runtime = apply_runtime_settings(default_runtime_settings())  # before TF starts, as a step
     workdir = work_directory(args.workdir, "tfopt-gate-power-")
@@ -274,8 +274,8 @@ def main() -> int:
             outcome[name] = _repeat(name, slowed, fast, args.repeats, runtime)
             outcome[name]["neutral_work"] = {"model": slowed.name, "quick_ratio": measured}
         else:
-            from optimizer.model.export import write_saved_model
-            from optimizer.model.freeze import freeze
+            from tfopt.optimizer.model.export import write_saved_model
+            from tfopt.optimizer.model.freeze import freeze
 
             stock = export_keras_application("ResNet50", workdir)
             frozen = workdir / "ResNet50_frozen"

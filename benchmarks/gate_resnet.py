@@ -26,14 +26,14 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
 
-    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+    from tfopt.optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     runtime = apply_runtime_settings(default_runtime_settings())  # before TF starts
 
-    from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-    from optimizer.gate.verdict import evaluate_gate
-    from optimizer.model.export import write_saved_model
-    from optimizer.model.freeze import freeze
+    from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+    from tfopt.optimizer.gate.verdict import evaluate_gate
+    from tfopt.optimizer.model.export import write_saved_model
+    from tfopt.optimizer.model.freeze import freeze
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="tfopt-gate-resnet-"))
     started = time.perf_counter()

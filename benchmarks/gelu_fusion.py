@@ -12,10 +12,10 @@ default) gives every BiasAdd of the frozen graph a bias drawn from N(0, 0.05), s
 for a trained model; ``--biases zeros`` sets them to zeros, as an untrained Keras model has them.
 
 Two variants of that frozen graph, written as SavedModels and loaded as TF Serving loads them:
-``gtt`` through :data:`optimizer.optimize.recipe.GTT_INFERENCE_RECIPE`, ``default`` through
-:data:`optimizer.optimize.recipe.INFERENCE_RECIPE`. Printed per variant: how many ``_FusedMatMul`` nodes
+``gtt`` through :data:`tfopt.optimizer.optimize.recipe.GTT_INFERENCE_RECIPE`, ``default`` through
+:data:`tfopt.optimizer.optimize.recipe.INFERENCE_RECIPE`. Printed per variant: how many ``_FusedMatMul`` nodes
 Grappler makes with the passes TensorFlow runs at load (``grappler`` transform, nodes on the
-CPU) and what they fuse, the p50 of blocks of 10 calls (:func:`optimizer.benchmark.interleaved.
+CPU) and what they fuse, the p50 of blocks of 10 calls (:func:`tfopt.optimizer.benchmark.interleaved.
 time_interleaved`, order rotating every round) and its ratio to ``gtt``, and the largest output
 difference to ``gtt`` on the timing input.
 """
@@ -41,9 +41,9 @@ BIAS_SCALE = 0.05
 
 def with_random_biases(model, seed: int = 0, scale: float = BIAS_SCALE):
     """``model`` with every BiasAdd's constant bias drawn from N(0, ``scale``) (zeros for 0)."""
-    from optimizer.graph.consts import resolve_through_identity, values_from_const
-    from optimizer.graph.rewrite import make_const
-    from optimizer.graph.traversal import nodes_by_name
+    from tfopt.optimizer.graph.consts import resolve_through_identity, values_from_const
+    from tfopt.optimizer.graph.rewrite import make_const
+    from tfopt.optimizer.graph.traversal import nodes_by_name
 
     rng = np.random.default_rng(seed)
     graph = type(model.graph_def)()
@@ -61,9 +61,9 @@ def with_random_biases(model, seed: int = 0, scale: float = BIAS_SCALE):
 
 def fused_matmuls(model) -> collections.Counter:
     """``fused ops -> count`` of the ``_FusedMatMul`` nodes Grappler makes of ``model`` at load."""
-    from optimizer.transforms.grappler import DEFAULT_OPTIMIZERS
-    from optimizer.transforms.pipeline import context_for
-    from optimizer.transforms.registry import make_transform
+    from tfopt.optimizer.transforms.grappler import DEFAULT_OPTIMIZERS
+    from tfopt.optimizer.transforms.pipeline import context_for
+    from tfopt.optimizer.transforms.registry import make_transform
 
     optimized = make_transform("grappler", optimizers=list(DEFAULT_OPTIMIZERS))(
         model.graph_def, context_for(model))
@@ -80,19 +80,19 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
 
-    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+    from tfopt.optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     apply_runtime_settings(default_runtime_settings())  # before TensorFlow starts
     from families import BERT_VOCABULARY, export_encoder
 
-    from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.inputs.generated import make_inputs
-    from optimizer.model.export import write_saved_model
-    from optimizer.model.freeze import freeze
-    from optimizer.optimize.recipe import GTT_INFERENCE_RECIPE, INFERENCE_RECIPE, Recipe
-    from optimizer.optimize.recipe_building import build_transforms
-    from optimizer.runtime import load_runner
-    from optimizer.transforms.pipeline import run_transforms
+    from tfopt.optimizer.benchmark.interleaved import time_interleaved
+    from tfopt.optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.model.export import write_saved_model
+    from tfopt.optimizer.model.freeze import freeze
+    from tfopt.optimizer.optimize.recipe import GTT_INFERENCE_RECIPE, INFERENCE_RECIPE, Recipe
+    from tfopt.optimizer.optimize.recipe_building import build_transforms
+    from tfopt.optimizer.runtime import load_runner
+    from tfopt.optimizer.transforms.pipeline import run_transforms
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     frozen = freeze(export_encoder(args.workdir))

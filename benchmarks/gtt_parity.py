@@ -5,7 +5,7 @@
 Each ``keras.applications`` model (``weights=None``, random BatchNorm statistics so that folding
 them is not a no-op, ``classifier_activation=None`` so that the outputs compared are logits) is
 exported with ``model.export``, frozen, and run through
-:data:`optimizer.optimize.recipe.INFERENCE_RECIPE` by the Python transforms and by native GTT. Printed
+:data:`tfopt.optimizer.optimize.recipe.INFERENCE_RECIPE` by the Python transforms and by native GTT. Printed
 per model: the op counts before / after ours / after native, the batch-norm arithmetic left
 after convolutions (a Mul reading a conv or its BiasAdd, an AddV2 reading such a Mul), and the
 max |diff| of each result against the original and against each other on one batch of 2.
@@ -39,7 +39,7 @@ VARIANTS = ("before", "ours", "native")
 
 def batch_norm_residue(graph_def) -> tuple[int, int]:
     """Mul nodes reading a conv (or a BiasAdd reading one), and AddV2 nodes reading those."""
-    from optimizer.graph.names import is_control_input, node_name_from_input
+    from tfopt.optimizer.graph.names import is_control_input, node_name_from_input
 
     by_name = {n.name: n for n in graph_def.node}
 
@@ -61,13 +61,13 @@ def max_abs_diff(a: dict, b: dict) -> float:
 
 
 def measure(name: str, workdir: Path) -> dict:
-    from optimizer.inputs.generated import make_inputs
-    from optimizer.model.freeze import freeze
-    from optimizer.optimize.native_gtt import run_native_recipe
-    from optimizer.optimize.recipe import INFERENCE_RECIPE, Recipe
-    from optimizer.optimize.recipe_building import build_transforms
-    from optimizer.runtime import load_runner
-    from optimizer.transforms.pipeline import run_transforms
+    from tfopt.optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.model.freeze import freeze
+    from tfopt.optimizer.optimize.native_gtt import run_native_recipe
+    from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE, Recipe
+    from tfopt.optimizer.optimize.recipe_building import build_transforms
+    from tfopt.optimizer.runtime import load_runner
+    from tfopt.optimizer.transforms.pipeline import run_transforms
 
     original = freeze(export_keras_application(name, workdir, random_batch_norm=True,
                                                logits=True))

@@ -11,11 +11,11 @@ The two ways:
   ``lambda: runner(**keywords)``): per call the keyword dict, a resize and re-allocation of every
   input, the output dict;
 - ``bound``: ``LiteRTRunner(path).bind(tensors)``, which is
-  :meth:`optimizer.runtime.litert.SignatureCall.bind` (the same native set, invoke and get,
+  :meth:`tfopt.optimizer.runtime.litert.SignatureCall.bind` (the same native set, invoke and get,
   indices resolved once, no resize unless the shapes changed).
 
 All four subjects are timed interleaved in blocks of 10 calls after one untimed call, the order
-rotating every round (:func:`optimizer.benchmark.interleaved.time_interleaved`), at ``--threads``
+rotating every round (:func:`tfopt.optimizer.benchmark.interleaved.time_interleaved`), at ``--threads``
 threads each. Inputs: one batch-1 row generated from the signature (string tokens drawn from
 ``token0`` .. ``token<vocabulary-2>``, the vocabulary of ``benchmarks/families.py``'s string
 classifier, a quarter out of it); the outputs of the four are checked equal before timing.
@@ -30,7 +30,7 @@ candidate ``tfopt optimize --targets savedmodel,litert,onnx,openvino --tune`` ch
 first (00:51, load average 7.9-8.1, 39107 rounds) as converted before round 23, the same ten
 nodes in the execution plan as B; then (01:06, load average 15.6-14.5, 24615 rounds) as round 23
 converts it, the lookup's index map folded into its table
-(:func:`optimizer.graph.lookup_gathers.fold_index_map_into_table`: ``HASHTABLE_FIND``,
+(:func:`tfopt.optimizer.graph.lookup_gathers.fold_index_map_into_table`: ``HASHTABLE_FIND``,
 ``GATHER`` without ``LESS``, ``ADD``, ``SELECT_V2``; its outputs bit for bit B's). p50 us, and
 ``x`` = p50(A, signature runner) / p50 with its 95% interval:
 
@@ -66,8 +66,8 @@ BLOCK_SIZE = 10
 def subjects(paths: list[Path], threads: int, vocabulary: int) -> dict:
     from ai_edge_litert.interpreter import Interpreter
 
-    from optimizer.inputs.generated import make_inputs
-    from optimizer.runtime.litert import LiteRTRunner
+    from tfopt.optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.runtime.litert import LiteRTRunner
 
     calls, outputs = {}, {}
     feeds = None
@@ -101,8 +101,8 @@ def main() -> int:
     parser.add_argument("--vocabulary", type=int, default=10000)
     args = parser.parse_args()
 
-    from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.benchmark.stats import p50_ratio_interval
+    from tfopt.optimizer.benchmark.interleaved import time_interleaved
+    from tfopt.optimizer.benchmark.stats import p50_ratio_interval
 
     calls = subjects(args.models, args.threads, args.vocabulary)
     load = os.getloadavg()

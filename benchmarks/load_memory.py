@@ -8,9 +8,9 @@ Each figure comes from a process of its own (``/proc/self/status``: ``VmRSS`` af
 ``--how`` adds other ways to load the same model, for what they save:
 
 - ``tf``: ``tf.saved_model.load(path).signatures[name]`` (what the benchmark does);
-- ``runner``: tfopt's own load (:func:`optimizer.runtime.load_runner`), which lets a frozen
+- ``runner``: tfopt's own load (:func:`tfopt.optimizer.runtime.load_runner`), which lets a frozen
   model's load copies go before the first call
-  (:class:`optimizer.runtime.tensorflow.SignatureFunction`);
+  (:class:`tfopt.optimizer.runtime.tensorflow.SignatureFunction`);
 - ``session``: TF Serving's path, ``tf.compat.v1.saved_model.loader.load`` into a Session.
 
     .venv/bin/python benchmarks/load_memory.py --model work/bench/memory/models/mlp_100mb
@@ -21,7 +21,7 @@ it (``ConcreteFunction._call_flat``, inputs bound once) against tfopt's runner's
 interleaved in blocks, the median ratio per model (a timing: run it under the bench lock).
 
 ``--group LABEL=PATH ...`` runs one benchmark group instead (the harness's
-:func:`~optimizer.benchmark.harness.run_benchmark`: ``--model`` as the baseline and these
+:func:`~tfopt.optimizer.benchmark.harness.run_benchmark`: ``--model`` as the baseline and these
 candidates, timed ``--seconds``) in a fresh process, and gives where its memory goes, phase by
 phase: each model's load and first call, a LiteRT model's thread choice, the timing, each
 fidelity check, and after the benchmark returns. Each phase's peak is the kernel's ``VmHWM``,
@@ -33,7 +33,7 @@ XLA load: 2.41 GiB sampled, 2.78 by ``VmHWM``).
         --group xla=work/bench/memory/artifacts/mlp_100mb/xla [--seconds 3]
 
 The artifacts (optimized, bf16, xla) are built once into ``--artifacts`` with tfopt's own
-functions. Figures: the module :mod:`optimizer.model.footprint`'s docstring.
+functions. Figures: the module :mod:`tfopt.optimizer.model.footprint`'s docstring.
 """
 
 from __future__ import annotations
@@ -55,16 +55,16 @@ GIB = 2**30
 PREPARE = r"""
 import sys
 from pathlib import Path
-from optimizer.optimize.flow import optimize, write_optimized
-from optimizer.optimize.recipe import default_recipe
-from optimizer.optimize.worker import full_model
+from tfopt.optimizer.optimize.flow import optimize, write_optimized
+from tfopt.optimizer.optimize.recipe import default_recipe
+from tfopt.optimizer.optimize.worker import full_model
 source, out = sys.argv[1], Path(sys.argv[2])
 result = optimize(source, default_recipe())
 write_optimized(result, out / "optimized", overwrite=True)
-from optimizer.model.freeze import freeze
-from optimizer.model.export import write_saved_model
-from optimizer.candidates.bf16 import BF16_PROVENANCE, bf16_mixed_precision
-from optimizer.candidates.xla import write_xla_saved_model
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.model.export import write_saved_model
+from tfopt.optimizer.candidates.bf16 import BF16_PROVENANCE, bf16_mixed_precision
+from tfopt.optimizer.candidates.xla import write_xla_saved_model
 model = full_model(result.candidate.model)
 write_saved_model(bf16_mixed_precision(model), out / "bf16", overwrite=True,
                   metadata=BF16_PROVENANCE)
@@ -93,7 +93,7 @@ if how == "session":
     x = np.random.default_rng(0).standard_normal(shape).astype("float32")
     call = lambda: sess.run(fetches, {info.name: x})
 elif how == "runner":
-    from optimizer.runtime import load_runner
+    from tfopt.optimizer.runtime import load_runner
     runner = load_runner(path)
     (spec,) = runner.signature.inputs
     feeds = {spec.key: np.random.default_rng(0).standard_normal(
@@ -120,7 +120,7 @@ SPEED = r"""
 import json, sys, time
 import numpy as np
 import tensorflow as tf
-from optimizer.runtime import load_runner
+from tfopt.optimizer.runtime import load_runner
 path, rounds = sys.argv[1], int(sys.argv[2])
 fn = tf.saved_model.load(path).signatures["serving_default"]
 runner = load_runner(path)
@@ -161,13 +161,13 @@ def mark(name):
     close_phase()
     phases.append([name, status("VmRSS"), 0, 0])
 mark("import")
-from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+from tfopt.optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 runtime = apply_runtime_settings(default_runtime_settings())
-import optimizer.benchmark.harness as harness
-import optimizer.benchmark.memory as memory
-import optimizer.benchmark.thread_choice as thread_choice
-import optimizer.verify.equivalence as equivalence
-from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+import tfopt.optimizer.benchmark.harness as harness
+import tfopt.optimizer.benchmark.memory as memory
+import tfopt.optimizer.benchmark.thread_choice as thread_choice
+import tfopt.optimizer.verify.equivalence as equivalence
+from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
 def name(path):
     return Path(path).parent.name if Path(path).is_file() else Path(path).name
 def marked(function, before, after=None):

@@ -9,7 +9,7 @@ ResNet50 (keras.applications, weights=None, 98 MB), in one run on one machine:
 
 Each figure is the peak of the whole process tree's resident memory (the process and every
 worker it starts: what a pod's memory limit counts), sampled every 0.2 s
-(:class:`optimizer.system.process_tree.TreeMeter`), and wall time. The ratio column is tfopt's peak over
+(:class:`tfopt.optimizer.system.process_tree.TreeMeter`), and wall time. The ratio column is tfopt's peak over
 the by-hand conversion's, the issue's target being at most 2x on every row.
 
 Every child runs in a memory cgroup capped at ``--cap-gb`` when the machine lets this process
@@ -20,7 +20,7 @@ kernel and reported as killed at the cap instead of taking the machine down.
         [--cap-gb 20] [--workdir work/bench/memory] [--budget-ratio 2]
 
 Measured in r24 (benchmark groups estimated from what each model keeps plus the largest load
-transient, :func:`optimizer.model.footprint.group_bytes`; a big model's groups within its
+transient, :func:`tfopt.optimizer.model.footprint.group_bytes`; a big model's groups within its
 working set, a candidate over it left out), each row started by this script (``--sizes 25
 --no-resnet --cap-gb 6``, ``--sizes 100 --no-resnet --cap-gb 6``, ``--sizes "" --cap-gb 6``,
 ``flock /work/wt/mem.lock ... --sizes 400 --no-resnet --cap-gb 9``), two at once under ``nice
@@ -55,7 +55,7 @@ Every row within 2x. The benchmark groups (the process tree's sampled peak / its
 Chosen: mlp_25mb litert_fp32, mlp_100mb and mlp_400mb litert_dynamic_int8, as in r23;
 resnet50 litert_dynamic_int8 (3.04x) where r23 chose bf16 (2.24x, with litert_dynamic_int8
 at 2.84x): both were timed in the same group in both runs, and the gate takes the more
-precise of candidates whose intervals overlap (:mod:`optimizer.gate.near_ties`); this run was
+precise of candidates whose intervals overlap (:mod:`tfopt.optimizer.gate.near_ties`); this run was
 less loaded. XLA won on none in r23 (1.44x on mlp_100mb, 0.90x on ResNet50). mlp_400mb's peak
 is its optimize stage (6.8 GiB, 1.93x), unchanged. Growth from mlp_100mb to mlp_400mb: 4x the
 size, 2.9x the peak.
@@ -99,7 +99,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import write_result
-from optimizer.system.process_tree import TreeMeter
+from tfopt.optimizer.system.process_tree import TreeMeter
 
 GIB = 2**30
 TFOPT = Path(sys.executable).parent / "tfopt"

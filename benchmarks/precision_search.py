@@ -13,12 +13,12 @@ For each model, in one process: the stock SavedModel call, every uniform candida
 builds for LiteRT (fp32, dynamic-range int8, full int8) and ONNX Runtime (fp32, optimized,
 dynamic int8, static int8), and ``onnx_mixed_int8`` and ``litert_mixed_int8`` as the greedy
 search (INC/NNCF fallback) and the relaxed search chose them. Accuracy on the held-out quarter; latency p50 at batch 1, all
-models timed interleaved in blocks of 10 calls (:func:`optimizer.benchmark.interleaved.
+models timed interleaved in blocks of 10 calls (:func:`tfopt.optimizer.benchmark.interleaved.
 time_interleaved`, the order rotating each round), ``--threads`` intra-op threads for the
 runtimes that take it. Printed per model: each one's accuracy, p50 ratio to stock, and the
 searched candidates' p50 against the best uniform candidate inside the budget (paired
 block-bootstrap 95% interval), and the search's time (table, search, building and measuring its
-proposals). The digits CNN (components/digits.py): the ``auto`` rule measures uniform int8's
+proposals). The digits CNN (components/demo/digits.py): the ``auto`` rule measures uniform int8's
 error and keeps the search off; the time that took is printed.
 """
 
@@ -49,13 +49,13 @@ def build_all(name: str, workdir: Path, budget: float, threads: int) -> tuple[di
     """(label -> candidate path, label -> search outcome dict, the trained model)."""
     from precision_models import train_table_model
 
-    from optimizer.candidates.build import CandidateSettings, build_candidates
-    from optimizer.candidates.onnx.convert import OnnxExport
-    from optimizer.inputs.calibration import choose_calibration
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.search.precision.candidates import mixed_candidate
-    from optimizer.search.precision.settings import PrecisionSearchSettings
-    from optimizer.verify.evaluation import load_labelled_data
+    from tfopt.optimizer.candidates.build import CandidateSettings, build_candidates
+    from tfopt.optimizer.candidates.onnx.convert import OnnxExport
+    from tfopt.optimizer.inputs.calibration import choose_calibration
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.search.precision.candidates import mixed_candidate
+    from tfopt.optimizer.search.precision.settings import PrecisionSearchSettings
+    from tfopt.optimizer.verify.evaluation import load_labelled_data
 
     model = train_table_model(name, workdir)
     signature = get_signature(model.saved_model, "serving_default")
@@ -90,10 +90,10 @@ def build_all(name: str, workdir: Path, budget: float, threads: int) -> tuple[di
 
 
 def measure(paths: dict, eval_data, seconds: float, threads: int) -> dict:
-    from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.benchmark.stats import p50_ratio_interval
-    from optimizer.runtime import load_runner
-    from optimizer.verify.evaluation import evaluate
+    from tfopt.optimizer.benchmark.interleaved import time_interleaved
+    from tfopt.optimizer.benchmark.stats import p50_ratio_interval
+    from tfopt.optimizer.runtime import load_runner
+    from tfopt.optimizer.verify.evaluation import evaluate
 
     runners = {label: load_runner(path, "serving_default",
                                   num_threads=None if label == "stock" else threads)
@@ -118,7 +118,7 @@ def measure(paths: dict, eval_data, seconds: float, threads: int) -> dict:
 
 
 def compare(rows: dict, figures: dict, budget: float) -> dict:
-    from optimizer.benchmark.stats import p50_ratio_interval
+    from tfopt.optimizer.benchmark.stats import p50_ratio_interval
 
     stock = rows["stock"]["accuracy"]
     inside = {label: row for label, row in rows.items()
@@ -145,12 +145,12 @@ def compare(rows: dict, figures: dict, budget: float) -> dict:
 
 def digits_auto(workdir: Path, budget: float) -> dict:
     """The auto rule on the digits CNN: uniform int8 measured, the search left off."""
-    from components.digits import train_digits_model
-    from optimizer.inputs.calibration import choose_calibration
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.search.precision.candidates import mixed_candidate
-    from optimizer.search.precision.settings import PrecisionSearchSettings
-    from optimizer.verify.evaluation import load_labelled_data
+    from tfopt.components.demo.digits import train_digits_model
+    from tfopt.optimizer.inputs.calibration import choose_calibration
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.search.precision.candidates import mixed_candidate
+    from tfopt.optimizer.search.precision.settings import PrecisionSearchSettings
+    from tfopt.optimizer.verify.evaluation import load_labelled_data
 
     digits = train_digits_model(workdir / "digits", overwrite=True)
     signature = get_signature(digits.saved_model, "serving_default")
@@ -215,7 +215,7 @@ def main() -> int:
         print_result(read_result(args.result_name))
         return 0
     logging.basicConfig(level=logging.WARNING)
-    from optimizer.system.cpu_features import cpu_model
+    from tfopt.optimizer.system.cpu_features import cpu_model
 
     workdir = work_directory(args.workdir, "tfopt-precision-bench-")
     result = {"cpu": cpu_model(), "threads": args.threads, "budget": args.budget,

@@ -17,10 +17,10 @@ per step. Variants, each written the way the pipeline writes it:
 - ``litert_fp32``, ``litert_dynamic_int8``: the LiteRT candidates :func:`derive_candidates`
   builds (from the source with its loops unrolled), each timed at 1 thread and at all CPUs: the
   gate's benchmark picks 1 thread for such a model when it is clearly faster
-  (:mod:`optimizer.benchmark.thread_choice`); the table marks that pick.
+  (:mod:`tfopt.optimizer.benchmark.thread_choice`); the table marks that pick.
 
 Every variant is timed interleaved with the stock signature call, the order rotating each round
-(:func:`optimizer.benchmark.interleaved.time_interleaved`), on the same batch-1 ids; the figure
+(:func:`tfopt.optimizer.benchmark.interleaved.time_interleaved`), on the same batch-1 ids; the figure
 is ``p50(stock) / p50(variant)`` with the 95% paired block-bootstrap interval, plus each
 variant's largest output difference from the stock model over 3 batches of 4. By default all
 variants are timed in one interleaved group, as the gate's benchmark does, so that every one
@@ -34,7 +34,7 @@ that every model runs with its own weights in the caches, as a model serving a s
 requests does; 1 (the default) is the gate's way.
 
 ``--onnx-rewrites`` times only ONNX Runtime, for the graph simplification of the ``optimized``
-flavour (:mod:`optimizer.candidates.onnx.rewrites`): the tagger converted by hand
+flavour (:mod:`tfopt.optimizer.candidates.onnx.rewrites`): the tagger converted by hand
 (``python -m tf2onnx.convert --saved-model``, a default session) against our ``onnx_optimized``
 candidate in a default session and at 1 intra-op thread, with the stock SavedModel call for the
 5x target, in blocks of 10 calls interleaved (the gate's way), batch 1, one process. Figures:
@@ -67,7 +67,7 @@ def export_tagger(workdir: Path) -> Path:
     path = workdir / "bilstm_tagger"
     if (path / "saved_model.pb").is_file():
         return path
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     import_tensorflow()
     build_tagger().export(str(path), verbose=False)
@@ -115,8 +115,8 @@ def export_trained_tagger(workdir: Path, epochs: int = 3) -> Path:
     path, eval_file = workdir / "trained_tagger", workdir / TRAINED_TAGGER_EVAL
     if (path / "saved_model.pb").is_file() and eval_file.is_file():
         return path
-    from optimizer.files.atomic import atomic_directory, atomic_file
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.files.atomic import atomic_directory, atomic_file
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     import_tensorflow()
     import keras
@@ -137,11 +137,11 @@ def export_trained_tagger(workdir: Path, epochs: int = 3) -> Path:
 
 def build_variants(stock: Path, workdir: Path) -> tuple[dict[str, tuple[str, Path]], list]:
     """label -> (format, path), and the candidates derive_candidates skipped."""
-    from optimizer.candidates.build import CandidateSettings, derive_candidates
-    from optimizer.model.export import write_saved_model
-    from optimizer.model.freeze import freeze
-    from optimizer.optimize.flow import apply_recipe
-    from optimizer.optimize.recipe import INFERENCE_RECIPE, RECURRENT_RECIPE, Recipe
+    from tfopt.optimizer.candidates.build import CandidateSettings, derive_candidates
+    from tfopt.optimizer.model.export import write_saved_model
+    from tfopt.optimizer.model.freeze import freeze
+    from tfopt.optimizer.optimize.flow import apply_recipe
+    from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE, RECURRENT_RECIPE, Recipe
 
     frozen = freeze(stock)
     variants = {"frozen": frozen, "frozen, lowered": freeze(stock, lower_control_flow=True)}
@@ -161,13 +161,13 @@ def build_variants(stock: Path, workdir: Path) -> tuple[dict[str, tuple[str, Pat
 
 
 def measure(args) -> dict:
-    from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.benchmark.stats import p50_ratio_interval
-    from optimizer.benchmark.thread_choice import choose_threads
-    from optimizer.inputs.generated import make_inputs
-    from optimizer.runtime import load_runner
-    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
-    from optimizer.verify.equivalence import compare
+    from tfopt.optimizer.benchmark.interleaved import time_interleaved
+    from tfopt.optimizer.benchmark.stats import p50_ratio_interval
+    from tfopt.optimizer.benchmark.thread_choice import choose_threads
+    from tfopt.optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.runtime import load_runner
+    from tfopt.optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+    from tfopt.optimizer.verify.equivalence import compare
 
     runtime = apply_runtime_settings(default_runtime_settings())  # before TensorFlow starts
     cpus = runtime.cpus.available
@@ -240,11 +240,11 @@ def measure_onnx_rewrites(args) -> dict:
     import onnx
     import onnxruntime as ort
 
-    from optimizer.benchmark.interleaved import DEFAULT_BLOCK_SIZE, time_interleaved
-    from optimizer.benchmark.stats import p50_ratio_interval
-    from optimizer.candidates.onnx.convert import OnnxExport, convert_to_onnx
-    from optimizer.runtime import load_runner
-    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+    from tfopt.optimizer.benchmark.interleaved import DEFAULT_BLOCK_SIZE, time_interleaved
+    from tfopt.optimizer.benchmark.stats import p50_ratio_interval
+    from tfopt.optimizer.candidates.onnx.convert import OnnxExport, convert_to_onnx
+    from tfopt.optimizer.runtime import load_runner
+    from tfopt.optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     runtime = apply_runtime_settings(default_runtime_settings())  # before TensorFlow starts
     workdir = work_directory(args.workdir, "tfopt-bench-onnx-rewrites-")

@@ -25,11 +25,11 @@ CALIBRATION_ROWS = 32
 
 
 def _candidates(source: Path, workdir: Path, say) -> tuple[list, list]:
-    from optimizer.candidates.build import CandidateSettings, derive_candidates
-    from optimizer.inputs.calibration import SYNTHETIC, Calibration
-    from optimizer.inputs.generated import make_inputs
-    from optimizer.model.freeze import freeze
-    from optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.candidates.build import CandidateSettings, derive_candidates
+    from tfopt.optimizer.inputs.calibration import SYNTHETIC, Calibration
+    from tfopt.optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.model.freeze import freeze
+    from tfopt.optimizer.model.savedmodel import get_signature
 
     signature = get_signature(source)
     calibration = Calibration(tuple(make_inputs(signature, 1, seed=i)
@@ -49,8 +49,8 @@ def main() -> int:
     args = parser.parse_args()
     names = model_names(parser, args.models)
 
-    from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+    from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+    from tfopt.optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     # Before the converters start TensorFlow: its pools are sized once, as the pipeline sizes
     # them (intra-op = the CPUs available, inter-op = 1).

@@ -20,18 +20,18 @@ Models:
   statistics and no final softmax (see ``export_keras_application``).
 
 Variants of each: ``input`` (the frozen graph), ``greedy`` (alpha 1), ``relaxed_1.05`` and
-``relaxed_1.1``, each made by :func:`optimizer.optimize.flow.search_candidate` with the op cost model
+``relaxed_1.1``, each made by :func:`tfopt.optimizer.optimize.flow.search_candidate` with the op cost model
 (one cache file in the workdir, shared by all searches of a run, so they see the same per-op
 timings) and the library's end-to-end re-measurement of the best few graphs
 (``--remeasure-top``). Every variant is written as a SavedModel and loaded with
-:func:`optimizer.runtime.load_runner`; all variants of one model are timed together in this
+:func:`tfopt.optimizer.runtime.load_runner`; all variants of one model are timed together in this
 process, interleaved with rotating order (:func:`time_interleaved`), at batch 1. ``max|diff|``
 is against the input's outputs on the timed batch. Search time includes the cost model's op
 timings (cache misses), the one-pass cleanup before the search and the re-measurement;
 ``substitutions`` counts the search's steps, not the cleanup. A relaxed search runs greedy
 first, continues from greedy's graph, and keeps greedy's graph unless its own is measured
 faster with confidence
-(:func:`optimizer.search.remeasure.remeasure`), so its search time includes greedy's; ``vs greedy``
+(:func:`tfopt.optimizer.search.remeasure.remeasure`), so its search time includes greedy's; ``vs greedy``
 gives the p50 speedup over the greedy variant with its 95 % interval, and says when the two are
 the same graph (then the figure is the noise of timing one graph twice).
 """
@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent))
 from common import KERAS_APPLICATIONS, export_keras_application, work_directory, write_result
 
-from optimizer.errors import first_line
+from tfopt.optimizer.errors import first_line
 
 VARIANTS = {"greedy": ("greedy", 1.0), "relaxed_1.05": ("relaxed", 1.05),
             "relaxed_1.1": ("relaxed", 1.1)}
@@ -62,7 +62,7 @@ DEFAULT_MODELS = "InceptionBlock,WideBlock,ResNet50,InceptionV3"
 
 def export_block(name: str, workdir: Path) -> Path:
     """The synthetic block as a Keras SavedModel (cached on disk)."""
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     import_tensorflow()
     import keras
@@ -93,14 +93,14 @@ def source_of(name: str, workdir: Path) -> Path:
 
 def build_variants(name: str, workdir: Path, args) -> tuple[dict[str, Path], dict[str, dict]]:
     """Variant -> written SavedModel, and variant -> what its search did (or why it failed)."""
-    from optimizer.model.export import write_saved_model
-    from optimizer.model.freeze import freeze
-    from optimizer.optimize.flow import search_candidate
-    from optimizer.verify.tolerance import Tolerance
+    from tfopt.optimizer.model.export import write_saved_model
+    from tfopt.optimizer.model.freeze import freeze
+    from tfopt.optimizer.optimize.flow import search_candidate
+    from tfopt.optimizer.verify.tolerance import Tolerance
 
     frozen = freeze(source_of(name, workdir))
     paths = {"input": write_saved_model(frozen, workdir / f"{name}_input", overwrite=True)}
-    from optimizer.search.hashing import canonical_hash
+    from tfopt.optimizer.search.hashing import canonical_hash
 
     info = {"input": {"nodes": len(frozen.graph_def.node),
                       "graph_hash": canonical_hash(frozen.graph_def)}}
@@ -141,10 +141,10 @@ def max_abs_diff(a: dict, b: dict) -> float:
 
 
 def time_model(name: str, paths: dict[str, Path], info: dict[str, dict], args) -> list[dict]:
-    from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.benchmark.stats import p50_ratio_interval
-    from optimizer.inputs.generated import make_inputs
-    from optimizer.runtime import load_runner
+    from tfopt.optimizer.benchmark.interleaved import time_interleaved
+    from tfopt.optimizer.benchmark.stats import p50_ratio_interval
+    from tfopt.optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.runtime import load_runner
 
     runners = {variant: load_runner(path) for variant, path in paths.items()}
     feeds = make_inputs(runners["input"].signature, batch_size=1, seed=1)
@@ -216,7 +216,7 @@ def print_table(rows: list[dict]) -> None:
 
 def print_rank_correlation(rows: list[dict]) -> None:
     """How well the op cost model ranks the graphs it chose between, against measured p50."""
-    from optimizer.search.cost import rank_correlation
+    from tfopt.optimizer.search.cost import rank_correlation
 
     usable = [r for r in rows if r.get("model_cost") is not None and "p50_ms" in r]
     for model in dict.fromkeys(r["model"] for r in usable):
@@ -263,8 +263,8 @@ def main() -> int:
         parser.error(f"unknown model(s) {', '.join(unknown)}")
     workdir = work_directory(args.workdir, "tfopt-bench-search-")
 
-    from optimizer.system.cpu_features import cpu_model
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.system.cpu_features import cpu_model
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     rows, target = [], None

@@ -9,19 +9,19 @@ of ``--vocabulary`` - 1 tokens and the out-of-vocabulary index) -> ``Embedding(v
 ``model.export``. Variants:
 
 - ``stock``: the exported SavedModel (its table is a ``HashTableV2`` behind a function call);
-- ``frozen``: :func:`optimizer.model.freeze.freeze`, the table folded into constants
-  (:mod:`optimizer.graph.lookup_tables`) and, as the lookup only indexes the embedding, into one
-  gather of the embedding's rows (:mod:`optimizer.graph.lookup_gathers`), written back as a
+- ``frozen``: :func:`tfopt.optimizer.model.freeze.freeze`, the table folded into constants
+  (:mod:`tfopt.optimizer.graph.lookup_tables`) and, as the lookup only indexes the embedding, into one
+  gather of the embedding's rows (:mod:`tfopt.optimizer.graph.lookup_gathers`), written back as a
   SavedModel;
-- ``optimized``: frozen + :data:`optimizer.optimize.recipe.INFERENCE_RECIPE`;
+- ``optimized``: frozen + :data:`tfopt.optimizer.optimize.recipe.INFERENCE_RECIPE`;
 - ``table_kept``: what folding is weighed against: the frozen graph with its table kept as a
   ``HashTableV2`` filled from constants (the SavedModel the LiteRT converter reads,
-  :mod:`optimizer.candidates.litert.constant_tables`), run by TensorFlow;
+  :mod:`tfopt.optimizer.candidates.litert.constant_tables`), run by TensorFlow;
 - ``litert_fp32``: the LiteRT fp32 candidate (its table as LiteRT's hash-table builtins), run by
   ai-edge-litert with XNNPACK on every CPU this process may use, and ``litert_fp32_1t`` on one.
 
 Inputs are tokens drawn from the model's own vocabulary with a quarter out of it
-(:func:`optimizer.inputs.generated.make_inputs`). All variants of one batch size are timed interleaved in
+(:func:`tfopt.optimizer.inputs.generated.make_inputs`). All variants of one batch size are timed interleaved in
 this one process (:func:`benchmarks.transforms.time_model`, which calls each model's
 ``ModelRunner.call``: a TensorFlow signature by keyword, as a Python user calls it, where the
 gate's benchmark and ``benchmarks/families.py`` time the bound call); each speedup is ``p50(stock) /
@@ -33,7 +33,7 @@ has called a SavedModel's signature with flat inputs, in one process, blocks of 
 interleaved, the order rotating each round: ``_call_flat``, the loaded
 ``ConcreteFunction._call_flat(flat, captured)`` (until round 22); ``call_preflattened``,
 ``AtomicFunction.call_preflattened`` on the runtime's function (round 23's
-:class:`optimizer.runtime.tensorflow.SignatureFunction`); ``bound``, what the runner binds now
+:class:`tfopt.optimizer.runtime.tensorflow.SignatureFunction`); ``bound``, what the runner binds now
 (:meth:`SignatureFunction.bound`: the same eager execution without ``call_flat``'s Python);
 and ``floor``, an identity function on the same input through the same ``bound``: what a call
 costs whatever the model. Each row's ratio is ``p50(stock) / p50(optimized)`` through that
@@ -65,7 +65,7 @@ candidate through ``bound``: 1.34x. What is left is the executor's cost per op: 
 graph runs StringToHashBucketFast, Reshape, LowerBound, Reshape, two GatherV2, Equal, SelectV2
 and Mean (and eight Consts), where the stock's table is one ``LookupTableFindV2``. The LiteRT
 converter's source model, the table kept as a ``HashTableV2`` filled from constants and the
-index map folded into it (:mod:`optimizer.candidates.litert.constant_tables`: find, gather,
+index map folded into it (:mod:`tfopt.optimizer.candidates.litert.constant_tables`: find, gather,
 Mean, MatMul, BiasAdd), called through the same binding, was 1.70x the stock call where the
 optimized graph was 1.53x (one process, load 11).
 
@@ -113,7 +113,7 @@ VARIANTS = ("stock", "frozen", "optimized", "table_kept", "litert_fp32", "litert
 
 
 def export_classifier(path: Path, vocabulary: int, length: int) -> list[str]:
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     import_tensorflow()
     import keras
@@ -130,12 +130,12 @@ def export_classifier(path: Path, vocabulary: int, length: int) -> list[str]:
 
 
 def build_variants(workdir: Path, vocabulary: int, length: int):
-    from optimizer.candidates.litert.constant_tables import litert_source
-    from optimizer.candidates.litert.convert import convert_to_litert
-    from optimizer.inputs.vocabulary import infer_vocabularies
-    from optimizer.model.export import write_saved_model
-    from optimizer.optimize.flow import optimize, write_optimized
-    from optimizer.optimize.recipe import INFERENCE_RECIPE
+    from tfopt.optimizer.candidates.litert.constant_tables import litert_source
+    from tfopt.optimizer.candidates.litert.convert import convert_to_litert
+    from tfopt.optimizer.inputs.vocabulary import infer_vocabularies
+    from tfopt.optimizer.model.export import write_saved_model
+    from tfopt.optimizer.optimize.flow import optimize, write_optimized
+    from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE
 
     stock = workdir / "stock"
     export_classifier(stock, vocabulary, length)
@@ -157,8 +157,8 @@ BINDINGS = ("_call_flat", "call_preflattened", "bound")
 
 def binding_calls(paths: dict[str, Path], feeds) -> dict[str, object]:
     """``{"<variant> <binding>": callable}`` for stock and optimized, and the floor."""
-    from optimizer.model.freeze import load_signature_function
-    from optimizer.runtime import load_runner
+    from tfopt.optimizer.model.freeze import load_signature_function
+    from tfopt.optimizer.runtime import load_runner
 
     calls = {}
     for variant in ("stock", "optimized"):
@@ -181,19 +181,19 @@ def _speedup_text(interval) -> str:
 
 
 def time_bindings(workdir: Path, args) -> int:
-    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+    from tfopt.optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     # before TensorFlow starts: families.py's settings unless asked otherwise
     apply_runtime_settings(default_runtime_settings(threads=args.intra_op_threads,
                                                     inter_op_threads=args.inter_op_threads))
-    from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.benchmark.stats import p50_ratio_interval
-    from optimizer.inputs.generated import make_inputs
-    from optimizer.inputs.vocabulary import infer_vocabularies
-    from optimizer.model.freeze import freeze
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.optimize.flow import optimize, write_optimized
-    from optimizer.optimize.recipe import INFERENCE_RECIPE
+    from tfopt.optimizer.benchmark.interleaved import time_interleaved
+    from tfopt.optimizer.benchmark.stats import p50_ratio_interval
+    from tfopt.optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.inputs.vocabulary import infer_vocabularies
+    from tfopt.optimizer.model.freeze import freeze
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.optimize.flow import optimize, write_optimized
+    from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE
 
     paths = {"stock": workdir / "stock", "optimized": workdir / "optimized"}
     if args.stock and args.optimized:
@@ -248,8 +248,8 @@ def main() -> int:
     if args.bindings:
         return time_bindings(workdir, args)
 
-    from optimizer.inputs.generated import make_inputs
-    from optimizer.runtime import load_runner
+    from tfopt.optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.runtime import load_runner
 
     print(f"StringLookup({args.vocabulary}) -> Embedding({args.vocabulary}x64) -> pooling -> "
           f"Dense: exporting, freezing, optimizing, converting ...", flush=True)

@@ -8,18 +8,18 @@ and no final softmax, so that max|diff| measures something; see ``export_keras_a
 exported with ``model.export``:
 
 - ``stock``: the exported SavedModel;
-- ``frozen``: :func:`optimizer.model.freeze.freeze`, written back as a SavedModel;
-- ``gtt``: frozen + :data:`optimizer.optimize.recipe.INFERENCE_RECIPE` by this package's transforms;
+- ``frozen``: :func:`tfopt.optimizer.model.freeze.freeze`, written back as a SavedModel;
+- ``gtt``: frozen + :data:`tfopt.optimizer.optimize.recipe.INFERENCE_RECIPE` by this package's transforms;
 - ``grappler``: frozen + the ``grappler`` transform with its default float32 passes (incl. the
   remapper's Conv2D + BiasAdd + activation fusions);
 - ``grappler_bf16``: frozen + ``auto_mixed_precision_onednn_bfloat16`` with the default passes
   minus ``remap`` (bfloat16 + remap makes ``_Fused*`` nodes an artifact cannot load; TF fuses
   again in memory on load). Refused by the transform on a CPU without native bfloat16.
 
-Every variant is written as a SavedModel and loaded with :func:`optimizer.runtime.load_runner`
+Every variant is written as a SavedModel and loaded with :func:`tfopt.optimizer.runtime.load_runner`
 (``tf.saved_model.load`` + its serving signature), so what is timed is what gets served. All
 variants of one model at one batch size are timed together in this process with
-:func:`optimizer.benchmark.interleaved.time_interleaved` (rotating order), and each speedup is
+:func:`tfopt.optimizer.benchmark.interleaved.time_interleaved` (rotating order), and each speedup is
 ``p50(stock) / p50(variant)`` from those paired rounds, with a 95% paired block-bootstrap
 interval. ``max|diff|`` is against the stock model's outputs on the timed batch. A variant that
 fails to build or load is listed with its reason.
@@ -45,15 +45,15 @@ from common import (
     write_result,
 )
 
-from optimizer.errors import first_line
+from tfopt.optimizer.errors import first_line
 
 VARIANTS = ("stock", "frozen", "gtt", "grappler", "grappler_bf16")
 
 
 def variant_errors() -> tuple[type[BaseException], ...]:
     """What building, loading or calling one variant may raise; the others still get timed."""
-    from optimizer.errors import TfoptError
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.errors import TfoptError
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     return (TfoptError, tf.errors.OpError, ValueError, RuntimeError, OSError)
@@ -61,19 +61,19 @@ def variant_errors() -> tuple[type[BaseException], ...]:
 
 
 def bf16_optimizers() -> list[str]:
-    from optimizer.candidates.bf16 import BF16_PASSES
+    from tfopt.optimizer.candidates.bf16 import BF16_PASSES
 
     return list(BF16_PASSES)
 
 
 def build_variants(name: str, workdir: Path) -> tuple[dict[str, Path], dict[str, str]]:
     """Variant -> SavedModel directory, and variant -> why it could not be built."""
-    from optimizer.model.export import write_saved_model
-    from optimizer.model.freeze import freeze
-    from optimizer.optimize.flow import apply_recipe
-    from optimizer.optimize.recipe import INFERENCE_RECIPE, Recipe
-    from optimizer.transforms.pipeline import run_transforms
-    from optimizer.transforms.registry import make_transform
+    from tfopt.optimizer.model.export import write_saved_model
+    from tfopt.optimizer.model.freeze import freeze
+    from tfopt.optimizer.optimize.flow import apply_recipe
+    from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE, Recipe
+    from tfopt.optimizer.transforms.pipeline import run_transforms
+    from tfopt.optimizer.transforms.registry import make_transform
 
     stock_dir = export_keras_application(name, workdir, random_batch_norm=True, logits=True)
     frozen = freeze(stock_dir)
@@ -111,10 +111,10 @@ def time_model(name: str, paths: dict[str, Path], failures: dict[str, str],
     """Rows of p50 and speedup vs ``stock`` for ``variants`` of one model, per batch size.
     ``make_feeds(signature, batch)`` gives the inputs (default: generated from the signature);
     a path ending in ``.tflite`` runs in LiteRT."""
-    from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.benchmark.stats import p50_ratio_interval
-    from optimizer.inputs.generated import make_inputs
-    from optimizer.runtime import load_runner
+    from tfopt.optimizer.benchmark.interleaved import time_interleaved
+    from tfopt.optimizer.benchmark.stats import p50_ratio_interval
+    from tfopt.optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.runtime import load_runner
 
     runners = {}
     make_feeds = make_feeds or (lambda signature, batch: make_inputs(signature, batch, seed=1))
@@ -183,8 +183,8 @@ def print_results(rows: list[dict], target: Path) -> None:
 
 def write_rows(name: str, rows: list[dict], **fields) -> Path:
     """``benchmarks/results/<name>.json``: this machine and TF, ``fields``, and the rows."""
-    from optimizer.system.cpu_features import cpu_model, isa_support
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.system.cpu_features import cpu_model, isa_support
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     return write_result(name, {"tensorflow": import_tensorflow().__version__,
                                "cpu_model": cpu_model(), "isa": isa_support(), **fields,

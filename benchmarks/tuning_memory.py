@@ -1,17 +1,17 @@
 """Peak memory of runtime tuning against its memory budget (issue 18), on a bf16 ResNet50.
 
 Tuning starts one probe process per thread setting, each holding the model. This measures
-:func:`optimizer.runtime_tuning.tune_runtime` on the bf16 candidate of
+:func:`tfopt.optimizer.runtime_tuning.tune_runtime` on the bf16 candidate of
 ``keras.applications.ResNet50(weights=None)`` (random BatchNorm statistics, logits: the
 ``resnet50`` family of ``benchmarks/families.py``), built once as ``tfopt optimize --targets
 savedmodel`` builds it (the inference recipe, then the ``bf16`` build in a worker process,
-:func:`optimizer.candidates.worker.build_in_worker`) and kept in the work directory.
+:func:`tfopt.optimizer.candidates.worker.build_in_worker`) and kept in the work directory.
 
 Each budget is tuned in a fresh process that has imported TensorFlow first, as the gate step's
 and ``tfopt optimize --tune``'s processes have, with tune_runtime's defaults (what ``tfopt
 optimize --tune`` runs: 10 rounds of 0.5 s, the batch curve within 60 s). The whole process
 tree's resident memory (the tuning process and every probe) is sampled every 0.2 s
-(:class:`optimizer.system.process_tree.TreeMeter`); printed per budget: the tree's peak
+(:class:`tfopt.optimizer.system.process_tree.TreeMeter`); printed per budget: the tree's peak
 against the budget, the probes started and stopped, the settings measured, the wall time and
 the load average (the machine is shared: wall times stretch with it, memory does not).
 
@@ -68,12 +68,12 @@ def bf16_resnet50(workdir: Path) -> Path:
         return kept
     from families import FAMILIES
 
-    from optimizer.candidates.build import CandidateSettings
-    from optimizer.candidates.worker import build_in_worker
-    from optimizer.model.op_scan import DEFAULT_POLICY
-    from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-    from optimizer.optimize.flow import optimize
-    from optimizer.optimize.recipe import INFERENCE_RECIPE
+    from tfopt.optimizer.candidates.build import CandidateSettings
+    from tfopt.optimizer.candidates.worker import build_in_worker
+    from tfopt.optimizer.model.op_scan import DEFAULT_POLICY
+    from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+    from tfopt.optimizer.optimize.flow import optimize
+    from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE
 
     src = FAMILIES["resnet50"].export(workdir)
     optimized = optimize(src, INFERENCE_RECIPE, DEFAULT_SIGNATURE).candidate.model
@@ -90,14 +90,14 @@ def bf16_resnet50(workdir: Path) -> Path:
 
 def tune_within(model: Path, budget_gb: float) -> dict:
     """Tune ``model`` within ``budget_gb`` in this process, the tree sampled: the figures."""
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     import_tensorflow()  # as the gate step's process has it
-    from optimizer.errors import TfoptError
-    from optimizer.model.savedmodel import directory_size
-    from optimizer.runtime_tuning import tune_runtime
-    from optimizer.system.memory_budget import MemoryBudget
-    from optimizer.system.process_tree import TreeMeter
+    from tfopt.optimizer.errors import TfoptError
+    from tfopt.optimizer.model.savedmodel import directory_size
+    from tfopt.optimizer.runtime_tuning import tune_runtime
+    from tfopt.optimizer.system.memory_budget import MemoryBudget
+    from tfopt.optimizer.system.process_tree import TreeMeter
 
     said: list[str] = []
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Self, TypeVar
 
-from optimizer.candidates.candidate import Candidate
+from tfopt.optimizer.candidates.candidate import Candidate
 
 T = TypeVar("T", bound="Record")
 
@@ -47,7 +47,7 @@ class ChampionModel(Record):
     path: str  # what a runner loads: a SavedModel directory or the model file
     directory: str  # the whole downloaded version
     digest: str
-    format: str  # savedmodel | tflite | ... (optimizer.runtime.registry)
+    format: str  # savedmodel | tflite | ... (tfopt.optimizer.runtime.registry)
     runtime: str
     candidate: str | None = None  # what it was when it won (tfopt.candidate)
     num_threads: int | None = None  # a per-model runtime's thread count
@@ -64,7 +64,7 @@ class ChampionModel(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class CandidateModel(Record, Candidate):
-    """A candidate (:class:`optimizer.candidates.candidate.Candidate`: what it is, where it is,
+    """A candidate (:class:`tfopt.optimizer.candidates.candidate.Candidate`: what it is, where it is,
     what runs it) as the step that made it records it, with its provenance. The frozen and
     optimized float32 SavedModels were checked for equivalence before they were written; the
     ones derived from the optimized one (bf16, XLA, LiteRT, ONNX, OpenVINO: ``derived`` of the

@@ -1,6 +1,6 @@
 """The pipeline's one YAML config, validated by typed models. Defaults live here and only here,
 but for the keys that are the library's own settings (search, benchmark, tolerance): those are
-declared with the settings' fields (:func:`~optimizer.records.field_of`), so their defaults
+declared with the settings' fields (:func:`~tfopt.optimizer.records.field_of`), so their defaults
 and bounds live in the library, once.
 
 Unknown keys and bad values are rejected with a message naming the key. Credentials never come
@@ -17,7 +17,7 @@ models forbid extra keys, so a pasted ``aws_secret_access_key`` is an error, not
 ``--set key.path=value`` overrides any key from the command line: the operator's own flag. What
 triggers a run (an asset event's extra, ``dag_run.conf``, ``tfopt run --conf``) may set only
 ``source``, ``evaluation.data`` and the keys ``triggers.allow_overrides`` lists, never those of
-:data:`NEVER_FROM_A_TRIGGER` (components/trigger_conf.py checks it; docs/triggers.md).
+:data:`NEVER_FROM_A_TRIGGER` (components/config/trigger_conf.py checks it; docs/triggers.md).
 """
 
 from __future__ import annotations
@@ -39,16 +39,16 @@ from pydantic import (
     model_validator,
 )
 
-from optimizer.benchmark.settings import BenchmarkConfig
-from optimizer.errors import TfoptError, shown, validation_error_line
-from optimizer.gate.verdict import GateConfig
-from optimizer.optimize.recipe import INFERENCE_RECIPE, default_recipe
-from optimizer.records import field_of
-from optimizer.runtime.call_deadline import CallDeadline
-from optimizer.runtime_tuning.settings import TuningSettings
-from optimizer.search.precision.settings import PrecisionSearchSettings
-from optimizer.search.settings import SearchSettings
-from optimizer.verify.tolerance import Tolerance
+from tfopt.optimizer.benchmark.settings import BenchmarkConfig
+from tfopt.optimizer.errors import TfoptError, shown, validation_error_line
+from tfopt.optimizer.gate.verdict import GateConfig
+from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE, default_recipe
+from tfopt.optimizer.records import field_of
+from tfopt.optimizer.runtime.call_deadline import CallDeadline
+from tfopt.optimizer.runtime_tuning.settings import TuningSettings
+from tfopt.optimizer.search.precision.settings import PrecisionSearchSettings
+from tfopt.optimizer.search.settings import SearchSettings
+from tfopt.optimizer.verify.tolerance import Tolerance
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +63,8 @@ class _Section(BaseModel):
 
 class OptimizeConfig(_Section):
     """The recipe, or the substitution search (its keys are the library's
-    :class:`~optimizer.search.settings.SearchSettings`), and the tolerance the result is checked
-    within (:class:`~optimizer.verify.tolerance.Tolerance`)."""
+    :class:`~tfopt.optimizer.search.settings.SearchSettings`), and the tolerance the result is checked
+    within (:class:`~tfopt.optimizer.verify.tolerance.Tolerance`)."""
 
     recipe: str | list[Any] = Field(INFERENCE_RECIPE, description="GTT string or YAML list")
     backend: Literal["python", "native"] = Field(
@@ -89,7 +89,7 @@ class OptimizeConfig(_Section):
 
 
 class BenchmarkSection(_Section):
-    """The config's keys of the library's :class:`~optimizer.benchmark.settings.BenchmarkConfig`
+    """The config's keys of the library's :class:`~tfopt.optimizer.benchmark.settings.BenchmarkConfig`
     (the benchmark step takes the promotion bound and the confidence from ``gate`` and the
     signature from the top level), and the threads the benchmark runs with."""
 
@@ -201,7 +201,7 @@ class ResourcesConfig(_Section):
         default_factory=dict,
         description="GiB of memory (request = limit) for a step's pod in Kubernetes and "
                     "Kubeflow modes, e.g. {benchmark: 12}, instead of the estimate from the "
-                    "model's size (components/step_table.py)")
+                    "model's size (components/pipeline/step_table.py)")
 
     def call_deadline(self) -> CallDeadline:
         """The deadline of every model call of a run (optimizer/runtime/call_deadline.py)."""
@@ -211,7 +211,7 @@ class ResourcesConfig(_Section):
     @field_validator("pod_memory_gb")
     @classmethod
     def _sized_steps(cls, value: dict[str, float]) -> dict[str, float]:
-        from components.step_table import BY_NAME
+        from tfopt.components.pipeline.step_table import BY_NAME
 
         sized = [name for name, step in BY_NAME.items() if step.memory]
         for name, gib in value.items():
@@ -266,7 +266,7 @@ class CandidatesConfig(_Section):
         return value
 
     def settings(self):
-        from optimizer.candidates.build import CandidateSettings
+        from tfopt.optimizer.candidates.build import CandidateSettings
 
         return CandidateSettings(targets=tuple(self.targets),
                                  savedmodel_variants=tuple(self.savedmodel_variants),
@@ -280,7 +280,7 @@ class TuningConfig(_Section):
     """Thread settings and batch size measured for the chosen model, recorded with it
     (optimizer/runtime_tuning/): MLflow tags and runtime_settings.json beside the model. How
     long it measures are the library's
-    :class:`~optimizer.runtime_tuning.settings.TuningSettings`."""
+    :class:`~tfopt.optimizer.runtime_tuning.settings.TuningSettings`."""
 
     enabled: bool = Field(True, description="tune the chosen candidate after the gate")
     rounds: int = field_of(TuningSettings, "rounds")
@@ -314,7 +314,7 @@ class SecurityConfig(_Section):
     @field_validator("allow_ops")
     @classmethod
     def _deniable(cls, value: list[str], info) -> list[str]:
-        from optimizer.model.op_scan import ScanPolicy, ScanPolicyError
+        from tfopt.optimizer.model.op_scan import ScanPolicy, ScanPolicyError
 
         try:
             ScanPolicy.create(value, info.data.get("extra_denied_ops", ()))
@@ -323,7 +323,7 @@ class SecurityConfig(_Section):
         return value
 
     def scan_policy(self):
-        from optimizer.model.op_scan import MIB, ScanPolicy
+        from tfopt.optimizer.model.op_scan import MIB, ScanPolicy
 
         return ScanPolicy.create(self.allow_ops, self.extra_denied_ops,
                                  max_pb_bytes=self.max_saved_model_mb * MIB,
@@ -367,7 +367,7 @@ def is_config_key(dotted: str) -> bool:
 
 
 class TriggersConfig(_Section):
-    """What whoever triggers a run may set (components/trigger_conf.py, docs/triggers.md)."""
+    """What whoever triggers a run may set (components/config/trigger_conf.py, docs/triggers.md)."""
 
     allow_overrides: list[str] = Field(
         default_factory=list,
@@ -610,10 +610,10 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] | dict | No
     """Read YAML with ``yaml.safe_load`` (no Python tags, no code), validate, apply overrides.
 
     ``overrides`` are the operator's (``--set``): any key. ``triggers``
-    (:class:`components.trigger_conf.Trigger`: an asset event's extra, a ``dag_run.conf``) come
+    (:class:`tfopt.components.config.trigger_conf.Trigger`: an asset event's extra, a ``dag_run.conf``) come
     between the YAML and them, and may set only what the operator's ``triggers`` section
     allows; a trigger that sets anything else is refused, naming the key."""
-    from optimizer.files.yaml_files import read_yaml_file
+    from tfopt.optimizer.files.yaml_files import read_yaml_file
 
     data = read_yaml_file(path, "config file", ConfigError) if path is not None else {}
     data = {} if data is None else data  # an empty file: every key from the overrides
@@ -621,7 +621,7 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] | dict | No
     operator = config_from_mapping(data, where, overrides)
     if not triggers:
         return operator
-    from components.trigger_conf import trigger_overrides
+    from tfopt.components.config.trigger_conf import trigger_overrides
 
     data = apply_overrides(data, trigger_overrides(triggers, operator.triggers), where)
     return config_from_mapping(data, where, overrides)

@@ -6,17 +6,17 @@ worth of quota, throttled by the scheduler every period. They read their sizes f
 environment once, at start-up (``OMP_NUM_THREADS``; ``TF_NUM_INTRAOP_THREADS`` and
 ``TF_NUM_INTEROP_THREADS`` when TF creates its runtime), so the values have to be there before
 the process that imports TensorFlow starts. This wrapper derives them with
-:mod:`optimizer.system.cpu_threads` (affinity mask and cgroup v1/v2 quota, the same numbers the
+:mod:`tfopt.optimizer.system.cpu_threads` (affinity mask and cgroup v1/v2 quota, the same numbers the
 benchmark records), fills them into the environment and replaces itself with the command
 (``execvp``), which keeps the command's PID, signals and exit code.
 
 A variable that is already set (``docker run -e``, the pod spec) wins: only missing ones are
 filled in, so an operator can always pin threads by hand.
 
-    python -m components.container_entrypoint tfopt step benchmark --config pipeline.yaml
+    python -m tfopt.components.orchestration.container_entrypoint tfopt step benchmark --config pipeline.yaml
 
 This module must stay light: it runs before every command in the image and imports no
-TensorFlow, only the standard library and ``optimizer.system.cpu_threads``.
+TensorFlow, only the standard library and ``tfopt.optimizer.system.cpu_threads``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from optimizer.system.cpu_threads import (
+from tfopt.optimizer.system.cpu_threads import (
     CGROUP_ROOT,
     PROC_SELF_CGROUP,
     CpuAvailability,
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
     argv = sys.argv[1:] if argv is None else list(argv)
     environ = os.environ if environ is None else environ
     if not argv:
-        print("usage: python -m components.container_entrypoint COMMAND [ARG ...]",
+        print("usage: python -m tfopt.components.orchestration.container_entrypoint COMMAND [ARG ...]",
               file=sys.stderr)
         return EXIT_USAGE
     cpus = available_cpus(cgroup_root, proc_cgroup)

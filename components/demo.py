@@ -124,12 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if argv is None:
-        from components.cli import native_log_filter
+        from tfopt.components.cli import native_log_filter
 
         native_log_filter.install()
 
-    from components.config import load_config
-    from components.digits import train_digits_model
+    from tfopt.components.config.pipeline_config import load_config
+    from tfopt.components.demo.digits import train_digits_model
 
     config = load_config(REPO / "dags" / "model_optimization.yaml")
     demo_dir = WORK / "demo"

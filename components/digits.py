@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.files.atomic import atomic_directory, atomic_file
+from tfopt.optimizer.files.atomic import atomic_directory, atomic_file
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def build_digits_cnn():
 def train_digits_model(workdir: str | os.PathLike, seed: int = 0, epochs: int = 15,
                        overwrite: bool = False) -> DigitsModel:
     """Train, then write ``<workdir>/digits_savedmodel`` and ``<workdir>/digits_eval.npz``."""
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     import_tensorflow()
     import keras

@@ -1,6 +1,6 @@
 """The pipeline as a Kubeflow Pipelines (v2) definition, compiled to YAML by ``make kfp``.
 
-The steps of ``components/step_table.py``, as in the Airflow DAG, each a container task on the
+The steps of ``components/pipeline/step_table.py``, as in the Airflow DAG, each a container task on the
 project image running ``tfopt step NAME --config ... --inputs ... --output ...`` through the
 image's thread-sizing entrypoint. Each step writes its small JSON output to a KFP output
 parameter; the steps after it get that text as a string input (named after the step) and splice
@@ -32,7 +32,7 @@ This module imports only kfp, the standard library and the step table (itself st
 only), and runs in its own environment (``.venv-kfp``): Kubeflow's SDK pins a ``kubernetes``
 client the Airflow provider can't share. Nothing in the main environment imports it.
 
-    python -P components/kubeflow_pipeline.py --image registry.example.com/tfopt:0.1.0 \\
+    python -P components/orchestration/kubeflow_pipeline.py --image registry.example.com/tfopt:0.1.0 \\
         --output work/kfp/model_optimization_pipeline.yaml
 """
 
@@ -49,12 +49,12 @@ from kfp import compiler, dsl, kubernetes
 
 # Run as a script in .venv-kfp, where the project is not installed: the table is read from here.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from components.step_table import STEPS, Step
+from tfopt.components.pipeline.step_table import STEPS, Step
 
 PIPELINE_NAME = "tfopt-model-optimization"
-ENTRYPOINT = ["python", "-m", "components.container_entrypoint", "tfopt"]
+ENTRYPOINT = ["python", "-m", "tfopt.components.orchestration.container_entrypoint", "tfopt"]
 
-# Defaults match components.config.KubernetesConfig and ScheduleConfig (a test compares them).
+# Defaults match tfopt.components.config.pipeline_config.KubernetesConfig and ScheduleConfig (a test compares them).
 DEFAULT_IMAGE = "tfopt:0.1.0"
 DEFAULT_CPU = "2"
 DEFAULT_MEMORY_REQUEST = "4Gi"

@@ -8,28 +8,28 @@ dedicated node.
 
 Memory: the pull pod takes ``execution.kubernetes.memory_request``/``memory_limit`` (the
 model's size is not known before it is pulled). Every later pod's memory (request = limit) is
-what the pull's output says for it (``pod_memory``: :func:`components.step_runner.pod_memory`,
+what the pull's output says for it (``pod_memory``: :func:`tfopt.components.pipeline.step_runner.pod_memory`,
 from the model's size on disk and the table's measured costs, or ``resources.pod_memory_gb``):
 the operator templates ``container_resources``, so each run's pods fit its own model.
 """
 
 from __future__ import annotations
 
-from components.config import PipelineConfig
-from components.step_runner import POD_MEMORY_KEY
-from components.step_table import BY_NAME, STEPS
-from components.trigger_conf import ASSET_EXTRA_KEYS
+from tfopt.components.config.pipeline_config import PipelineConfig
+from tfopt.components.config.trigger_conf import ASSET_EXTRA_KEYS
+from tfopt.components.pipeline.step_runner import POD_MEMORY_KEY
+from tfopt.components.pipeline.step_table import BY_NAME, STEPS
 
 XCOM_RETURN = "/airflow/xcom/return.json"
 # A pod's command replaces the image's ENTRYPOINT, so it names the entrypoint again: the wrapper
 # that sizes TensorFlow's and OpenMP's threads from the pod's CPU limit, then execs tfopt. With
 # `tfopt` alone, a pod limited to 2 CPUs on a 64-core node would start 64-thread pools.
-ENTRYPOINT = ["python", "-m", "components.container_entrypoint", "tfopt"]
+ENTRYPOINT = ["python", "-m", "tfopt.components.orchestration.container_entrypoint", "tfopt"]
 WORK_VOLUME = "tfopt-work"
 CONFIG_VOLUME = "tfopt-config"
 
 # The known keys of the extra of the latest asset event that triggered the run, as JSON: what
-# components.orchestration.asset_event_extra takes in process, rendered into the pod's
+# tfopt.components.orchestration.airflow_tasks.asset_event_extra takes in process, rendered into the pod's
 # arguments (a pod cannot ask Airflow for the event). The pod checks it like any trigger.
 _KNOWN = " or ".join(f'event.extra.get("{key}")' for key in ASSET_EXTRA_KEYS)
 EVENT_TEMPLATE = (

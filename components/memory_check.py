@@ -1,21 +1,21 @@
 """Refuse, before any work, a model or inputs the step's memory budget cannot hold.
 
 The budget is the pod's cgroup limit when there is one, else ``resources.memory_gb``, else the
-machine's memory (:func:`optimizer.system.memory_budget.memory_budget`). A model estimated not to fit
-(:func:`optimizer.model.footprint.optimizing_bytes`), or inputs generated from its signature at
-the largest batch the run feeds (:mod:`optimizer.inputs.sizing`), are refused with one line
+machine's memory (:func:`tfopt.optimizer.system.memory_budget.memory_budget`). A model estimated not to fit
+(:func:`tfopt.optimizer.model.footprint.optimizing_bytes`), or inputs generated from its signature at
+the largest batch the run feeds (:mod:`tfopt.optimizer.inputs.sizing`), are refused with one line
 giving the estimate and the budget, exit 7, rather than killed by the kernel midway.
 """
 
 from __future__ import annotations
 
-from components.artifacts import PulledModel
-from components.config import PipelineConfig
+from tfopt.components.config.pipeline_config import PipelineConfig
+from tfopt.components.pipeline.artifacts import PulledModel
 
 
 def require_model_fits(config: PipelineConfig, pulled: PulledModel, step: str) -> None:
-    from optimizer.model.footprint import disk_bytes, optimizing_bytes
-    from optimizer.system.memory_budget import GIB, memory_budget
+    from tfopt.optimizer.model.footprint import disk_bytes, optimizing_bytes
+    from tfopt.optimizer.system.memory_budget import GIB, memory_budget
 
     memory_budget(config.resources.memory_gb).require(
         optimizing_bytes(pulled.path),
@@ -27,15 +27,15 @@ def require_inputs_fit(config: PipelineConfig, pulled: PulledModel, step: str) -
     """Inputs generated from the signature (read without TensorFlow) at the batch the
     equivalence checks feed and at every ``benchmark.batch_sizes``; local ``.npz`` evaluation
     and calibration data from their headers (an ``s3://`` file is sized once fetched, by
-    :func:`components.steps.evaluate.local_data_file`)."""
+    :func:`tfopt.components.steps.evaluate.local_data_file`)."""
     import zipfile
     from pathlib import Path
 
-    from optimizer.inputs.data_files import require_npz_fits
-    from optimizer.inputs.sizing import require_generated_inputs_fit
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.optimize.flow import EQUIVALENCE_BATCH_SIZE
-    from optimizer.system.memory_budget import memory_budget
+    from tfopt.optimizer.inputs.data_files import require_npz_fits
+    from tfopt.optimizer.inputs.sizing import require_generated_inputs_fit
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.optimize.flow import EQUIVALENCE_BATCH_SIZE
+    from tfopt.optimizer.system.memory_budget import memory_budget
 
     budget = memory_budget(config.resources.memory_gb)
     signature = get_signature(pulled.path, config.signature,

@@ -1,11 +1,11 @@
 """What the Airflow DAG needs at run time, kept out of the DAG file so parsing stays light.
 
 The DAG file only declares: :func:`in_process_tasks` makes a task per step of
-:mod:`components.step_table`, each calling :func:`run_dag_step`, which loads the config (the
+:mod:`tfopt.components.pipeline.step_table`, each calling :func:`run_dag_step`, which loads the config (the
 DAG's YAML, then what the run's trigger may set: the asset event's extra and ``dag_run.conf``,
-checked against the YAML's ``triggers`` section by :mod:`components.trigger_conf`), takes
+checked against the YAML's ``triggers`` section by :mod:`tfopt.components.config.trigger_conf`), takes
 credentials from an Airflow connection when one is named, and runs the step through
-:func:`components.step_runner.run_step`.
+:func:`tfopt.components.pipeline.step_runner.run_step`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from components import trigger_conf
-from components.config import PipelineConfig, load_config
-from components.trigger_conf import ASSET_EXTRA_KEYS
+from tfopt.components.config import trigger_conf
+from tfopt.components.config.pipeline_config import PipelineConfig, load_config
+from tfopt.components.config.trigger_conf import ASSET_EXTRA_KEYS
 
 PARAMS_SCHEMA = trigger_conf.PARAMS_SCHEMA  # the DAG's Params (dags/model_optimization.py)
 
@@ -45,7 +45,7 @@ def asset_event_extra(context: dict[str, Any]) -> dict[str, Any]:
     ``extra={"source": "s3://.../model"}`` (and optionally ``evaluation_data``, ``overrides``),
     so one DAG serves every newly trained version. Unknown keys are ignored; the known ones are
     checked when the config is loaded (:func:`dag_config`). Kubernetes pods get the same from
-    :data:`components.kubernetes_tasks.EVENT_TEMPLATE`.
+    :data:`tfopt.components.orchestration.kubernetes_tasks.EVENT_TEMPLATE`.
     """
     latest: dict[str, Any] = {}
     for asset_events in (context.get("triggering_asset_events") or {}).values():
@@ -90,7 +90,7 @@ def in_process_tasks() -> dict[str, Any]:
     steps it needs, inside the DAG being defined; returns their outputs by step name."""
     from airflow.sdk import task
 
-    from components.step_table import STEPS
+    from tfopt.components.pipeline.step_table import STEPS
 
     outputs: dict[str, Any] = {}
     for step in STEPS:
@@ -108,7 +108,7 @@ def run_dag_step(name: str, inputs: dict[str, Any], context: dict[str, Any]) -> 
     """One in-process task: the step's small JSON output, which becomes the task's XCom."""
     import logging
 
-    from components.step_runner import run_step
+    from tfopt.components.pipeline.step_runner import run_step
 
     logging.getLogger("components").setLevel(logging.INFO)
     logging.getLogger("optimizer").setLevel(logging.INFO)

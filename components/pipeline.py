@@ -1,7 +1,7 @@
 """The whole pipeline in one process: what ``tfopt run`` does.
 
-The steps of :mod:`components.step_table`, in its order, each run by
-:func:`components.step_runner.run_step` on the outputs before it, as every orchestrator runs
+The steps of :mod:`tfopt.components.pipeline.step_table`, in its order, each run by
+:func:`tfopt.components.pipeline.step_runner.run_step` on the outputs before it, as every orchestrator runs
 them: source -> pull -> freeze + optimize (candidates) -> benchmark (vs the champion, else the
 input) -> evaluate -> gate (report, tuning) -> publish. Every step is idempotent, so rerunning
 after a failure resumes where it stopped. Before the first step on the pulled model, TensorFlow's
@@ -18,7 +18,8 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from components.artifacts import (
+from tfopt.components.config.pipeline_config import PipelineConfig
+from tfopt.components.pipeline.artifacts import (
     BenchmarkOutput,
     CandidateModel,
     EvaluationOutput,
@@ -26,9 +27,8 @@ from components.artifacts import (
     PublishOutput,
     PulledModel,
 )
-from components.config import PipelineConfig
-from components.step_runner import COSTS_KEY, run_step, workspace_for
-from components.step_table import BY_NAME, NAMES, STEP_COSTS_CONTEXT
+from tfopt.components.pipeline.step_runner import COSTS_KEY, run_step, workspace_for
+from tfopt.components.pipeline.step_table import BY_NAME, NAMES, STEP_COSTS_CONTEXT
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class PipelineOutcome:
     gate: GateOutput
     publish: PublishOutput | None
     workspace: str
-    costs: dict[str, dict] | None = None  # step -> optimizer.system.process_tree.Cost.to_dict()
+    costs: dict[str, dict] | None = None  # step -> tfopt.optimizer.system.process_tree.Cost.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         return {"pull": self.pulled.to_dict(),
@@ -65,7 +65,7 @@ def hold_benchmark_threads(config: PipelineConfig) -> None:
     TensorFlow sizes them once per process, so in one process the benchmark then runs with
     the settings it records, in this process. Where TensorFlow started already (another
     caller's), nothing changes: the benchmark step runs in a process started with them."""
-    from optimizer.system.cpu_threads import (
+    from tfopt.optimizer.system.cpu_threads import (
         apply_runtime_settings,
         default_runtime_settings,
         settings_take_effect_here,
@@ -82,8 +82,8 @@ def run_pipeline(config: PipelineConfig, run_context: dict[str, Any] | None = No
                  ) -> PipelineOutcome:
     """Every step; without ``publish_results``, no registry is asked: the candidates are
     judged against the input and nothing is published. ``around_step(name)`` is entered around
-    each step (the CLI's stage lines, :mod:`components.cli.stage_lines`)."""
-    from optimizer.system.free_memory import return_freed_memory
+    each step (the CLI's stage lines, :mod:`tfopt.components.cli.stage_lines`)."""
+    from tfopt.optimizer.system.free_memory import return_freed_memory
 
     around_step = around_step or (lambda name: nullcontext())
 

@@ -3,7 +3,7 @@
 This is the seam every orchestrator uses: ``tfopt step NAME`` (a containerized task), the
 in-process Airflow tasks, the Kubeflow components and ``tfopt run`` all call :func:`run_step`
 with the config and ``{step name: that step's output}``, and get the step's own output back as
-a dict. What a step is, what it reads and what it returns is :mod:`components.step_table`.
+a dict. What a step is, what it reads and what it returns is :mod:`tfopt.components.pipeline.step_table`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from components.artifacts import PulledModel
-from components.config import ConfigError, PipelineConfig
-from components.step_table import BY_NAME, NAMES, Step, StepCall, part_costs
-from optimizer.errors import TfoptError
+from tfopt.components.config.pipeline_config import ConfigError, PipelineConfig
+from tfopt.components.pipeline.artifacts import PulledModel
+from tfopt.components.pipeline.step_table import BY_NAME, NAMES, Step, StepCall, part_costs
+from tfopt.optimizer.errors import TfoptError
 
 COSTS_KEY = "costs"
 # Under this key the pull's output carries each later step's pod memory for the model pulled
@@ -88,8 +88,8 @@ def run_step(name: str, config: PipelineConfig, inputs: dict[str, Any] | None = 
     before it (so publish, reading only some outputs, has them all).
     ``offline``: no registry, so no champion to judge against (``tfopt run`` without publish).
     """
-    from optimizer.runtime.call_deadline import configure
-    from optimizer.system.process_tree import TreeMeter
+    from tfopt.optimizer.runtime.call_deadline import configure
+    from tfopt.optimizer.system.process_tree import TreeMeter
 
     # every model call of the step, and of the workers it starts, under the run's deadline
     configure(config.resources.call_deadline())
@@ -99,7 +99,7 @@ def run_step(name: str, config: PipelineConfig, inputs: dict[str, Any] | None = 
     _require(step, inputs)
     costs = inherited_costs(inputs)
     # Every model the step reads is scanned under config.security.scan_policy(), which the step
-    # passes down to each read (optimizer.model.op_scan).
+    # passes down to each read (tfopt.optimizer.model.op_scan).
     with TreeMeter() as meter:
         output = _run(step, config, inputs, run_context or {}, costs, offline)
     result = {**output.to_dict(), COSTS_KEY: {**costs, **own_costs(name, meter.cost, output)}}
@@ -116,7 +116,7 @@ def own_costs(name: str, cost, output) -> dict[str, dict]:
 
 def workspace_for(config: PipelineConfig, pulled: PulledModel):
     """Where a run of ``config`` on the pulled model keeps its steps' results."""
-    from components.workspace import Workspace
+    from tfopt.components.pipeline.workspace import Workspace
 
     return Workspace.for_run(config.workdir, pulled.digest, config.fingerprint())
 

@@ -2,13 +2,13 @@
 outputs it reads, its named parts, and the memory its pod needs for a model of a given size.
 
 Everything that runs the pipeline is built from :data:`STEPS`: ``tfopt run``
-(:mod:`components.pipeline`), ``tfopt step`` (:mod:`components.step_runner`), the Airflow DAG
-in both its modes (``dags/model_optimization.py``, :mod:`components.kubernetes_tasks`) and the
+(:mod:`tfopt.components.pipeline.run`), ``tfopt step`` (:mod:`tfopt.components.pipeline.step_runner`), the Airflow DAG
+in both its modes (``dags/model_optimization.py``, :mod:`tfopt.components.orchestration.kubernetes_tasks`) and the
 Kubeflow pipeline (compiled by ``make kfp``). A step's typed inputs are the output
 records of the steps it ``needs``, keyed by their names; its function takes a
 :class:`StepCall` and returns its own record, which carries what the steps after it need.
 
-This module imports only the standard library and :mod:`components.artifacts` (itself standard
+This module imports only the standard library and :mod:`tfopt.components.pipeline.artifacts` (itself standard
 library only): the DAG file parses without TensorFlow, and the Kubeflow compiler, in its own
 environment, reads the same table. Step functions are named by ``module:function`` and imported
 only when the step runs.
@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from components import artifacts
-from components.artifacts import PulledModel, Record
+from tfopt.components.pipeline import artifacts
+from tfopt.components.pipeline.artifacts import PulledModel, Record
 
 MIB = 2**20
 GIB = 2**30
@@ -114,12 +114,12 @@ def load_function(reference: str) -> Callable:
 
 @dataclass(frozen=True)
 class StepCall:
-    """What a step function gets: the config (a ``components.config.PipelineConfig``, not
+    """What a step function gets: the config (a ``tfopt.components.config.pipeline_config.PipelineConfig``, not
     imported here), the typed outputs of the steps it needs, its workspace, and the run."""
 
     config: Any
     inputs: Mapping[str, Record]
-    workspace: Any  # components.workspace.Workspace
+    workspace: Any  # tfopt.components.pipeline.workspace.Workspace
     run_context: dict[str, Any] = field(default_factory=dict)
     step_costs: dict[str, dict] = field(default_factory=dict)  # the steps before: their costs
     offline: bool = False  # no registry: judged against the input, never published
@@ -133,38 +133,38 @@ class StepCall:
 
 
 STEPS: tuple[Step, ...] = (
-    Step("pull", "components.steps.pull:from_inputs", artifacts.PulledModel, (),
+    Step("pull", "tfopt.components.steps.pull:from_inputs", artifacts.PulledModel, (),
          "the source SavedModel on local disk, with its digest and size"),
-    Step("freeze", "components.steps.freeze:from_inputs", artifacts.CandidateModel,
+    Step("freeze", "tfopt.components.steps.freeze:from_inputs", artifacts.CandidateModel,
          ("pull",),
          "the signature frozen, checked, written back: the simplest candidate",
          memory=(OPTIMIZE,)),  # not measured alone: the first half of the optimize stage
-    Step("optimize", "components.steps.optimize:from_inputs", artifacts.CandidateModel,
+    Step("optimize", "tfopt.components.steps.optimize:from_inputs", artifacts.CandidateModel,
          ("pull",),
          "the recipe or search applied to the frozen graph, checked, written back",
-         parts=(Part("candidates", "components.steps.optimize:derive",
+         parts=(Part("candidates", "tfopt.components.steps.optimize:derive",
                      "bf16, XLA, LiteRT, ONNX, OpenVINO candidates built from the optimized "
                      "graph, as candidates.targets allows"),),
          memory=(OPTIMIZE, CANDIDATES)),
-    Step("benchmark", "components.steps.benchmark:from_inputs", artifacts.BenchmarkOutput,
+    Step("benchmark", "tfopt.components.steps.benchmark:from_inputs", artifacts.BenchmarkOutput,
          ("pull", "freeze", "optimize"),
          "baseline and every candidate timed in one process",
-         parts=(Part("baseline", "components.steps.benchmark:baseline_for_run",
+         parts=(Part("baseline", "tfopt.components.steps.benchmark:baseline_for_run",
                      "the registry's champion, looked up once per run, else the input"),),
          memory=(BENCHMARK_AND_EVALUATE,)),
-    Step("evaluate", "components.steps.evaluate:from_inputs", artifacts.EvaluationOutput,
+    Step("evaluate", "tfopt.components.steps.evaluate:from_inputs", artifacts.EvaluationOutput,
          ("pull", "benchmark"), "every model's accuracy on labelled data, when there is some",
          memory=(BENCHMARK_AND_EVALUATE,)),
-    Step("gate", "components.steps.gate:from_inputs", artifacts.GateOutput,
+    Step("gate", "tfopt.components.steps.gate:from_inputs", artifacts.GateOutput,
          ("pull", "evaluate"),
          "the verdict on every candidate",
-         parts=(Part("tune", "components.steps.gate:tune",
+         parts=(Part("tune", "tfopt.components.steps.gate:tune",
                      "the chosen model's runtime settings (its cost: gate.tune)"),
-                Part("report", "components.steps.gate:report",
+                Part("report", "tfopt.components.steps.gate:report",
                      "the before/after report on the fastest candidate, with op profiles")),
          # not measured: it loads the baseline and one candidate, as the benchmark does more
          memory=(BENCHMARK_AND_EVALUATE,)),
-    Step("publish", "components.steps.publish:from_inputs", artifacts.PublishOutput,
+    Step("publish", "tfopt.components.steps.publish:from_inputs", artifacts.PublishOutput,
          ("pull", "gate"),
          "the run logged to MLflow, the winner registered and its alias moved",
          # not measured: it loads each SavedModel it logs once, to check it serves

@@ -5,14 +5,14 @@ posts, the ``dag_run.conf`` of a manual or API trigger, and ``tfopt run --conf``
 which stand for them on the command line (and carry them into Kubernetes pods). Whoever can
 post an event is not the operator: by default a trigger may set only ``source`` and
 ``evaluation.data``, plus the keys the YAML lists in ``triggers.allow_overrides``; keys under
-:data:`components.config.NEVER_FROM_A_TRIGGER` (credentials' destinations, files, the op scan,
+:data:`tfopt.components.config.pipeline_config.NEVER_FROM_A_TRIGGER` (credentials' destinations, files, the op scan,
 the memory budget) never. The operator's ``--set`` is not checked here: it keeps full power.
 
 What a trigger sends is checked for shape and size before any of it is read as config: a
 mapping of known keys, dotted override keys, values that are JSON scalars or small lists and
 mappings of them, strings of at most :data:`MAX_VALUE_CHARS`, at most :data:`MAX_TRIGGER_CHARS`
 in all, and no YAML anchors or aliases. Anything else is a :class:`TriggerRefused` naming the
-key, a :class:`~components.config.ConfigError` (exit 2), before any model work.
+key, a :class:`~tfopt.components.config.pipeline_config.ConfigError` (exit 2), before any model work.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from components.config import (
+from tfopt.components.config.pipeline_config import (
     TRIGGER_DEFAULT_KEYS,
     ConfigError,
     TriggersConfig,
     never_from_a_trigger,
     parse_override_value,
 )
-from optimizer.errors import shown
+from tfopt.optimizer.errors import shown
 
 # A URI names a model: an S3 key is at most 1024 bytes, with the bucket and scheme around it.
 MAX_VALUE_CHARS = 2048

@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from components.artifacts import Record
-from optimizer.errors import DestinationError
+from tfopt.components.pipeline.artifacts import Record
+from tfopt.optimizer.errors import DestinationError
 
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound=Record)

@@ -1,6 +1,6 @@
 """``make pod-demo``: the DAG's Kubernetes mode run for real, each step a pod of the image.
 
-1. trains the demo's digits CNN once (components/digits.py) and puts it, with its held-out
+1. trains the demo's digits CNN once (components/demo/digits.py) and puts it, with its held-out
    split, in an S3 bucket: moto's server on the host, as a training job would leave it;
 2. starts an ``mlflow server`` on the host (its store under work/pod-demo/mlflow, kept between
    runs, as a registry is);
@@ -111,7 +111,7 @@ def upload_inputs(s3_url: str) -> None:
     """The trained model and its held-out split in the bucket, as training would leave them."""
     import boto3
 
-    from components.digits import train_digits_model
+    from tfopt.components.demo.digits import train_digits_model
 
     model_dir = WORK / "model"
     if not (model_dir / "digits_savedmodel").exists():

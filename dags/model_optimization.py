@@ -12,7 +12,7 @@ never. Its shape and sizes are checked, YAML anchors in its values refused; anyt
 the task in one line naming the key (a config error, exit 2), before any model work. In
 Kubernetes mode the pods get the event's extra and the conf, and check them the same way.
 
-Steps (components/step_table.py): pull -> freeze, optimize (and its candidates) -> benchmark
+Steps (components/pipeline/step_table.py): pull -> freeze, optimize (and its candidates) -> benchmark
 (baseline and candidates in one task, on one node) -> evaluate -> gate (report, tuning) ->
 publish (MLflow run, registered version, alias moved only on a pass).
 Each task is idempotent, so retries reuse finished work. Tasks run in-process, or, with
@@ -26,8 +26,13 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import Asset, Param, dag
 
-from components.config import PipelineConfig
-from components.orchestration import PARAMS_SCHEMA, config_path, dag_config, in_process_tasks
+from tfopt.components.config.pipeline_config import PipelineConfig
+from tfopt.components.orchestration.airflow_tasks import (
+    PARAMS_SCHEMA,
+    config_path,
+    dag_config,
+    in_process_tasks,
+)
 
 CONFIG: PipelineConfig = dag_config()
 
@@ -66,9 +71,9 @@ def _schedule(config: PipelineConfig):
             for name, schema in PARAMS_SCHEMA.items()},
 )
 def model_optimization():
-    # One task per step of components/step_table.py, wired by what each step reads.
+    # One task per step of components/pipeline/step_table.py, wired by what each step reads.
     if CONFIG.execution.mode == "kubernetes":
-        from components.kubernetes_tasks import step_operators
+        from tfopt.components.orchestration.kubernetes_tasks import step_operators
 
         step_operators(CONFIG, str(config_path()))
     else:

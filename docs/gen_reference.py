@@ -1,9 +1,9 @@
 """The docs site's reference pages, generated at build time from the code that defines them, so
 they cannot drift from it: the ``tfopt`` command line from its argparse parsers
-(:func:`components.cli.build_parser`), the pipeline config from its pydantic models
-(:class:`components.config.PipelineConfig`: every key with its type, default, bounds and
+(:func:`tfopt.components.cli.build_parser`), the pipeline config from its pydantic models
+(:class:`tfopt.components.config.pipeline_config.PipelineConfig`: every key with its type, default, bounds and
 description), and the library's settings (every subclass of
-:class:`optimizer.records.Settings`, found by reading ``optimizer/``'s source).
+:class:`tfopt.optimizer.records.Settings`, found by reading ``optimizer/``'s source).
 
 A mkdocs hook (``hooks:`` in mkdocs.yml): :func:`on_files` adds the pages to the build; they are
 never written into ``docs/``. ``python docs/gen_reference.py OUT_DIR`` writes them to a folder,
@@ -136,7 +136,7 @@ def _parser_section(parser: argparse.ArgumentParser, level: int) -> str:
 
 def cli_reference() -> str:
     """Markdown for every command and option of ``tfopt``, as its parsers declare them."""
-    from components.cli import build_parser
+    from tfopt.components.cli import build_parser
 
     parser = build_parser()
     commands = ", ".join(f"[`{name}`](#tfopt-{name})" for name, _ in _subcommands(parser))
@@ -225,7 +225,7 @@ def _field_rows(model: type[BaseModel], prefix: str = ""
 def config_keys(model: type[BaseModel] | None = None, prefix: str = "") -> Iterator[str]:
     """Every leaf key of the pipeline config, dotted: ``gate.min_speedup``, ..."""
     if model is None:
-        from components.config import PipelineConfig as model
+        from tfopt.components.config.pipeline_config import PipelineConfig as model
     for name, field in model.model_fields.items():
         section = _section_model(field)
         if section is not None:
@@ -271,11 +271,11 @@ def _config_sections(model: type[BaseModel], prefix: str, level: int) -> Iterato
 
 def config_reference() -> str:
     """Markdown for every key of the pipeline config, section by section."""
-    from components.config import PipelineConfig
+    from tfopt.components.config.pipeline_config import PipelineConfig
 
     intro = (f"# Pipeline configuration\n\n"
-             f"{_GENERATED_NOTE.format(source='components/config.py')}"
-             f"{_prose(sys.modules['components.config'].__doc__).split(chr(10) + chr(10))[0]}"
+             f"{_GENERATED_NOTE.format(source='components/config/pipeline_config.py')}"
+             f"{_prose(sys.modules['tfopt.components.config.pipeline_config'].__doc__).split(chr(10) + chr(10))[0]}"
              "\n\nA key is written in YAML nested by its dots (`gate.min_speedup` is "
              "`gate: {min_speedup: 1.05}`), or given as `--set gate.min_speedup=1.1` on the "
              "command line and as `overrides` in a DAG run's conf. `null` means unset: the "
@@ -287,7 +287,7 @@ def config_reference() -> str:
 def _settings_classes() -> Iterator[type[BaseModel]]:
     """Every subclass of the library's ``Settings``, found by reading the source (importing the
     whole library would load TensorFlow); each one's module is imported, which is light."""
-    from optimizer.records import Settings
+    from tfopt.optimizer.records import Settings
 
     for path in sorted((ROOT / "optimizer").rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
@@ -308,7 +308,7 @@ def settings_reference() -> str:
     """Markdown for the library's settings: what the Python API and the CLI's defaults read."""
     out = [(f"# Library settings\n\n{_GENERATED_NOTE.format(source='optimizer/')}"
            "The library's own settings, each declared once with its default, bounds and "
-           "meaning (`optimizer.records.Settings`): the pipeline config's keys of the "
+           "meaning (`tfopt.optimizer.records.Settings`): the pipeline config's keys of the "
            "same name and the command line's defaults are read from these. Built by keyword; "
            "a bad value is one line naming the setting and its bound (exit 2).\n")]
     for cls in sorted(_settings_classes(), key=lambda c: (c.__module__, c.__name__)):

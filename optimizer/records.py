@@ -46,7 +46,7 @@ class Settings(BaseModel):
     """Settings the library owns (search, benchmark, tolerance): each field declares its default,
     its bounds and what it means, once; the config's sections and the CLI's flags read them from
     here (:func:`field_of`, :func:`default_of`). Built by keyword and checked on creation: a bad
-    value raises the subclass's ``error`` (a :class:`~optimizer.errors.TfoptError`, so the CLI
+    value raises the subclass's ``error`` (a :class:`~tfopt.optimizer.errors.TfoptError`, so the CLI
     exits with its code) in one line naming the setting and its bound."""
 
     # defer_build: the validators are compiled on first use, not when the CLI, reading the

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer.benchmark.environment import Environment
-from optimizer.benchmark.result import (
+from tfopt.optimizer.benchmark.environment import Environment
+from tfopt.optimizer.benchmark.result import (
     CANDIDATE,
     UNOPTIMIZED_INPUT,
     BenchmarkResult,
@@ -19,8 +19,8 @@ from optimizer.benchmark.result import (
     Quality,
     TimingRecord,
 )
-from optimizer.benchmark.stats import LatencySummary, p50_ratio_interval, round_figures
-from optimizer.system.cpu_threads import AppliedRuntime, CpuAvailability, RuntimeSettings
+from tfopt.optimizer.benchmark.stats import LatencySummary, p50_ratio_interval, round_figures
+from tfopt.optimizer.system.cpu_threads import AppliedRuntime, CpuAvailability, RuntimeSettings
 
 
 def fake_environment() -> Environment:
@@ -84,7 +84,7 @@ def top1_fidelity(agreement: float = 1.0, max_rel: float = 0.0) -> Fidelity:
 def dense_stack(path, layers: int = 2, width: int = 16, classes: int = 4, seed: int = 0):
     """A Keras MLP exported as a stock SavedModel. Many small layers make the stock signature
     call's per-op overhead dominate, which freezing removes."""
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     import_tensorflow()
     import keras
@@ -105,8 +105,8 @@ def with_output_neutral_work(model, size: int = 256, steps: int = 4):
 
     The chain starts from the input (its mean), so it cannot be constant-folded away.
     """
-    from optimizer.model.frozen import FrozenModel
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.model.frozen import FrozenModel
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     graph = tf.Graph()
@@ -134,8 +134,8 @@ def with_damaged_weights(model, seed: int = 0):
     """A copy of a FrozenModel whose largest float Const (a weight matrix) is replaced by noise."""
     from tensorflow.core.framework import graph_pb2
 
-    from optimizer.graph.consts import values_from_const
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.graph.consts import values_from_const
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     graph_def = graph_pb2.GraphDef()

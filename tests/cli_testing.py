@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from components.cli.stage_lines import PREFIX as STAGE_PREFIX
+from tfopt.components.cli.stage_lines import PREFIX as STAGE_PREFIX
 
 TFOPT = Path(sys.executable).parent / "tfopt"
 
@@ -39,9 +39,9 @@ def assert_clean_failure(result: subprocess.CompletedProcess, exit_code: int, *p
 
 def assert_chosen_is_the_fastest_or_a_more_precise_tie(rows: dict, chosen: str):
     """The gate serves the fastest promoted candidate, unless one whose speedup interval overlaps
-    the fastest one's keeps more precision (optimizer.gate.near_ties): whichever it chose, the table's
+    the fastest one's keeps more precision (tfopt.optimizer.gate.near_ties): whichever it chose, the table's
     figures must say why."""
-    from optimizer.gate.near_ties import precision_of_label, precision_rank
+    from tfopt.optimizer.gate.near_ties import precision_of_label, precision_rank
 
     promoted = [r for r in rows.values() if r["verdict"] in ("chosen", "passed")]
     fastest = max(promoted, key=lambda r: r["speedup"])

@@ -127,7 +127,7 @@ def _referenced(value, found: list[tuple[str, str | None]]) -> None:
 def record_problems(workdir: Path) -> tuple[int, list[str]]:
     """How many (path, digest) references the step records and benchmark results under
     ``workdir`` hold, and each one that names a missing file or another digest."""
-    from optimizer.benchmark.environment import model_digest
+    from tfopt.optimizer.benchmark.environment import model_digest
 
     records = [*workdir.glob("runs/*/*/result.json"), *workdir.glob("runs/*/*/benchmark.json")]
     checked, problems = 0, []

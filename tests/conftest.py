@@ -25,10 +25,10 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def digits_model(tmp_path_factory):
-    """The digits CNN (``components.digits``, seed 0, 8 epochs) and its held-out data, trained
+    """The digits CNN (``tfopt.components.demo.digits``, seed 0, 8 epochs) and its held-out data, trained
     once per test session (per xdist worker): read only, every test that needs it shares it
     (training it took ~10 s on a quiet machine, once in each of eight files)."""
-    from components.digits import train_digits_model
+    from tfopt.components.demo.digits import train_digits_model
 
     return train_digits_model(tmp_path_factory.mktemp("digits"), epochs=8)
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 from graph_testing import op_counts, tf
 
-from optimizer.graph.control_flow import CONTROL_FLOW_OPS
-from optimizer.graph.functional_control_flow import FUNCTIONAL_CONTROL_FLOW_OPS, lower_at_load
+from tfopt.optimizer.graph.control_flow import CONTROL_FLOW_OPS
+from tfopt.optimizer.graph.functional_control_flow import FUNCTIONAL_CONTROL_FLOW_OPS, lower_at_load
 
 # Both forms a frozen model's loops can take: ``freeze(..., lower_control_flow=lowered)``.
 LOOP_FORMS = {"argnames": "lowered", "argvalues": [False, True], "ids": ["functional", "lowered"]}

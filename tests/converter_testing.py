@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.inputs.generated import make_inputs
-from optimizer.runtime import load_runner
+from tfopt.optimizer.inputs.generated import make_inputs
+from tfopt.optimizer.runtime import load_runner
 
 FLOAT_ATOL = 1e-5  # a float flavour computes what the SavedModel does, in another order
 

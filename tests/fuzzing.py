@@ -17,7 +17,7 @@ import yaml
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from optimizer.errors import TfoptError
+from tfopt.optimizer.errors import TfoptError
 
 FUZZ = settings(derandomize=True, deadline=None, database=None, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from optimizer.tf_runtime import import_tensorflow
-from optimizer.transforms.base import Transform, TransformContext
+from tfopt.optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.transforms.base import Transform, TransformContext
 
 tf = import_tensorflow()
 

@@ -1,4 +1,4 @@
-"""A probe worker for tests: the real one (``optimizer.runtime_tuning.worker``), except that the
+"""A probe worker for tests: the real one (``tfopt.optimizer.runtime_tuning.worker``), except that the
 probe of the thread setting labelled ``$HOG_SETTING`` allocates memory, 32 MiB every 20 ms
 (touched pages), without ever loading the model: what a probe that crosses the memory budget
 looks like to the watchdog. It gives up at 6 GiB (exit 3), so a watchdog that fails to stop it
@@ -10,7 +10,7 @@ import runpy
 import sys
 import time
 
-from optimizer.runtime_tuning.grid import ThreadSetting
+from tfopt.optimizer.runtime_tuning.grid import ThreadSetting
 
 if ThreadSetting.from_dict(json.loads(sys.argv[1])["setting"]).label == \
         os.environ.get("HOG_SETTING"):
@@ -19,4 +19,4 @@ if ThreadSetting.from_dict(json.loads(sys.argv[1])["setting"]).label == \
         held.append(b"\1" * (32 << 20))
         time.sleep(0.02)
     sys.exit(3)
-runpy.run_module("optimizer.runtime_tuning.worker", run_name="__main__")
+runpy.run_module("tfopt.optimizer.runtime_tuning.worker", run_name="__main__")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from components.artifacts import CandidateModel
-from optimizer.benchmark.environment import model_digest
+from tfopt.components.pipeline.artifacts import CandidateModel
+from tfopt.optimizer.benchmark.environment import model_digest
 
 LITERT_FILE = "model.tflite"
 
@@ -16,8 +16,8 @@ def one_thread_mlflow_model(source, candidate: CandidateModel, tmp_path_factory)
     """``candidate``'s MLflow Model, written as publish writes it, tuned to one thread."""
     import json
 
-    from components.mlflow_models import write_mlflow_model
-    from optimizer.runtime import read_signature
+    from tfopt.components.mlflow_models import write_mlflow_model
+    from tfopt.optimizer.runtime import read_signature
 
     settings = tmp_path_factory.mktemp("tuned") / "runtime_settings.json"
     settings.write_text(json.dumps({"num_threads": 1, "intra_op_threads": None,
@@ -41,9 +41,9 @@ def savedmodel_candidate(path, label: str = "optimized") -> CandidateModel:
 
 def litert_candidate(source, folder, flavour: str = "fp32") -> CandidateModel:
     """``source`` converted to LiteRT into ``folder``, as the optimize step derives it."""
-    from optimizer.candidates.litert.convert import convert_to_litert
-    from optimizer.candidates.litert.manifest import load_snippet
-    from optimizer.runtime import read_signature
+    from tfopt.optimizer.candidates.litert.convert import convert_to_litert
+    from tfopt.optimizer.candidates.litert.manifest import load_snippet
+    from tfopt.optimizer.runtime import read_signature
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -66,8 +66,8 @@ def requirement_names(directory) -> list[str]:
 
 def converted_candidate(source, folder, target: str, flavour: str = "fp32") -> CandidateModel:
     """``source`` converted to ONNX or OpenVINO into ``folder``, as the optimize step does."""
-    from optimizer.candidates.onnx.convert import convert_to_onnx
-    from optimizer.candidates.openvino.convert import convert_to_openvino
+    from tfopt.optimizer.candidates.onnx.convert import convert_to_onnx
+    from tfopt.optimizer.candidates.openvino.convert import convert_to_openvino
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.tf_runtime import import_tensorflow
 
 tf = import_tensorflow()
 import keras

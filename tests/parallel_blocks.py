@@ -78,7 +78,7 @@ def keras_branches(path):
 
 def frozen_keras_branches(directory):
     """(graph_def, context, feeds) of :func:`keras_branches` exported under ``directory``."""
-    from optimizer.model.freeze import freeze
+    from tfopt.optimizer.model.freeze import freeze
 
     keras_branches(directory / "model")
     model = freeze(directory / "model")

@@ -6,7 +6,7 @@ registry.
 
 from __future__ import annotations
 
-from optimizer.transforms.base import Param, Transform, TransformContext, TransformRefused
+from tfopt.optimizer.transforms.base import Param, Transform, TransformContext, TransformRefused
 
 
 class PerturbWeights(Transform):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.files.atomic import atomic_directory, atomic_file
+from tfopt.optimizer.files.atomic import atomic_directory, atomic_file
 
 TABLES = ("breast_cancer", "wine")
 WIDTH = 1024
@@ -77,7 +77,7 @@ def train_table_model(name: str, workdir: str | os.PathLike, seed: int = 0, epoc
     """Train on ``name``'s table and write ``<workdir>/<name>_savedmodel``,
     ``<name>_eval.npz`` (held out, with labels) and ``<name>_calibration.npz`` (the training
     inputs)."""
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     import_tensorflow()
     import keras
@@ -106,14 +106,14 @@ def train_table_model(name: str, workdir: str | os.PathLike, seed: int = 0, epoc
 def searched_candidate(model: TrainedTable, workdir: str | os.PathLike, mode: str,
                        budget: float = 0.01, cost_cache: str | os.PathLike | None = None,
                        samples: int = 50, target: str = "onnx", **settings):
-    """``model`` searched by ``mode`` (:func:`optimizer.search.precision.candidates.
+    """``model`` searched by ``mode`` (:func:`tfopt.optimizer.search.precision.candidates.
     mixed_candidate`) with small budgets, calibrated on its training inputs and judged on
-    its held-out split: the :class:`~optimizer.search.precision.candidates.PrecisionOutcome`."""
-    from optimizer.inputs.calibration import choose_calibration
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.search.precision.candidates import mixed_candidate
-    from optimizer.search.precision.settings import PrecisionSearchSettings
-    from optimizer.verify.evaluation import load_labelled_data
+    its held-out split: the :class:`~tfopt.optimizer.search.precision.candidates.PrecisionOutcome`."""
+    from tfopt.optimizer.inputs.calibration import choose_calibration
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.search.precision.candidates import mixed_candidate
+    from tfopt.optimizer.search.precision.settings import PrecisionSearchSettings
+    from tfopt.optimizer.verify.evaluation import load_labelled_data
 
     signature = get_signature(model.saved_model, "serving_default")
     return mixed_candidate(

@@ -64,13 +64,13 @@ def judge(root: Path, baseline: Path, candidates: list, gate_config=None, eval_d
     ``baseline`` and judged by the gate, with its verdict file and report under ``root``, as
     the evaluate and gate steps write them; ``eval_data`` (an ``.npz`` of ``x`` and ``y``):
     held-out accuracy instead of agreement with the baseline."""
-    from components.artifacts import EvaluationOutput, GateOutput
-    from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-    from optimizer.candidates.candidate import Candidate
-    from optimizer.gate.selection import candidate_rows
-    from optimizer.gate.verdict import GateConfig, evaluate_gate
-    from optimizer.report.write import write_report
-    from optimizer.runtime import read_signature
+    from tfopt.components.pipeline.artifacts import EvaluationOutput, GateOutput
+    from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+    from tfopt.optimizer.candidates.candidate import Candidate
+    from tfopt.optimizer.gate.selection import candidate_rows
+    from tfopt.optimizer.gate.verdict import GateConfig, evaluate_gate
+    from tfopt.optimizer.report.write import write_report
+    from tfopt.optimizer.runtime import read_signature
 
     # enough rounds that a burst of load from the other test worker cannot hide a win:
     # 40 blocks of 10 calls time each model twice as long as 200 single calls did
@@ -107,12 +107,12 @@ def judge(root: Path, baseline: Path, candidates: list, gate_config=None, eval_d
 def _build(root: Path, source: Path) -> dict[str, dict]:
     from benchmark_testing import with_output_neutral_work
 
-    from components.artifacts import CandidateModel, PulledModel
-    from optimizer.benchmark.environment import model_digest
-    from optimizer.model.export import write_saved_model
-    from optimizer.model.freeze import freeze
-    from optimizer.optimize.flow import apply_recipe
-    from optimizer.optimize.recipe import DEPLOYMENT_RECIPE, Recipe
+    from tfopt.components.pipeline.artifacts import CandidateModel, PulledModel
+    from tfopt.optimizer.benchmark.environment import model_digest
+    from tfopt.optimizer.model.export import write_saved_model
+    from tfopt.optimizer.model.freeze import freeze
+    from tfopt.optimizer.optimize.flow import apply_recipe
+    from tfopt.optimizer.optimize.recipe import DEPLOYMENT_RECIPE, Recipe
 
     frozen = freeze(source)
     optimized = apply_recipe(frozen, Recipe.from_string(DEPLOYMENT_RECIPE))

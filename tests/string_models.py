@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.tf_runtime import import_tensorflow
 
 tf = import_tensorflow()
 import keras

@@ -27,7 +27,7 @@ RUN_SECONDS = 900
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, digits_model):
-    from components.digits import train_digits_model
+    from tfopt.components.demo.digits import train_digits_model
 
     second = train_digits_model(tmp_path_factory.mktemp("trained") / "v2", seed=1, epochs=8)
     return digits_model, second

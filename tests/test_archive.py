@@ -5,8 +5,8 @@ import tarfile
 
 import pytest
 
-from components.storage import archive
-from components.storage.archive import (
+from tfopt.components.storage import archive
+from tfopt.components.storage.archive import (
     CorruptArchiveError,
     UnsafeArchiveError,
     extract_archive,

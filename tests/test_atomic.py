@@ -2,8 +2,8 @@
 
 import pytest
 
-from optimizer.errors import DestinationError
-from optimizer.files.atomic import atomic_directory, atomic_file
+from tfopt.optimizer.errors import DestinationError
+from tfopt.optimizer.files.atomic import atomic_directory, atomic_file
 
 
 def test_success_renames_the_staging_directory_into_place(tmp_path):

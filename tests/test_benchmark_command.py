@@ -7,9 +7,9 @@ import pytest
 from benchmark_testing import dense_stack
 from cli_testing import assert_clean_failure, run_tfopt
 
-from optimizer.benchmark.result import load_result
-from optimizer.model.export import write_saved_model
-from optimizer.model.freeze import freeze
+from tfopt.optimizer.benchmark.result import load_result
+from tfopt.optimizer.model.export import write_saved_model
+from tfopt.optimizer.model.freeze import freeze
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -99,8 +99,8 @@ def test_the_timing_method_is_set_from_the_command_line_with_the_librarys_defaul
                                                                                    tmp_path):
     import argparse
 
-    from components.cli.benchmark_command import add_parser
-    from optimizer.benchmark.harness import BenchmarkConfig
+    from tfopt.components.cli.benchmark_command import add_parser
+    from tfopt.optimizer.benchmark.harness import BenchmarkConfig
 
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())

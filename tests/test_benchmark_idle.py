@@ -8,8 +8,8 @@ it only runs while it holds the GIL, never while the waiting thread looks."""
 import numpy as np
 import pytest
 
-from optimizer.benchmark import idle
-from optimizer.benchmark.idle import running_threads, wait_for_idle
+from tfopt.optimizer.benchmark import idle
+from tfopt.optimizer.benchmark.idle import running_threads, wait_for_idle
 
 
 def spinning_session():

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from graph_testing import build_graph, tf
 
-import optimizer.transforms.grappler as grappler_module
-from optimizer.candidates.bf16 import (
+import tfopt.optimizer.transforms.grappler as grappler_module
+from tfopt.optimizer.candidates.bf16 import (
     BF16_PASSES,
     BF16_PROVENANCE,
     Bf16Refused,
@@ -22,16 +22,16 @@ from optimizer.candidates.bf16 import (
     bfloat16_nodes,
     pack_bfloat16_constants,
 )
-from optimizer.inputs.generated import make_inputs
-from optimizer.model.export import read_provenance, write_saved_model
-from optimizer.model.freeze import freeze
-from optimizer.model.frozen import FrozenModel
-from optimizer.model.savedmodel import get_signature
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
-from optimizer.runtime import load_runner
-from optimizer.system.cpu_features import cpu_supports_bf16
-from optimizer.verify.equivalence import compare
-from optimizer.verify.evaluation import evaluate, load_labelled_data
+from tfopt.optimizer.inputs.generated import make_inputs
+from tfopt.optimizer.model.export import read_provenance, write_saved_model
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.model.savedmodel import get_signature
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.system.cpu_features import cpu_supports_bf16
+from tfopt.optimizer.verify.equivalence import compare
+from tfopt.optimizer.verify.evaluation import evaluate, load_labelled_data
 
 needs_bf16_cpu = pytest.mark.skipif(
     not cpu_supports_bf16(), reason="needs a CPU with native bfloat16 (avx512_bf16/amx_bf16); "

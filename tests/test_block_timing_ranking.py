@@ -5,21 +5,21 @@ one-call interleaving, on the trained digits CNN and MobileNetV2.)"""
 import numpy as np
 import pytest
 
-from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-from optimizer.benchmark.interleaved import time_interleaved
-from optimizer.candidates.litert.convert import convert_to_litert
-from optimizer.inputs.calibration import synthetic
-from optimizer.inputs.generated import make_inputs
-from optimizer.model.savedmodel import get_signature
-from optimizer.runtime import load_runner
+from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+from tfopt.optimizer.benchmark.interleaved import time_interleaved
+from tfopt.optimizer.candidates.litert.convert import convert_to_litert
+from tfopt.optimizer.inputs.calibration import synthetic
+from tfopt.optimizer.inputs.generated import make_inputs
+from tfopt.optimizer.model.savedmodel import get_signature
+from tfopt.optimizer.runtime import load_runner
 
 
 @pytest.fixture(scope="module")
 def candidates(tmp_path_factory):
     """The digits CNN's architecture, untrained (speed does not depend on the weights), as a
     SavedModel and as LiteRT fp32 and full int8: measured 420 us, 13 us and 7 us at batch 1."""
-    from components.digits import build_digits_cnn
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.components.demo.digits import build_digits_cnn
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     import_tensorflow()
     import keras

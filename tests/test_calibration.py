@@ -4,14 +4,14 @@ generated from the signature, each saying what it is."""
 import numpy as np
 import pytest
 
-from optimizer.errors import InvalidInputsError
-from optimizer.inputs.calibration import (
+from tfopt.optimizer.errors import InvalidInputsError
+from tfopt.optimizer.inputs.calibration import (
     Calibration,
     choose_calibration,
     from_rows,
     read_inputs,
 )
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
 
 
 def signature(*inputs: tuple[str, str, tuple]) -> SignatureInfo:

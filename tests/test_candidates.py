@@ -6,14 +6,14 @@ import json
 import numpy as np
 import pytest
 
-from optimizer.candidates.build import CandidateSettings, derive_candidates, parse_targets
-from optimizer.errors import InvalidInputsError
-from optimizer.inputs.calibration import from_rows
-from optimizer.model.freeze import freeze
-from optimizer.model.savedmodel import get_signature
-from optimizer.runtime import load_runner
-from optimizer.system.cpu_features import cpu_supports_bf16
-from optimizer.verify.evaluation import load_labelled_data, top1_accuracy
+from tfopt.optimizer.candidates.build import CandidateSettings, derive_candidates, parse_targets
+from tfopt.optimizer.errors import InvalidInputsError
+from tfopt.optimizer.inputs.calibration import from_rows
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.model.savedmodel import get_signature
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.system.cpu_features import cpu_supports_bf16
+from tfopt.optimizer.verify.evaluation import load_labelled_data, top1_accuracy
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,7 @@ def test_unknown_or_missing_targets_are_one_line_errors(text, message):
 
 
 def test_calibration_draws_single_rows_spread_over_the_data():
-    from optimizer.model.signature import SignatureInfo, TensorSpecInfo
+    from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
 
     signature = SignatureInfo(name="serving_default",
                               inputs=(TensorSpecInfo("x", "x:0", "float32", (None, 2)),),
@@ -129,8 +129,8 @@ def test_a_big_models_dominated_flavours_are_skipped_with_the_flavour_that_beats
         model_dir, tmp_path):
     import shutil
 
-    from optimizer.candidates.build import SKIP_DOMINATED_FROM_BYTES, dominated_skips
-    from optimizer.system.memory_budget import GIB, MemoryBudget
+    from tfopt.optimizer.candidates.build import SKIP_DOMINATED_FROM_BYTES, dominated_skips
+    from tfopt.optimizer.system.memory_budget import GIB, MemoryBudget
 
     small = model_dir("keras_cnn")
     settings = CandidateSettings(targets=("litert", "onnx"))
@@ -157,7 +157,7 @@ def test_a_big_models_dominated_flavours_are_skipped_with_the_flavour_that_beats
 
 
 def test_the_flavours_of_one_runtime_are_built_by_one_worker_and_each_variant_by_its_own():
-    from optimizer.candidates.build import planned_builds
+    from tfopt.optimizer.candidates.build import planned_builds
 
     assert planned_builds(CandidateSettings(targets=("savedmodel", "litert", "onnx"),
                                             onnx_flavours=("optimized", "static_int8"))) == [

@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from components.config import config_from_mapping
-from components.storage.registry import download_registered_model
-from components.tracking import TrackingError
-from components.tracking.champion import ChampionUnusableError, find_champion
-from optimizer.benchmark.environment import model_digest
-from optimizer.errors import SourceNotFoundError
-from optimizer.inputs.generated import make_inputs
-from optimizer.runtime import RUNTIMES, load_runner
+from tfopt.components.config.pipeline_config import config_from_mapping
+from tfopt.components.storage.registry import download_registered_model
+from tfopt.components.tracking import TrackingError
+from tfopt.components.tracking.champion import ChampionUnusableError, find_champion
+from tfopt.optimizer.benchmark.environment import model_digest
+from tfopt.optimizer.errors import SourceNotFoundError
+from tfopt.optimizer.inputs.generated import make_inputs
+from tfopt.optimizer.runtime import RUNTIMES, load_runner
 
 pytest_plugins = ["mlflow_server"]  # the mlflow_server fixture
 
@@ -163,7 +163,7 @@ def test_a_version_that_records_no_format_and_is_no_saved_model_is_unusable(
 @pytest.fixture(scope="module")
 def litert_folder(model_dir, tmp_path_factory):
     """A LiteRT version's folder as publish logs it: the file, its sidecar, tuned settings."""
-    from optimizer.candidates.litert.convert import convert_to_litert
+    from tfopt.optimizer.candidates.litert.convert import convert_to_litert
 
     folder = tmp_path_factory.mktemp("litert_version")
     convert_to_litert(model_dir("keras_cnn"), folder / "model.tflite", "fp32")
@@ -176,8 +176,8 @@ def litert_folder(model_dir, tmp_path_factory):
 def converted_folders(model_dir, tmp_path_factory):
     """An ONNX and an OpenVINO version's folders as publish logs them: the model file(s), the
     sidecar, tuned settings."""
-    from optimizer.candidates.onnx.convert import convert_to_onnx
-    from optimizer.candidates.openvino.convert import convert_to_openvino
+    from tfopt.optimizer.candidates.onnx.convert import convert_to_onnx
+    from tfopt.optimizer.candidates.openvino.convert import convert_to_openvino
 
     folders = {"onnx": tmp_path_factory.mktemp("onnx_version"),
                "openvino": tmp_path_factory.mktemp("openvino_version")}
@@ -367,7 +367,7 @@ def test_an_unusable_champion_stops_the_run_with_exit_6_and_one_line(tmp_path, m
                                                                      capsys):
     from cli_testing import assert_clean_failure, run_tfopt
 
-    from components.cli import main
+    from tfopt.components.cli import main
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     local = MlflowClient(store, registry_uri=store)

@@ -4,9 +4,9 @@ import json
 
 import numpy as np
 
-from components.cli import main
-from optimizer.model.savedmodel import list_signatures
-from optimizer.verify.equivalence import compare
+from tfopt.components.cli import main
+from tfopt.optimizer.model.savedmodel import list_signatures
+from tfopt.optimizer.verify.equivalence import compare
 
 
 def test_inspect_lists_signatures_ops_size_and_variables(model_dir, capsys):

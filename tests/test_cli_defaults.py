@@ -10,9 +10,9 @@ import inspect
 import pytest
 from pydantic import BaseModel
 
-from components.cli import build_parser
-from components.cli.settings_flags import CONFIG_KEYS, NOT_CONFIG_KEYS, shown_default
-from components.config import PipelineConfig
+from tfopt.components.cli import build_parser
+from tfopt.components.cli.settings_flags import CONFIG_KEYS, NOT_CONFIG_KEYS, shown_default
+from tfopt.components.config.pipeline_config import PipelineConfig
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
@@ -101,7 +101,7 @@ def test_every_mapped_key_exists_in_the_config():
 
 
 def test_no_recipe_given_is_the_configs_default_recipe():
-    from optimizer.optimize.recipe import RECIPES
+    from tfopt.optimizer.optimize.recipe import RECIPES
 
     assert RECIPES["inference"] == _config_default("optimize.recipe")
     recipe = next(a for a in _subparsers()["optimize"]._actions if a.dest == "recipe")
@@ -109,9 +109,9 @@ def test_no_recipe_given_is_the_configs_default_recipe():
 
 
 def test_library_tuning_defaults_are_the_configs():
-    from optimizer.runtime_tuning import tune_runtime
-    from optimizer.runtime_tuning.batch import measure_batch_curve
-    from optimizer.runtime_tuning.threads import search_threads
+    from tfopt.optimizer.runtime_tuning import tune_runtime
+    from tfopt.optimizer.runtime_tuning.batch import measure_batch_curve
+    from tfopt.optimizer.runtime_tuning.threads import search_threads
 
     for function in (tune_runtime, search_threads, measure_batch_curve):
         parameters = inspect.signature(function).parameters
@@ -122,9 +122,9 @@ def test_library_tuning_defaults_are_the_configs():
 
 
 def test_one_tolerance_one_confidence_one_promotion_bound():
-    from optimizer.benchmark.settings import BenchmarkConfig
-    from optimizer.gate.verdict import GateConfig
-    from optimizer.verify.equivalence import EquivalenceReport
+    from tfopt.optimizer.benchmark.settings import BenchmarkConfig
+    from tfopt.optimizer.gate.verdict import GateConfig
+    from tfopt.optimizer.verify.equivalence import EquivalenceReport
 
     within = inspect.signature(EquivalenceReport.within).parameters["atol"].default
     assert within == _config_default("optimize.atol")
@@ -135,7 +135,7 @@ def test_one_tolerance_one_confidence_one_promotion_bound():
 
 
 def test_the_old_confidence_key_is_read_as_the_gates_with_a_warning(caplog):
-    from components.config import ConfigError, config_from_mapping
+    from tfopt.components.config.pipeline_config import ConfigError, config_from_mapping
 
     config = config_from_mapping({"source": "m", "benchmark": {"confidence": 0.9}})
     assert config.gate.confidence == 0.9
@@ -147,8 +147,8 @@ def test_the_old_confidence_key_is_read_as_the_gates_with_a_warning(caplog):
 
 
 def test_tfopt_benchmark_times_and_decides_at_one_confidence(tmp_path):
-    from components.cli.benchmark_command import _gate_config
-    from optimizer.errors import InvalidInputsError
+    from tfopt.components.cli.benchmark_command import _gate_config
+    from tfopt.optimizer.errors import InvalidInputsError
 
     gate = tmp_path / "gate.yaml"
     gate.write_text("confidence: 0.9\n")

@@ -15,8 +15,8 @@ import yaml
 from benchmark_testing import noisy_samples, synthetic_result, top1_fidelity
 from cli_testing import error_lines, run_tfopt
 
-from components.cli import main
-from components.cli.stage_lines import PREFIX
+from tfopt.components.cli import main
+from tfopt.components.cli.stage_lines import PREFIX
 
 
 def _stage_lines(stderr: str) -> list[str]:
@@ -73,7 +73,7 @@ def test_step_json_is_one_document(model_dir, tmp_path, capsys):
 
 def test_optimize_with_no_recipe_named_applies_the_inference_recipe(model_dir, tmp_path,
                                                                      capsys):
-    from optimizer.optimize.recipe import INFERENCE_RECIPE, Recipe
+    from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE, Recipe
 
     dst = tmp_path / "optimized"
     assert main(["optimize", str(model_dir("keras_cnn")), str(dst), "--json"]) == 0
@@ -103,7 +103,7 @@ def test_the_real_benchmark_prints_one_json_document_and_vv_after_the_command_lo
     assert document["result"]["baseline"]["label"]
     assert (tmp_path / "RESULT.json").is_file()
     assert any(line.startswith(f"{PREFIX}benchmark ") for line in _stage_lines(done.stderr))
-    assert " DEBUG optimizer.benchmark.interleaved: timed" in done.stderr  # -vv, given after
+    assert " DEBUG tfopt.optimizer.benchmark.interleaved: timed" in done.stderr  # -vv, given after
 
 
 def test_q_after_the_command_silences_the_stage_lines(model_dir, tmp_path, capsys):
@@ -118,7 +118,7 @@ def test_q_after_the_command_silences_the_stage_lines(model_dir, tmp_path, capsy
 
 
 def test_v_and_q_are_accepted_after_every_command():
-    from components.cli import build_parser
+    from tfopt.components.cli import build_parser
 
     parser = build_parser()
     for command, args in {"inspect": ["m"], "freeze": ["m", "d"], "benchmark": ["a", "b"],
@@ -147,9 +147,8 @@ def _error_classes(cls):
 
 
 def test_help_lists_the_exit_codes_of_every_error_from_one_table(capsys):
-    import components
-    import optimizer
-    from optimizer.errors import EXIT_CODES, TfoptError
+    from tfopt import components, optimizer
+    from tfopt.optimizer.errors import EXIT_CODES, TfoptError
 
     for package in (optimizer, components):
         for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
@@ -171,8 +170,8 @@ def test_help_lists_the_exit_codes_of_every_error_from_one_table(capsys):
 
 def test_the_example_config_has_every_key_described_and_loads_back_as_the_defaults(
         tmp_path, capsys):
-    from components.cli.config_command import EXAMPLE_SOURCE
-    from components.config import PipelineConfig, load_config
+    from tfopt.components.cli.config_command import EXAMPLE_SOURCE
+    from tfopt.components.config.pipeline_config import PipelineConfig, load_config
 
     assert main(["config", "--example"]) == 0
     text = capsys.readouterr().out

@@ -3,7 +3,7 @@
 import pytest
 from fuzzing import alias_bomb
 
-from components.config import ConfigError, config_from_mapping, load_config
+from tfopt.components.config.pipeline_config import ConfigError, config_from_mapping, load_config
 
 
 def test_defaults_fill_everything_but_the_source():
@@ -74,9 +74,9 @@ def test_calibration_data_and_block_size_have_defaults_and_change_the_fingerprin
 
 
 def test_the_native_backend_defaults_to_gtts_own_recipe_and_keeps_a_given_one():
-    from optimizer.optimize.gtt_syntax import parse_transforms
-    from optimizer.optimize.native_gtt import KNOWN_NATIVE_TRANSFORMS
-    from optimizer.optimize.recipe import GTT_INFERENCE_RECIPE, INFERENCE_RECIPE
+    from tfopt.optimizer.optimize.gtt_syntax import parse_transforms
+    from tfopt.optimizer.optimize.native_gtt import KNOWN_NATIVE_TRANSFORMS
+    from tfopt.optimizer.optimize.recipe import GTT_INFERENCE_RECIPE, INFERENCE_RECIPE
 
     native = config_from_mapping({"source": "/m", "optimize": {"backend": "native"}})
     assert native.optimize.recipe == GTT_INFERENCE_RECIPE
@@ -89,10 +89,10 @@ def test_the_native_backend_defaults_to_gtts_own_recipe_and_keeps_a_given_one():
 
 
 def test_the_search_benchmark_and_tolerance_keys_are_the_librarys_settings():
-    from components.steps.optimize import search_settings_of
-    from optimizer.benchmark.settings import BenchmarkConfig
-    from optimizer.search.settings import SearchSettings
-    from optimizer.verify.tolerance import Tolerance
+    from tfopt.components.steps.optimize import search_settings_of
+    from tfopt.optimizer.benchmark.settings import BenchmarkConfig
+    from tfopt.optimizer.search.settings import SearchSettings
+    from tfopt.optimizer.verify.tolerance import Tolerance
 
     config = config_from_mapping({"source": "/m", "optimize": {"strategy": "relaxed"}})
     assert search_settings_of(config) == SearchSettings(strategy="relaxed")
@@ -146,7 +146,7 @@ def test_an_alias_bomb_in_a_config_file_is_refused_without_expanding_it(tmp_path
 
 
 def test_a_huge_bad_value_is_quoted_short_in_the_error_line():
-    from components.config import ConfigError, config_from_mapping
+    from tfopt.components.config.pipeline_config import ConfigError, config_from_mapping
 
     with pytest.raises(ConfigError) as raised:
         config_from_mapping({"source": "/m", "benchmark": {"min_seconds": "x" * 100_000}})

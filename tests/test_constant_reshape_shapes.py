@@ -17,13 +17,13 @@ from graph_testing import (
 )
 from test_rewrite_gelu_erf import _encoder
 
-from optimizer.model.freeze import freeze
-from optimizer.optimize.gtt_syntax import parse_transforms
-from optimizer.optimize.recipe import INFERENCE_RECIPE
-from optimizer.optimize.recipe_building import build_transforms
-from optimizer.transforms.pipeline import run_transforms
-from optimizer.transforms.registry import make_transform
-from optimizer.verify.equivalence import compare
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.optimize.gtt_syntax import parse_transforms
+from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE
+from tfopt.optimizer.optimize.recipe_building import build_transforms
+from tfopt.optimizer.transforms.pipeline import run_transforms
+from tfopt.optimizer.transforms.registry import make_transform
+from tfopt.optimizer.verify.equivalence import compare
 
 RNG = np.random.default_rng(0)
 WEIGHTS = RNG.standard_normal((16, 12)).astype(np.float32)

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from components.container_entrypoint import (
+from tfopt.components.orchestration.container_entrypoint import (
     EXIT_NOT_FOUND,
     EXIT_USAGE,
     environment_for_command,
     main,
     thread_environment,
 )
-from optimizer.system.cpu_threads import CpuAvailability, available_cpus
+from tfopt.optimizer.system.cpu_threads import CpuAvailability, available_cpus
 
 REPO = Path(__file__).resolve().parents[1]
 THREAD_VARS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
@@ -127,7 +127,7 @@ def test_real_exec_runs_the_command_with_the_settings_and_its_exit_code():
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
     env["TF_NUM_INTEROP_THREADS"] = "3"
     done = subprocess.run(
-        [sys.executable, "-m", "components.container_entrypoint",
+        [sys.executable, "-m", "tfopt.components.orchestration.container_entrypoint",
          sys.executable, "-c", probe, *THREAD_VARS],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 5, done.stderr
@@ -140,7 +140,7 @@ def test_real_exec_runs_the_command_with_the_settings_and_its_exit_code():
 
 def test_a_missing_command_exits_127_with_one_line():
     done = subprocess.run(
-        [sys.executable, "-m", "components.container_entrypoint", "no-such-command-tfopt"],
+        [sys.executable, "-m", "tfopt.components.orchestration.container_entrypoint", "no-such-command-tfopt"],
         cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == EXIT_NOT_FOUND
     assert done.stderr.strip().splitlines()[-1] == (
@@ -162,7 +162,7 @@ def test_tensorflow_sizes_its_inter_op_pool_from_what_the_entrypoint_exports():
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
     done = subprocess.run(
-        [sys.executable, "-m", "components.container_entrypoint",
+        [sys.executable, "-m", "tfopt.components.orchestration.container_entrypoint",
          sys.executable, "-c", TF_POOL_PROBE],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -171,7 +171,7 @@ def test_tensorflow_sizes_its_inter_op_pool_from_what_the_entrypoint_exports():
 
 
 def test_the_entrypoint_imports_no_tensorflow():
-    code = ("import sys, components.container_entrypoint; "
+    code = ("import sys, tfopt.components.orchestration.container_entrypoint; "
             "print('tensorflow' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, timeout=60, check=False)

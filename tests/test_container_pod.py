@@ -21,7 +21,6 @@ import pytest
 from model_zoo import keras_cnn
 from s3_server import moto_endpoint_fixture, s3_fixture  # noqa: F401 - fixtures by name
 
-from components.step_runner import POD_MEMORY_KEY
 from container.pods import (
     RENDERED,
     REPO,
@@ -32,6 +31,7 @@ from container.pods import (
     run_pod,
 )
 from container.source_digest import sources_digest
+from tfopt.components.pipeline.step_runner import POD_MEMORY_KEY
 
 pytestmark = pytest.mark.slow
 IMAGE = os.environ.get("TFOPT_IMAGE", "tfopt:0.1.0")

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from graph_testing import build_graph, tf
 
-from optimizer.model.frozen import FrozenModel
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
-from optimizer.search.cost import MeasuredCost, OpCostModel, rank_correlation
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.search.cost import MeasuredCost, OpCostModel, rank_correlation
 
 
 def _conv_graph(size, channels, name_prefix=""):
@@ -157,7 +157,7 @@ def test_a_functional_loop_costs_what_its_unrolled_copies_cost(tmp_path):
     from control_flow_graphs import counted_loop_graph
     from graph_testing import context
 
-    from optimizer.transforms.registry import make_transform
+    from tfopt.optimizer.transforms.registry import make_transform
 
     graph = counted_loop_graph(trips=6)
     unrolled = make_transform("unroll_static_loops")(

@@ -3,8 +3,8 @@
 import pytest
 from airflow_testing import parse_dags
 
-from components.step_runner import POD_MEMORY_KEY, pod_memory
-from components.step_table import BENCHMARK_AND_EVALUATE, BY_NAME, MIB, NAMES
+from tfopt.components.pipeline.step_runner import POD_MEMORY_KEY, pod_memory
+from tfopt.components.pipeline.step_table import BENCHMARK_AND_EVALUATE, BY_NAME, MIB, NAMES
 
 # The wiring is the step table's: each task waits for exactly the steps it reads.
 UPSTREAM = {step.name: sorted(step.needs) for step in BY_NAME.values()}
@@ -39,7 +39,7 @@ def test_tasks_retry_with_backoff(parsed):
 
 def test_every_task_has_the_configured_execution_timeout(parsed):
     # one run at a time: without it, a task that never ends holds every later run
-    from components.config import ResourcesConfig
+    from tfopt.components.config.pipeline_config import ResourcesConfig
 
     minutes = ResourcesConfig().task_timeout_minutes
     for name, task in parsed["tasks"].items():
@@ -108,7 +108,7 @@ def test_containerized_mode_renders_pod_specs_without_a_cluster(kubernetes_parse
     pod = parsed["pod"]
     assert pod["image"] == "registry.example.com/tfopt:1.2.3"
     # the image's entrypoint, which sizes the threads from the pod's CPU limit, then tfopt
-    assert pod["command"] == ["python", "-m", "components.container_entrypoint", "tfopt"]
+    assert pod["command"] == ["python", "-m", "tfopt.components.orchestration.container_entrypoint", "tfopt"]
     assert pod["args"][:2] == ["step", "benchmark"] and "--inputs" in pod["args"]
     assert pod["resources"]["requests"]["cpu"] == "4" == pod["resources"]["limits"]["cpu"]
     assert pod["node_selector"] == {"workload": "cpu-benchmark"}
@@ -128,7 +128,7 @@ def test_containerized_mode_renders_pod_specs_without_a_cluster(kubernetes_parse
 
 
 def _pulled(size_bytes: int) -> dict:
-    from components.config import config_from_mapping
+    from tfopt.components.config.pipeline_config import config_from_mapping
 
     config = config_from_mapping({"source": "s3://models/digits"})
     return {"uri": "s3://models/digits", "path": "/app/work/model", "digest": "sha256:0",
@@ -159,9 +159,9 @@ TRIGGERS = {
 
 def test_kubernetes_pods_get_the_asset_events_model_checked_like_any_trigger(
         kubernetes_parsed, kubernetes_config, tmp_path):
-    from components.cli import build_parser
-    from components.cli.run_command import load_config_from_args
-    from components.config import ConfigError
+    from tfopt.components.cli import build_parser
+    from tfopt.components.cli.run_command import load_config_from_args
+    from tfopt.components.config.pipeline_config import ConfigError
 
     def pod_config(label: str, mounted=kubernetes_config):
         """The config ``tfopt step`` builds from the pod's rendered arguments, with ``mounted``

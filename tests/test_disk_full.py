@@ -20,12 +20,12 @@ import pytest
 from cli_testing import error_lines
 from s3_server import moto_endpoint_fixture, s3_fixture  # noqa: F401
 
-from components.artifacts import PulledModel
-from components.cli import main
-from components.config import config_from_mapping
-from components.steps.pull import pull
-from components.workspace import Workspace
-from optimizer.errors import DestinationError, TfoptError
+from tfopt.components.cli import main
+from tfopt.components.config.pipeline_config import config_from_mapping
+from tfopt.components.pipeline.artifacts import PulledModel
+from tfopt.components.pipeline.workspace import Workspace
+from tfopt.components.steps.pull import pull
+from tfopt.optimizer.errors import DestinationError, TfoptError
 
 PAGE = 4096
 DISK_BYTES = 512 * 1024
@@ -82,7 +82,7 @@ def _assert_disk_full_error(exc: BaseException, names: Path | str) -> None:
 
 @pytest.fixture(scope="module")
 def frozen_cnn(model_dir):
-    from optimizer.model.freeze import freeze
+    from tfopt.optimizer.model.freeze import freeze
 
     return freeze(model_dir("keras_cnn"))
 
@@ -91,14 +91,14 @@ def frozen_cnn(model_dir):
 
 
 def _graph_bytes(frozen, tmp_path) -> int:
-    from optimizer.model.export import write_saved_model
+    from tfopt.optimizer.model.export import write_saved_model
 
     return (write_saved_model(frozen, tmp_path / "sized") / "saved_model.pb").stat().st_size
 
 
 @pytest.mark.parametrize("room", ["none", "graph_only"])
 def test_a_savedmodel_export_on_a_full_disk_leaves_nothing(frozen_cnn, disk, tmp_path, room):
-    from optimizer.model.export import write_saved_model
+    from tfopt.optimizer.model.export import write_saved_model
 
     # "graph_only": TensorFlow writes saved_model.pb, then the provenance file finds no room.
     disk.leave(0 if room == "none" else _graph_bytes(frozen_cnn, tmp_path))
@@ -226,8 +226,8 @@ def test_an_s3_archive_with_no_room_to_extract_leaves_no_partial_source(s3, mode
 def test_a_report_on_a_full_disk_leaves_no_partial_report(disk, room):
     from benchmark_testing import noisy_samples, synthetic_result
 
-    from optimizer.gate.verdict import GateConfig, evaluate_gate
-    from optimizer.report.write import write_report
+    from tfopt.optimizer.gate.verdict import GateConfig, evaluate_gate
+    from tfopt.optimizer.report.write import write_report
 
     result = synthetic_result({1: noisy_samples(0.010, 40, seed=1)},
                               {"optimized": {"samples": {1: noisy_samples(0.008, 40, seed=2)}}})

@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "Dockerfile"
-ENTRYPOINT = ["python", "-m", "components.container_entrypoint", "tfopt"]
+ENTRYPOINT = ["python", "-m", "tfopt.components.orchestration.container_entrypoint", "tfopt"]
 BASE_IMAGE = re.compile(r"^python:3\.11\.\d+-slim-bookworm$")
 # What a step pod never runs, so the image never holds (pyproject's dev and airflow extras, the
 # MLflow server: mlflow-skinny is its client side).

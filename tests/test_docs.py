@@ -24,7 +24,7 @@ gen_reference = _load_generator()
 
 
 def _config_field(key: str):
-    from components.config import PipelineConfig
+    from tfopt.components.config.pipeline_config import PipelineConfig
 
     model = PipelineConfig
     *sections, name = key.split(".")
@@ -77,7 +77,7 @@ def test_every_config_key_says_what_it_means():
 
 
 def test_cli_reference_has_every_command_and_option():
-    from components.cli import build_parser
+    from tfopt.components.cli import build_parser
 
     page = gen_reference.cli_reference()
     parser = build_parser()
@@ -96,9 +96,9 @@ def test_cli_reference_has_every_command_and_option():
 
 
 def test_settings_reference_has_every_library_setting():
-    from optimizer.benchmark.settings import BenchmarkConfig
-    from optimizer.search.settings import SearchSettings
-    from optimizer.verify.tolerance import Tolerance
+    from tfopt.optimizer.benchmark.settings import BenchmarkConfig
+    from tfopt.optimizer.search.settings import SearchSettings
+    from tfopt.optimizer.verify.tolerance import Tolerance
 
     page = gen_reference.settings_reference()
     found = list(gen_reference._settings_classes())

@@ -19,13 +19,13 @@ from graph_testing import (
     tf,
 )
 
-from optimizer.candidates.bf16 import bf16_mixed_precision, bfloat16_nodes
-from optimizer.optimize.flow import optimize
-from optimizer.optimize.recipe import INFERENCE_RECIPE
-from optimizer.system.cpu_features import cpu_supports_bf16
-from optimizer.transforms.einsum_as_batch_matmul import MAX_UNPACKED, batch_matmul_form
-from optimizer.transforms.registry import make_transform
-from optimizer.verify.tolerance import Tolerance
+from tfopt.optimizer.candidates.bf16 import bf16_mixed_precision, bfloat16_nodes
+from tfopt.optimizer.optimize.flow import optimize
+from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE
+from tfopt.optimizer.system.cpu_features import cpu_supports_bf16
+from tfopt.optimizer.transforms.einsum_as_batch_matmul import MAX_UNPACKED, batch_matmul_form
+from tfopt.optimizer.transforms.registry import make_transform
+from tfopt.optimizer.verify.tolerance import Tolerance
 
 RNG = np.random.default_rng(0)
 # label sizes, all different so that a wrong axis fails loudly: batch, heads, query length,

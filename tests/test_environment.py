@@ -3,9 +3,9 @@
 import shutil
 from importlib.metadata import version
 
-from optimizer.benchmark.environment import Environment, capture_environment, model_digest
-from optimizer.system.cpu_features import cpu_model, isa_support
-from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+from tfopt.optimizer.benchmark.environment import Environment, capture_environment, model_digest
+from tfopt.optimizer.system.cpu_features import cpu_model, isa_support
+from tfopt.optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
 SAPPHIRE_RAPIDS = """processor\t: 0
 vendor_id\t: GenuineIntel

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from graph_testing import build_graph, tf
 
-from optimizer.errors import EquivalenceError
-from optimizer.graph.consts import values_from_const
-from optimizer.model.frozen import FrozenModel
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
-from optimizer.verify.equivalence import compare
+from tfopt.optimizer.errors import EquivalenceError
+from tfopt.optimizer.graph.consts import values_from_const
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.verify.equivalence import compare
 
 
 def _linear_model(weights):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from cli_testing import assert_clean_failure, run_tfopt
 
-from components.cli import main
+from tfopt.components.cli import main
 
 ROWS = 6
 IMAGES = np.random.default_rng(0).random((ROWS, 8, 8, 1), np.float32)

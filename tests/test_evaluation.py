@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 from benchmark_testing import dense_stack
 
-from optimizer.errors import InvalidInputsError
-from optimizer.model.savedmodel import get_signature
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
-from optimizer.runtime import load_runner
-from optimizer.tf_runtime import import_tensorflow
-from optimizer.verify.evaluation import (
+from tfopt.optimizer.errors import InvalidInputsError
+from tfopt.optimizer.model.savedmodel import get_signature
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.verify.evaluation import (
     METRICS,
     LabelledData,
     check_labels_fit,

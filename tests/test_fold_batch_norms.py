@@ -14,11 +14,11 @@ from graph_testing import (
     tf,
 )
 
-from optimizer.graph.names import node_name_from_input
-from optimizer.model.freeze import freeze
-from optimizer.transforms.pipeline import run_transforms
-from optimizer.transforms.registry import make_transform
-from optimizer.verify.equivalence import compare
+from tfopt.optimizer.graph.names import node_name_from_input
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.transforms.pipeline import run_transforms
+from tfopt.optimizer.transforms.registry import make_transform
+from tfopt.optimizer.verify.equivalence import compare
 
 RNG = np.random.default_rng(0)
 IMAGE = RNG.standard_normal((2, 6, 6, 3)).astype(np.float32)

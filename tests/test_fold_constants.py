@@ -16,12 +16,12 @@ from graph_testing import (
     tf,
 )
 
-from optimizer.graph.consts import values_from_const
-from optimizer.model.freeze import freeze
-from optimizer.transforms.base import TransformRefused
-from optimizer.transforms.pipeline import run_transforms
-from optimizer.transforms.registry import make_transform
-from optimizer.verify.equivalence import compare
+from tfopt.optimizer.graph.consts import values_from_const
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.transforms.base import TransformRefused
+from tfopt.optimizer.transforms.pipeline import run_transforms
+from tfopt.optimizer.transforms.registry import make_transform
+from tfopt.optimizer.verify.equivalence import compare
 
 # A tiny graph folds with the same CPU kernels it runs with, so values match to float noise.
 ATOL_SMALL = 1e-6

@@ -12,11 +12,11 @@ import string_models
 from graph_testing import assert_same_outputs, build_graph, context, op_counts, tf
 from string_models import tokens
 
-from optimizer.optimize.flow import optimize
-from optimizer.optimize.recipe import INFERENCE_RECIPE
-from optimizer.runtime import load_runner
-from optimizer.runtime.tensorflow import frozen_runner
-from optimizer.transforms.registry import make_transform
+from tfopt.optimizer.optimize.flow import optimize
+from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.runtime.tensorflow import frozen_runner
+from tfopt.optimizer.transforms.registry import make_transform
 
 RNG = np.random.default_rng(0)
 TABLE = RNG.standard_normal((20, 8)).astype(np.float32)

@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from optimizer.inputs.generated import infer_int_ranges, make_inputs
-from optimizer.model.export import read_provenance, write_saved_model
-from optimizer.model.freeze import freeze
-from optimizer.model.savedmodel import list_signatures
-from optimizer.tf_runtime import import_tensorflow
-from optimizer.verify.equivalence import compare
+from tfopt.optimizer.inputs.generated import infer_int_ranges, make_inputs
+from tfopt.optimizer.model.export import read_provenance, write_saved_model
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.model.savedmodel import list_signatures
+from tfopt.optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.verify.equivalence import compare
 
 tf = import_tensorflow()
 

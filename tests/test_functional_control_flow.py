@@ -7,7 +7,7 @@ import pytest
 from control_flow_graphs import counted_loop_graph
 from graph_testing import build_graph, tf
 
-from optimizer.graph.functional_control_flow import (
+from tfopt.optimizer.graph.functional_control_flow import (
     LOWERING_ATTR,
     functional_nodes,
     lower_at_load,
@@ -15,11 +15,11 @@ from optimizer.graph.functional_control_flow import (
     reachable_functions,
     rename_changed_functions,
 )
-from optimizer.graph.validate import InvalidGraphError, validate_graph
-from optimizer.model.freeze import freeze
-from optimizer.transforms.pipeline import run_transforms
-from optimizer.transforms.registry import make_transform
-from optimizer.verify.equivalence import compare
+from tfopt.optimizer.graph.validate import InvalidGraphError, validate_graph
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.transforms.pipeline import run_transforms
+from tfopt.optimizer.transforms.registry import make_transform
+from tfopt.optimizer.verify.equivalence import compare
 
 
 def _loop_graph():
@@ -88,7 +88,7 @@ def test_a_transform_of_the_main_graph_only_warns_that_it_leaves_the_loops(caplo
 
     graph = counted_loop_graph(trips=3)
     ctx = context(graph.input_nodes, graph.output_nodes)
-    with caplog.at_level(logging.WARNING, logger="optimizer.transforms"):
+    with caplog.at_level(logging.WARNING, logger="tfopt.optimizer.transforms"):
         folded = make_transform("fold_constants")(graph.graph_def, ctx)
         make_transform("unroll_static_loops")(graph.graph_def, ctx)
     [warning] = [r.getMessage() for r in caplog.records]

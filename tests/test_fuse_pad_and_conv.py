@@ -18,13 +18,13 @@ from graph_testing import (
     tf,
 )
 
-from optimizer.model.export import write_saved_model
-from optimizer.model.freeze import freeze
-from optimizer.optimize.native_gtt import transform_graph
-from optimizer.runtime import load_runner
-from optimizer.transforms.pipeline import run_transforms
-from optimizer.transforms.registry import make_transform
-from optimizer.verify.equivalence import compare
+from tfopt.optimizer.model.export import write_saved_model
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.optimize.native_gtt import transform_graph
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.transforms.pipeline import run_transforms
+from tfopt.optimizer.transforms.registry import make_transform
+from tfopt.optimizer.verify.equivalence import compare
 
 RNG = np.random.default_rng(0)
 IMAGE = RNG.standard_normal((2, 7, 7, 3)).astype(np.float32)

@@ -25,8 +25,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from components.cli.run_command import load_config_from_args
-from components.config import ConfigError, PipelineConfig, config_from_mapping, load_config
+from tfopt.components.cli.run_command import load_config_from_args
+from tfopt.components.config.pipeline_config import (
+    ConfigError,
+    PipelineConfig,
+    config_from_mapping,
+    load_config,
+)
 
 DAG_CONFIG = Path(__file__).resolve().parent.parent / "dags" / "model_optimization.yaml"
 FULL = PipelineConfig(source="s3://bucket/models/m").model_dump(mode="json")
@@ -171,7 +176,7 @@ trigger_payloads = st.one_of(
 @given(extra=trigger_payloads, conf=trigger_payloads)
 def test_any_trigger_loads_only_what_the_yaml_allows_or_is_a_config_error(tmp_path_factory,
                                                                           extra, conf):
-    from components import trigger_conf
+    from tfopt.components.config import trigger_conf
 
     path = tmp_path_factory.mktemp("fuzz") / "pipeline.yaml"
     path.write_text(ALLOWING)
@@ -219,7 +224,7 @@ def test_the_fuzz_targets_do_load_valid_configs():
 
 
 # Each crashed (a traceback) or broke its message over lines before the fixes in
-# components/config.py, components/cli/run_command.py and optimizer/files/yaml_files.py; found by the
+# components/config/pipeline_config.py, components/cli/run_command.py and optimizer/files/yaml_files.py; found by the
 # tests above or by probing YAML's corners (YAML_CORNERS) while writing them.
 REGRESSIONS = [
     ("source: &a [*a]\n", [], "not plain data (Circular reference detected)"),

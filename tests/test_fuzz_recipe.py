@@ -21,12 +21,25 @@ from fuzzing import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimizer.errors import TfoptError
-from optimizer.optimize.gtt_syntax import RecipeSyntaxError, format_transforms, parse_transforms
-from optimizer.optimize.recipe import EIGHT_BIT_RECIPE, INFERENCE_RECIPE, RECIPE_FILE_KEYS, Recipe
-from optimizer.optimize.recipe_building import build_transforms
-from optimizer.optimize.recipe_yaml import load_recipe_file, parse_yaml_transforms, specs_from_yaml
-from optimizer.transforms import registry
+from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.optimize.gtt_syntax import (
+    RecipeSyntaxError,
+    format_transforms,
+    parse_transforms,
+)
+from tfopt.optimizer.optimize.recipe import (
+    EIGHT_BIT_RECIPE,
+    INFERENCE_RECIPE,
+    RECIPE_FILE_KEYS,
+    Recipe,
+)
+from tfopt.optimizer.optimize.recipe_building import build_transforms
+from tfopt.optimizer.optimize.recipe_yaml import (
+    load_recipe_file,
+    parse_yaml_transforms,
+    specs_from_yaml,
+)
+from tfopt.optimizer.transforms import registry
 
 TRANSFORMS = registry.transform_names()
 PARAMS = sorted({p.name for name in TRANSFORMS for p in registry.transform_class(name).params}

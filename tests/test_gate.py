@@ -20,18 +20,18 @@ from benchmark_testing import (
 )
 from pydantic import ValidationError
 
-from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-from optimizer.benchmark.result import CHAMPION, Fidelity, Quality
-from optimizer.errors import GateConfigError
-from optimizer.gate.verdict import (
+from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+from tfopt.optimizer.benchmark.result import CHAMPION, Fidelity, Quality
+from tfopt.optimizer.errors import GateConfigError
+from tfopt.optimizer.gate.verdict import (
     EXIT_PROMOTE,
     EXIT_REJECT,
     GateConfig,
     evaluate_gate,
     load_gate_config,
 )
-from optimizer.model.export import write_saved_model
-from optimizer.model.freeze import freeze
+from tfopt.optimizer.model.export import write_saved_model
+from tfopt.optimizer.model.freeze import freeze
 
 N = 200  # rounds in the synthetic results
 
@@ -345,7 +345,7 @@ def test_a_candidate_made_slower_on_purpose_is_rejected_on_latency(workdir):
 
 
 def test_a_digits_model_with_damaged_weights_is_rejected_on_accuracy(workdir):
-    from components.digits import train_digits_model
+    from tfopt.components.demo.digits import train_digits_model
 
     digits = train_digits_model(workdir / "digits", epochs=3)
     write_saved_model(with_damaged_weights(freeze(digits.saved_model)), workdir / "damaged")
@@ -382,7 +382,7 @@ def _with_twin(result, twin_samples):
 
     from benchmark_testing import measurement
 
-    from optimizer.benchmark.result import TWIN
+    from tfopt.optimizer.benchmark.result import TWIN
 
     return dataclasses.replace(result, twin=measurement("twin", TWIN, twin_samples))
 
@@ -408,7 +408,7 @@ def test_a_candidate_must_beat_the_margin_beyond_what_the_baselines_twin_measure
 
 
 def test_the_twin_survives_the_result_file(tmp_path):
-    from optimizer.benchmark.result import load_result
+    from tfopt.optimizer.benchmark.result import load_result
 
     base = noisy_samples(0.001, 100, seed=2)
     result = _with_twin(synthetic_result({1: base}, {"c": {"samples": {1: base / 2}}}),

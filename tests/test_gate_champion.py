@@ -14,8 +14,8 @@ import dataclasses
 from benchmark_testing import measurement, noisy_samples, synthetic_result, top1_fidelity
 from cli_testing import run_tfopt
 
-from optimizer.benchmark.result import CHAMPION, REFERENCE, Fidelity, Quality
-from optimizer.gate.verdict import GateConfig, evaluate_gate
+from tfopt.optimizer.benchmark.result import CHAMPION, REFERENCE, Fidelity, Quality
+from tfopt.optimizer.gate.verdict import GateConfig, evaluate_gate
 
 N = 60
 FAST, SLOW = 0.001, 0.002  # seconds per call: the candidate 2x faster than the champion

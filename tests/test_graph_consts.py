@@ -1,8 +1,8 @@
 import numpy as np
 from graph_testing import build_graph, tf
 
-from optimizer.graph.consts import resolve_through_identity, values_from_const
-from optimizer.graph.traversal import nodes_by_name
+from tfopt.optimizer.graph.consts import resolve_through_identity, values_from_const
+from tfopt.optimizer.graph.traversal import nodes_by_name
 
 
 def _graph():

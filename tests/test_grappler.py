@@ -2,15 +2,15 @@ import numpy as np
 import pytest
 from graph_testing import apply_twice, assert_same_outputs, build_graph, context, op_counts, tf
 
-import optimizer.transforms.grappler as grappler_module
-from optimizer.graph.traversal import nodes_by_name
-from optimizer.model.export import write_saved_model
-from optimizer.model.freeze import freeze
-from optimizer.system.cpu_features import cpu_supports_bf16
-from optimizer.transforms.base import TransformConfigError, TransformRefused
-from optimizer.transforms.pipeline import context_for
-from optimizer.transforms.registry import make_transform
-from optimizer.verify.equivalence import compare
+import tfopt.optimizer.transforms.grappler as grappler_module
+from tfopt.optimizer.graph.traversal import nodes_by_name
+from tfopt.optimizer.model.export import write_saved_model
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.system.cpu_features import cpu_supports_bf16
+from tfopt.optimizer.transforms.base import TransformConfigError, TransformRefused
+from tfopt.optimizer.transforms.pipeline import context_for
+from tfopt.optimizer.transforms.registry import make_transform
+from tfopt.optimizer.verify.equivalence import compare
 
 RNG = np.random.default_rng(0)
 

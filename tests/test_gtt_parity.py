@@ -4,7 +4,7 @@ Each model (``keras.applications`` ResNet50 and MobileNetV2, ``weights=None``) i
 for this module, with random BatchNorm statistics so that folding them is not a no-op, and
 ``classifier_activation=None`` so that the outputs compared are logits (of order 1; softmax
 would squash any difference below 1e-3). It is exported with ``model.export``, frozen, and run
-through GTT's inference recipe (:data:`optimizer.optimize.recipe.GTT_INFERENCE_RECIPE`) twice: by
+through GTT's inference recipe (:data:`tfopt.optimizer.optimize.recipe.GTT_INFERENCE_RECIPE`) twice: by
 this package's transforms and by native GTT.
 
 Tolerance 1e-4 absolute on logits: folding a batch norm into a conv's weights reassociates
@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 from graph_testing import op_counts
 
-from optimizer.graph.names import is_control_input, node_name_from_input
-from optimizer.inputs.generated import make_inputs
-from optimizer.model.freeze import freeze
-from optimizer.optimize.native_gtt import run_native_recipe
-from optimizer.optimize.recipe import GTT_INFERENCE_RECIPE, Recipe
-from optimizer.optimize.recipe_building import build_transforms
-from optimizer.runtime import load_runner
-from optimizer.transforms.pipeline import run_transforms
+from tfopt.optimizer.graph.names import is_control_input, node_name_from_input
+from tfopt.optimizer.inputs.generated import make_inputs
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.optimize.native_gtt import run_native_recipe
+from tfopt.optimizer.optimize.recipe import GTT_INFERENCE_RECIPE, Recipe
+from tfopt.optimizer.optimize.recipe_building import build_transforms
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.transforms.pipeline import run_transforms
 
 ATOL = 1e-4
 CONVS = ("Conv2D", "DepthwiseConv2dNative")

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from benchmark_testing import dense_stack
 
-from optimizer.benchmark.environment import model_digest
-from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-from optimizer.benchmark.result import CHAMPION, load_result
-from optimizer.errors import InvalidInputsError
-from optimizer.model.export import write_saved_model
-from optimizer.model.freeze import freeze
-from optimizer.model.savedmodel import directory_size
+from tfopt.optimizer.benchmark.environment import model_digest
+from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+from tfopt.optimizer.benchmark.result import CHAMPION, load_result
+from tfopt.optimizer.errors import InvalidInputsError
+from tfopt.optimizer.model.export import write_saved_model
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.model.savedmodel import directory_size
 
 QUICK = BenchmarkConfig(batch_sizes=(1,), warmup=3, min_runs=20, min_seconds=0.2)
 
@@ -107,7 +107,7 @@ def test_bad_arguments_are_refused_before_any_work(models):
 def test_a_candidate_whose_interval_straddles_the_bound_is_timed_on():
     from benchmark_testing import noisy_samples
 
-    from optimizer.benchmark.harness import _settled
+    from tfopt.optimizer.benchmark.harness import _settled
 
     config = BenchmarkConfig(settle_speedup=1.05, max_seconds=10)
     base = noisy_samples(0.001, 200, seed=0, noise=0.05)
@@ -129,7 +129,7 @@ def test_a_candidate_whose_interval_straddles_the_bound_is_timed_on():
 def test_timing_goes_on_while_the_fastest_and_a_more_precise_candidate_are_unresolved():
     from benchmark_testing import noisy_samples
 
-    from optimizer.benchmark.harness import _settled
+    from tfopt.optimizer.benchmark.harness import _settled
 
     config = BenchmarkConfig(settle_speedup=1.05, max_seconds=10)
     base = noisy_samples(0.001, 200, seed=0, noise=0.05)
@@ -172,8 +172,8 @@ _RANKS = {"int8": 2, "fp32": 0}
 
 
 def _time(costs, config):
-    from optimizer.benchmark.harness import _settled
-    from optimizer.benchmark.interleaved import time_interleaved
+    from tfopt.optimizer.benchmark.harness import _settled
+    from tfopt.optimizer.benchmark.interleaved import time_interleaved
 
     started, said = time.perf_counter(), []
     samples = time_interleaved(
@@ -198,7 +198,7 @@ def test_a_clear_choice_stops_at_the_minimums():
 
 
 def test_blocks_shrink_to_one_call_when_a_call_lasts_block_seconds(models):
-    from optimizer.gate.verdict import evaluate_gate
+    from tfopt.optimizer.gate.verdict import evaluate_gate
 
     config = BenchmarkConfig(batch_sizes=(1,), warmup=3, min_runs=20, min_seconds=0.2,
                              block_seconds=1e-9, max_seconds=0)
@@ -213,8 +213,8 @@ def test_blocks_shrink_to_one_call_when_a_call_lasts_block_seconds(models):
 def test_every_timed_call_is_the_bound_call_not_call(models, monkeypatch):
     """The harness times ``ModelRunner.bind``'s callable, whose arguments are packed once; a
     ``call`` per timed call would time the packing too."""
-    import optimizer.runtime.tensorflow  # noqa: F401  (its runner binds in its own way)
-    from optimizer.runtime.base import ModelRunner
+    import tfopt.optimizer.runtime.tensorflow  # noqa: F401  (its runner binds in its own way)
+    from tfopt.optimizer.runtime.base import ModelRunner
 
     counts = {"call": 0, "bound": 0}
 

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from cli_testing import TFOPT, assert_clean_failure, run_tfopt
 
-from optimizer.inputs.data_files import npz_member_bytes, read_npz
-from optimizer.inputs.generated import make_inputs
-from optimizer.inputs.sizing import generated_bytes
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
-from optimizer.system.memory_budget import GIB, MemoryBudget, MemoryBudgetError
-from optimizer.system.process_tree import TreeMeter
+from tfopt.optimizer.inputs.data_files import npz_member_bytes, read_npz
+from tfopt.optimizer.inputs.generated import make_inputs
+from tfopt.optimizer.inputs.sizing import generated_bytes
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.system.memory_budget import GIB, MemoryBudget, MemoryBudgetError
+from tfopt.optimizer.system.process_tree import TreeMeter
 
 
 def _config(tmp_path, source, sections: str = "") -> str:

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from optimizer.benchmark.interleaved import scaled_block_size, time_interleaved
+from tfopt.optimizer.benchmark.interleaved import scaled_block_size, time_interleaved
 
 
 def recorder():
@@ -129,7 +129,7 @@ def spinning_and_watching_models():
     model whose call records how many other threads of the process are running."""
     from test_benchmark_idle import spinning_session
 
-    from optimizer.benchmark.idle import running_threads
+    from tfopt.optimizer.benchmark.idle import running_threads
 
     seen: list[int] = []
     return {"spinning": spinning_session(),
@@ -138,7 +138,7 @@ def spinning_and_watching_models():
 
 def test_a_models_block_starts_only_after_the_previous_models_spinning_worker_stopped():
     """After a block of a model named in wait_idle_after, the next block waits until no other
-    thread runs (optimizer.benchmark.idle): a runtime whose workers spin ~30 ms after a call
+    thread runs (tfopt.optimizer.benchmark.idle): a runtime whose workers spin ~30 ms after a call
     must not share the cores with the next model's timed calls."""
     calls, seen = spinning_and_watching_models()
     time_interleaved(calls, warmup=0, min_runs=4, min_seconds=0, block_size=2,

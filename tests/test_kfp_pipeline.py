@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.cli import build_parser
-from components.config import KubernetesConfig, ScheduleConfig
-from components.pipeline import STEPS
-from components.step_runner import NEEDS
+from tfopt.components.cli import build_parser
+from tfopt.components.config.pipeline_config import KubernetesConfig, ScheduleConfig
+from tfopt.components.pipeline.run import STEPS
+from tfopt.components.pipeline.step_runner import NEEDS
 
 REPO = Path(__file__).resolve().parents[1]
 COMPILED = REPO / "work" / "kfp" / "model_optimization_pipeline.yaml"
 MODULE = REPO / "components" / "kubeflow_pipeline.py"
-ENTRYPOINT = ["python", "-m", "components.container_entrypoint", "tfopt"]
+ENTRYPOINT = ["python", "-m", "tfopt.components.orchestration.container_entrypoint", "tfopt"]
 PLACEHOLDER = re.compile(r"\{\{\$\.[^}]*\}\}")
 
 
@@ -200,12 +200,12 @@ def _imports(path: Path) -> set[str]:
 def test_the_pipeline_module_imports_only_kfp_the_standard_library_and_the_step_table():
     assert {name.split(".")[0] for name in _imports(MODULE)} == {"kfp", "components"}
     assert {name for name in _imports(MODULE) if name.startswith("components")} == {
-        "components.step_table"}
+        "tfopt.components.pipeline.step_table"}
     # ... which the Kubeflow environment can import: the standard library and the records,
     # the candidate record among them.
     table = REPO / "components" / "step_table.py"
-    assert _imports(table) == {"components", "components.artifacts"}
-    assert _imports(REPO / "components" / "artifacts.py") == {"optimizer.candidates.candidate"}
+    assert _imports(table) == {"components", "tfopt.components.pipeline.artifacts"}
+    assert _imports(REPO / "components" / "artifacts.py") == {"tfopt.optimizer.candidates.candidate"}
     assert _imports(REPO / "optimizer" / "candidates" / "candidate.py") == set()
     for package in ("optimizer", "optimizer/candidates"):
         assert _imports(REPO / package / "__init__.py") == set()

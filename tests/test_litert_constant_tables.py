@@ -9,10 +9,10 @@ import pytest
 import string_models
 from string_models import OUT_OF_VOCABULARY, tokens
 
-from optimizer.candidates.litert.constant_tables import litert_source
-from optimizer.candidates.litert.convert import convert_to_litert
-from optimizer.runtime import load_runner
-from optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.candidates.litert.constant_tables import litert_source
+from tfopt.optimizer.candidates.litert.convert import convert_to_litert
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.tf_runtime import import_tensorflow
 
 tf = import_tensorflow()
 
@@ -66,7 +66,7 @@ def test_an_asset_vocabularys_out_of_vocabulary_fix_goes_into_the_table(tmp_path
 
 
 def test_an_index_map_is_kept_when_the_ids_are_read_elsewhere_or_gathered_apart():
-    from optimizer.graph.lookup_gathers import fold_index_map_into_table
+    from tfopt.optimizer.graph.lookup_gathers import fold_index_map_into_table
 
     def graph(case: str):
         graph = tf.Graph()
@@ -129,7 +129,7 @@ def test_a_lookup_straight_to_the_output_is_still_pinned_to_the_signature_shape(
 
 @pytest.mark.parametrize("op, pinned", [("MatMul", False), ("Mean", True)])
 def test_an_output_is_pinned_unless_an_op_setting_the_rank_follows_the_lookup(op, pinned):
-    from optimizer.candidates.litert.constant_tables import lookup_shaped_outputs
+    from tfopt.optimizer.candidates.litert.constant_tables import lookup_shaped_outputs
 
     graph = tf.Graph()
     with graph.as_default():

@@ -20,20 +20,20 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from optimizer.candidates.litert.convert import (
+from tfopt.optimizer.candidates.litert.convert import (
     FLAVOURS,
     LiteRTConversionError,
     calibration_feeds,
     condense_converter_error,
     convert_to_litert,
 )
-from optimizer.candidates.litert.manifest import read_manifest
-from optimizer.errors import DestinationError, InvalidInputsError
-from optimizer.model.savedmodel import get_signature
-from optimizer.runtime import load_runner
-from optimizer.runtime.litert import LiteRTRunner
-from optimizer.tf_runtime import import_tensorflow
-from optimizer.verify.evaluation import top1_accuracy
+from tfopt.optimizer.candidates.litert.manifest import read_manifest
+from tfopt.optimizer.errors import DestinationError, InvalidInputsError
+from tfopt.optimizer.model.savedmodel import get_signature
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.runtime.litert import LiteRTRunner
+from tfopt.optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.verify.evaluation import top1_accuracy
 
 # mixed_int8 with no float nodes is full int8 by the quantization debugger's route
 MAX_ABS = {"fp32": 1e-4, "fp16": 2e-3, "dynamic_int8": 3e-2, "full_int8": 8e-2,
@@ -160,7 +160,7 @@ def test_a_successful_conversion_prints_and_warns_nothing_but_logs_at_debug(mode
     import_tensorflow()
     capfd.readouterr()
     with warnings.catch_warnings(record=True) as warned, \
-            caplog.at_level(logging.DEBUG, "optimizer.candidates.litert.convert"):
+            caplog.at_level(logging.DEBUG, "tfopt.optimizer.candidates.litert.convert"):
         warnings.simplefilter("always")
         convert_to_litert(source, tmp_path / "cnn.tflite", "full_int8", representative_data=feeds)
     captured = capfd.readouterr()

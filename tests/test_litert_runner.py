@@ -6,13 +6,13 @@ import os
 import numpy as np
 import pytest
 
-from optimizer.benchmark.environment import model_digest
-from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-from optimizer.candidates.litert.convert import convert_to_litert
-from optimizer.errors import InvalidInputsError, SourceNotFoundError, UnknownSignatureError
-from optimizer.runtime import load_runner, read_signature
-from optimizer.runtime.litert import CorruptLiteRTModelError, LiteRTRunner
-from optimizer.system.cpu_threads import available_cpus
+from tfopt.optimizer.benchmark.environment import model_digest
+from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+from tfopt.optimizer.candidates.litert.convert import convert_to_litert
+from tfopt.optimizer.errors import InvalidInputsError, SourceNotFoundError, UnknownSignatureError
+from tfopt.optimizer.runtime import load_runner, read_signature
+from tfopt.optimizer.runtime.litert import CorruptLiteRTModelError, LiteRTRunner
+from tfopt.optimizer.system.cpu_threads import available_cpus
 
 QUICK = BenchmarkConfig(batch_sizes=(1, 4), warmup=3, min_runs=20, min_seconds=0.2)
 
@@ -70,8 +70,8 @@ def test_batch_1_and_batch_64_go_through_the_same_runner(cnn):
 def test_a_bound_call_returns_what_call_returns_for_every_runtime_convention(cnn):
     source, tflite = cnn
     feeds = {"image": images(1, seed=3)}
-    from optimizer.model.freeze import freeze
-    from optimizer.runtime.tensorflow import frozen_runner
+    from tfopt.optimizer.model.freeze import freeze
+    from tfopt.optimizer.runtime.tensorflow import frozen_runner
 
     # by keyword (LiteRT, the SavedModel's signature), positional (a frozen graph)
     for runner in (load_runner(tflite), load_runner(source), frozen_runner(freeze(source))):

@@ -5,12 +5,12 @@ Tolerance 1e-5 against the source: the fp32 flatbuffer computes the same float32
 (measured max |diff| 2e-8 on a bidirectional LSTM, XNNPACK reorders the sums).
 """
 
-from optimizer.candidates.build import CandidateSettings, derive_candidates
-from optimizer.candidates.litert.unrolled_source import UNROLLED_DIR, litert_source
-from optimizer.model.freeze import freeze
-from optimizer.runtime import load_runner
-from optimizer.tf_runtime import import_tensorflow
-from optimizer.verify.equivalence import compare
+from tfopt.optimizer.candidates.build import CandidateSettings, derive_candidates
+from tfopt.optimizer.candidates.litert.unrolled_source import UNROLLED_DIR, litert_source
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.verify.equivalence import compare
 
 tf = import_tensorflow()
 ATOL = 1e-5

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
 
 HOSTILE = "x\"]'); __import__('os').system('touch pwned') #\n"
 
@@ -25,10 +25,10 @@ def hostile_signature() -> SignatureInfo:
 
 
 def snippets() -> dict[str, str]:
-    from optimizer.candidates.build import savedmodel_load_instructions
-    from optimizer.candidates.litert.manifest import load_snippet as litert
-    from optimizer.candidates.onnx.convert import load_snippet as onnx
-    from optimizer.candidates.openvino.convert import load_snippet as openvino
+    from tfopt.optimizer.candidates.build import savedmodel_load_instructions
+    from tfopt.optimizer.candidates.litert.manifest import load_snippet as litert
+    from tfopt.optimizer.candidates.onnx.convert import load_snippet as onnx
+    from tfopt.optimizer.candidates.openvino.convert import load_snippet as openvino
 
     signature = hostile_signature()
     return {"savedmodel": savedmodel_load_instructions(signature.name),
@@ -79,9 +79,9 @@ def test_the_savedmodel_snippet_run_by_a_reviewer_asks_for_the_signature_and_run
 
 def test_a_publish_tags_a_savedmodel_version_with_the_quoted_signature(tmp_path):
     """The fallback of a record that carries no snippet quotes the config's signature too."""
-    from components.artifacts import CandidateModel, GateOutput, PulledModel
-    from components.config import config_from_mapping
-    from components.publishing.publication import Publication
+    from tfopt.components.config.pipeline_config import config_from_mapping
+    from tfopt.components.pipeline.artifacts import CandidateModel, GateOutput, PulledModel
+    from tfopt.components.publishing.publication import Publication
 
     config = config_from_mapping({"source": str(tmp_path), "workdir": str(tmp_path / "w"),
                                   "signature": HOSTILE})
@@ -99,8 +99,8 @@ def test_a_publish_tags_a_savedmodel_version_with_the_quoted_signature(tmp_path)
 
 @pytest.mark.parametrize("fmt", ["savedmodel", "tflite", "onnx", "openvino"])
 def test_a_tuned_snippet_loads_with_the_tuned_thread_count_and_still_parses(fmt):
-    from optimizer.runtime_tuning import TunedRuntimeSettings
-    from optimizer.runtime_tuning.grid import ThreadSetting
+    from tfopt.optimizer.runtime_tuning import TunedRuntimeSettings
+    from tfopt.optimizer.runtime_tuning.grid import ThreadSetting
 
     per_model = fmt != "savedmodel"
     tuned = TunedRuntimeSettings(

@@ -8,11 +8,11 @@ import numpy as np
 import string_models
 from string_models import OUT_OF_VOCABULARY, tokens
 
-from optimizer.graph.lookup_gathers import ROWS
-from optimizer.model.freeze import freeze
-from optimizer.runtime import load_runner
-from optimizer.runtime.tensorflow import frozen_runner
-from optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.graph.lookup_gathers import ROWS
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.runtime.tensorflow import frozen_runner
+from tfopt.optimizer.tf_runtime import import_tensorflow
 
 tf = import_tensorflow()
 

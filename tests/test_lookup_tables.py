@@ -11,14 +11,14 @@ import pytest
 import string_models
 from string_models import OUT_OF_VOCABULARY, STRING_VOCABULARY, tokens
 
-from optimizer.graph.lookup_gathers import ROWS
-from optimizer.graph.lookup_tables import SCOPE, TableNotFoldable
-from optimizer.model.export import write_saved_model
-from optimizer.model.freeze import freeze
-from optimizer.optimize.flow import optimize, write_optimized
-from optimizer.optimize.recipe import INFERENCE_RECIPE
-from optimizer.runtime import load_runner
-from optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.graph.lookup_gathers import ROWS
+from tfopt.optimizer.graph.lookup_tables import SCOPE, TableNotFoldable
+from tfopt.optimizer.model.export import write_saved_model
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.optimize.flow import optimize, write_optimized
+from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.tf_runtime import import_tensorflow
 
 tf = import_tensorflow()
 

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from cli_testing import assert_clean_failure, run_tfopt
 
-from components.config import config_from_mapping
-from components.step_runner import run_step
-from optimizer.errors import CorruptSavedModelError, OversizedSavedModelError, TfoptError
-from optimizer.files import bounded_parse
-from optimizer.model.op_scan import DEFAULT_POLICY, MIB, ScanPolicy
-from optimizer.model.savedmodel import describe, read_saved_model_proto
+from tfopt.components.config.pipeline_config import config_from_mapping
+from tfopt.components.pipeline.step_runner import run_step
+from tfopt.optimizer.errors import CorruptSavedModelError, OversizedSavedModelError, TfoptError
+from tfopt.optimizer.files import bounded_parse
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, MIB, ScanPolicy
+from tfopt.optimizer.model.savedmodel import describe, read_saved_model_proto
 
 GIB = 1 << 30
 
@@ -234,7 +234,7 @@ CLI_CASES = {
 @pytest.mark.parametrize("case", sorted(CLI_CASES))
 def test_the_cli_main_reports_each_kind_on_one_line_with_exit_2(tmp_path, case, capsys):
     """``tfopt inspect`` through the CLI's own main(); the binary itself is run below."""
-    from components.cli import main
+    from tfopt.components.cli import main
 
     kwargs, phrase = CLI_CASES[case]
     path = _model(tmp_path, case, **kwargs)
@@ -285,7 +285,7 @@ def test_the_child_is_a_fresh_interpreter_not_a_fork_of_a_threaded_process(tmp_p
     busy.set()
     assert "Wire format" in message  # parsed (and refused) by the child
     assert forks == [] and started and started[0][:3] == [sys.executable, "-m",
-                                                            "optimizer.files.bounded_parse"]
+                                                            "tfopt.optimizer.files.bounded_parse"]
 
 
 def test_a_large_real_savedmodel_passes_the_child_and_parses_here(tmp_path, real_pb, monkeypatch):

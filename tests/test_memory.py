@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from optimizer.benchmark.memory import measure_rss_growth, read_rss
+from tfopt.optimizer.benchmark.memory import measure_rss_growth, read_rss
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

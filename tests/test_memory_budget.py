@@ -2,7 +2,7 @@
 
 import pytest
 
-from optimizer.system.memory_budget import GIB, MemoryBudget, MemoryBudgetError, memory_budget
+from tfopt.optimizer.system.memory_budget import GIB, MemoryBudget, MemoryBudgetError, memory_budget
 
 
 def _tree(tmp_path, v2: dict[str, str] | None = None, v1: dict[str, str] | None = None,

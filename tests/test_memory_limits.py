@@ -6,13 +6,13 @@ import shutil
 import pytest
 from cli_testing import assert_clean_failure, run_tfopt
 
-from optimizer.benchmark.harness import BenchmarkConfig, Subject
-from optimizer.benchmark.memory_groups import plan_groups, run_benchmark_within
-from optimizer.candidates.build import CandidateSettings, derive_candidates
-from optimizer.gate.verdict import GateConfig, evaluate_gate
-from optimizer.model.footprint import PROCESS_BYTES, LoadCost, group_bytes
-from optimizer.system.memory_budget import GIB, MemoryBudget, MemoryBudgetError
-from optimizer.system.process_tree import _children, tree_rss_bytes
+from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject
+from tfopt.optimizer.benchmark.memory_groups import plan_groups, run_benchmark_within
+from tfopt.optimizer.candidates.build import CandidateSettings, derive_candidates
+from tfopt.optimizer.gate.verdict import GateConfig, evaluate_gate
+from tfopt.optimizer.model.footprint import PROCESS_BYTES, LoadCost, group_bytes
+from tfopt.optimizer.system.memory_budget import GIB, MemoryBudget, MemoryBudgetError
+from tfopt.optimizer.system.process_tree import _children, tree_rss_bytes
 
 QUICK = BenchmarkConfig(warmup=2, min_runs=8, min_seconds=0.2, block_size=2, resamples=200)
 
@@ -49,9 +49,9 @@ def test_the_optimized_models_estimate_is_a_frozen_ones_whatever_its_variant(mod
                                                                               tmp_path):
     # the optimized candidate's variant is "fp32", which has no factor of its own: it was
     # estimated as a stock SavedModel, at a third of what its load costs
-    from optimizer.model.export import write_saved_model
-    from optimizer.model.footprint import FROZEN_FACTOR, FROZEN_KEPT_FACTOR, disk_bytes
-    from optimizer.model.freeze import freeze
+    from tfopt.optimizer.model.export import write_saved_model
+    from tfopt.optimizer.model.footprint import FROZEN_FACTOR, FROZEN_KEPT_FACTOR, disk_bytes
+    from tfopt.optimizer.model.freeze import freeze
 
     frozen = write_saved_model(freeze(model_dir("keras_cnn")), tmp_path / "optimized")
     size = disk_bytes(frozen)
@@ -73,7 +73,7 @@ def test_when_no_candidate_fits_the_benchmark_is_refused_in_one_line_with_exit_7
 
 def test_a_budget_below_baseline_plus_candidates_times_them_in_groups_and_still_decides(
         model_dir, tmp_path, monkeypatch):
-    from optimizer.benchmark import memory_groups
+    from tfopt.optimizer.benchmark import memory_groups
 
     # the budget is for the models: none of it taken by this test process
     monkeypatch.setattr(memory_groups, "tree_rss_bytes", lambda: 0)
@@ -106,8 +106,8 @@ def test_a_model_too_big_for_the_budget_is_refused_in_one_line_with_exit_7(model
 def test_candidate_workers_exit_and_give_their_memory_back(model_dir, tmp_path):
     import os
 
-    from optimizer.model.freeze import freeze
-    from optimizer.system.process_tree import PROC
+    from tfopt.optimizer.model.freeze import freeze
+    from tfopt.optimizer.system.process_tree import PROC
 
     source = model_dir("keras_cnn")
     frozen = freeze(source)
@@ -127,7 +127,7 @@ def test_candidate_workers_exit_and_give_their_memory_back(model_dir, tmp_path):
 
 
 def test_workers_are_for_models_whose_builds_outweigh_a_tensorflow_import(model_dir, tmp_path):
-    from optimizer.model.footprint import WORKERS_FROM_BYTES, builds_in_workers
+    from tfopt.optimizer.model.footprint import WORKERS_FROM_BYTES, builds_in_workers
 
     source = model_dir("keras_cnn")
     assert not builds_in_workers(source)  # a few hundred KB: built in this process
@@ -153,7 +153,7 @@ def test_a_big_models_groups_fit_the_working_set_and_one_over_it_is_left_out():
 
 def test_a_candidate_build_that_cannot_fit_the_budget_is_skipped_with_its_estimate(
         model_dir, tmp_path):
-    from optimizer.model.freeze import freeze
+    from tfopt.optimizer.model.freeze import freeze
 
     source = model_dir("keras_cnn")
     made, skipped = derive_candidates(
@@ -169,7 +169,7 @@ def test_a_candidate_build_that_cannot_fit_the_budget_is_skipped_with_its_estima
 def _padded(source, tmp_path):
     """``source`` copied with padding beside its variables: as big on disk as a model that
     gets worker processes, loading as fast as the original."""
-    from optimizer.model.footprint import WORKERS_FROM_BYTES
+    from tfopt.optimizer.model.footprint import WORKERS_FROM_BYTES
 
     big = tmp_path / "big"
     shutil.copytree(source, big)
@@ -181,10 +181,10 @@ def test_a_big_model_is_optimized_in_a_worker_to_the_same_result(model_dir, tmp_
     import gc
     from pathlib import Path
 
-    from optimizer.optimize.flow import optimize, write_optimized
-    from optimizer.optimize.recipe import INFERENCE_RECIPE
-    from optimizer.optimize.worker import OutlinedModel, full_model
-    from optimizer.verify.equivalence import compare
+    from tfopt.optimizer.optimize.flow import optimize, write_optimized
+    from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE
+    from tfopt.optimizer.optimize.worker import OutlinedModel, full_model
+    from tfopt.optimizer.verify.equivalence import compare
 
     source = _padded(model_dir("keras_cnn"), tmp_path)
     here = optimize(source, INFERENCE_RECIPE, in_worker=False)
@@ -212,9 +212,9 @@ def test_a_big_model_is_optimized_in_a_worker_to_the_same_result(model_dir, tmp_
 
 
 def test_a_refusal_in_the_optimize_worker_is_the_same_typed_one_line_error(model_dir):
-    from optimizer.errors import UnknownSignatureError
-    from optimizer.optimize.flow import optimize
-    from optimizer.optimize.recipe import INFERENCE_RECIPE
+    from tfopt.optimizer.errors import UnknownSignatureError
+    from tfopt.optimizer.optimize.flow import optimize
+    from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE
 
     with pytest.raises(UnknownSignatureError, match="signature 'nope' not found"):
         optimize(model_dir("keras_cnn"), INFERENCE_RECIPE, signature_name="nope",
@@ -223,7 +223,7 @@ def test_a_refusal_in_the_optimize_worker_is_the_same_typed_one_line_error(model
 
 def test_a_big_models_benchmark_runs_in_a_process_of_its_own(model_dir, tmp_path,
                                                             monkeypatch):
-    from optimizer.benchmark import memory_groups
+    from tfopt.optimizer.benchmark import memory_groups
 
     source = _padded(model_dir("keras_cnn"), tmp_path)
     in_processes = []
@@ -256,9 +256,9 @@ def test_a_build_whose_worker_crosses_the_budget_is_stopped_and_the_others_still
     import keras
     import numpy as np
 
-    from optimizer.candidates.build_estimates import build_bytes
-    from optimizer.inputs.calibration import Calibration
-    from optimizer.model.freeze import freeze
+    from tfopt.optimizer.candidates.build_estimates import build_bytes
+    from tfopt.optimizer.inputs.calibration import Calibration
+    from tfopt.optimizer.model.freeze import freeze
 
     inputs = keras.Input((1024, 1024, 3), name="image")
     outputs = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 1)(inputs))
@@ -282,8 +282,8 @@ def test_a_build_whose_worker_crosses_the_budget_is_stopped_and_the_others_still
 
 def test_a_groups_estimate_is_its_largest_flavours_and_onnx_costs_most_on_a_big_model(
         model_dir, tmp_path):
-    from optimizer.candidates.build import LITERT_FLAVOURS
-    from optimizer.candidates.build_estimates import build_bytes
+    from tfopt.optimizer.candidates.build import LITERT_FLAVOURS
+    from tfopt.optimizer.candidates.build_estimates import build_bytes
 
     source = model_dir("keras_cnn")
     litert = [f"litert_{flavour}" for flavour in LITERT_FLAVOURS]

@@ -6,8 +6,8 @@ import subprocess
 import sys
 import time
 
-from optimizer.system.memory_watchdog import MemoryWatchdog
-from optimizer.system.process_tree import tree_rss_bytes
+from tfopt.optimizer.system.memory_watchdog import MemoryWatchdog
+from tfopt.optimizer.system.process_tree import tree_rss_bytes
 
 MIB = 2**20
 # holds argv[1] MiB, 32 at a time every 20 ms (bytes of 1: touched pages, not calloc's zero

@@ -17,11 +17,11 @@ from mlflow_model_testing import (
     requirement_names,
 )
 
-from components.mlflow_models.mlmodel import recorded_format
-from components.mlflow_models.tfopt_openvino_loader import _load_pyfunc
-from optimizer.benchmark.environment import model_digest
-from optimizer.errors import TfoptError
-from optimizer.runtime import load_runner
+from tfopt.components.mlflow_models.mlmodel import recorded_format
+from tfopt.components.mlflow_models.tfopt_openvino_loader import _load_pyfunc
+from tfopt.optimizer.benchmark.environment import model_digest
+from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.runtime import load_runner
 
 
 @pytest.fixture(scope="module")

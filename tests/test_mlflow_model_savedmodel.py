@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from mlflow_model_testing import mlmodel, requirement_names, savedmodel_candidate
 
-from components.mlflow_models import write_mlflow_model
-from components.mlflow_models.mlmodel import recorded_format
-from components.mlflow_models.registry import UnsupportedFormatError
-from optimizer.benchmark.environment import model_digest
-from optimizer.errors import TfoptError
-from optimizer.runtime import load_runner, read_signature
+from tfopt.components.mlflow_models import write_mlflow_model
+from tfopt.components.mlflow_models.mlmodel import recorded_format
+from tfopt.components.mlflow_models.registry import UnsupportedFormatError
+from tfopt.optimizer.benchmark.environment import model_digest
+from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.runtime import load_runner, read_signature
 
 
 @pytest.fixture(scope="module")

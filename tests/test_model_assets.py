@@ -16,12 +16,12 @@ import pytest
 import string_models
 from cli_testing import error_lines
 
-from optimizer.errors import DangerousOpError
-from optimizer.graph.rewrite import make_const
-from optimizer.model.assets import TEXT_FILE_TABLE_OPS, resolve_asset
-from optimizer.model.op_scan import find_dangerous_ops
-from optimizer.model.savedmodel import read_saved_model_proto
-from optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.errors import DangerousOpError
+from tfopt.optimizer.graph.rewrite import make_const
+from tfopt.optimizer.model.assets import TEXT_FILE_TABLE_OPS, resolve_asset
+from tfopt.optimizer.model.op_scan import find_dangerous_ops
+from tfopt.optimizer.model.savedmodel import read_saved_model_proto
+from tfopt.optimizer.tf_runtime import import_tensorflow
 
 tf = import_tensorflow()
 
@@ -145,7 +145,7 @@ def test_an_asset_resolves_only_to_a_regular_file_inside_assets(models):
 
 def test_optimizing_a_model_whose_table_reads_outside_it_is_exit_5_and_writes_nothing(
         models, tmp_path, capsys):
-    from components.cli import main
+    from tfopt.components.cli import main
 
     altered = _altered(models, "for_cli", SURGERIES["dot_dot_name"])
     dst = tmp_path / "dst"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from cli_testing import assert_clean_failure, run_tfopt
 
-from optimizer.errors import ModelCallTimeoutError
-from optimizer.runtime.call_deadline import ENV, CallDeadline, FirstCallClock
-from optimizer.system.worker_process import run_job
+from tfopt.optimizer.errors import ModelCallTimeoutError
+from tfopt.optimizer.runtime.call_deadline import ENV, CallDeadline, FirstCallClock
+from tfopt.optimizer.system.worker_process import run_job
 
 TESTS = Path(__file__).parent
 
@@ -25,7 +25,7 @@ def test_a_calls_deadline_is_the_floor_or_a_multiple_of_the_models_first_call():
 
 
 def test_the_first_call_is_timed_and_later_calls_get_its_multiple(monkeypatch):
-    monkeypatch.setattr("optimizer.runtime.call_deadline._configured",
+    monkeypatch.setattr("tfopt.optimizer.runtime.call_deadline._configured",
                         CallDeadline(min_seconds=1, first_call_multiple=100))
     clock = FirstCallClock("a model")
     assert clock.seconds() == 1
@@ -35,7 +35,7 @@ def test_the_first_call_is_timed_and_later_calls_get_its_multiple(monkeypatch):
 
 
 def test_a_block_past_its_deadline_ends_the_process_with_one_line_and_exit_9():
-    code = ("from optimizer.runtime.call_deadline import deadline\n"
+    code = ("from tfopt.optimizer.runtime.call_deadline import deadline\n"
             "import time\n"
             "with deadline(0.5, 'a call of m did not return'):\n"
             "    time.sleep(60)\n")

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 from cli_testing import assert_clean_failure, run_tfopt
 
-from components.config import config_from_mapping
-from components.steps.pull import pull
-from components.storage.model_tree import (
+from tfopt.components.config.pipeline_config import config_from_mapping
+from tfopt.components.steps.pull import pull
+from tfopt.components.storage.model_tree import (
     UnsafeModelTreeError,
     check_model_tree,
     copy_model_tree,
 )
-from optimizer.benchmark.environment import model_digest
+from tfopt.optimizer.benchmark.environment import model_digest
 
 SHARD = "variables/variables.data-00000-of-00001"
 

@@ -5,11 +5,11 @@ import pytest
 from control_flow_graphs import assert_control_flow_kept
 from graph_testing import assert_same_outputs, build_graph, op_counts, tf
 
-from optimizer.model.freeze import freeze
-from optimizer.optimize import native_gtt
-from optimizer.optimize.gtt_syntax import RecipeSyntaxError, parse_transforms
-from optimizer.transforms.pipeline import TransformFailed
-from optimizer.verify.equivalence import compare
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.optimize import native_gtt
+from tfopt.optimizer.optimize.gtt_syntax import RecipeSyntaxError, parse_transforms
+from tfopt.optimizer.transforms.pipeline import TransformFailed
+from tfopt.optimizer.verify.equivalence import compare
 
 
 def _graph_with_a_constant_chain():

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from cli_testing import assert_clean_failure, run_tfopt
 
-from optimizer.errors import InvalidInputsError
-from optimizer.model.op_scan import DEFAULT_POLICY
-from optimizer.verify.equivalence import compare
-from optimizer.verify.evaluation import LabelledData, refuse_nonfinite_input_model, top1
-from optimizer.verify.tolerance import Tolerance
+from tfopt.optimizer.errors import InvalidInputsError
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY
+from tfopt.optimizer.verify.equivalence import compare
+from tfopt.optimizer.verify.evaluation import LabelledData, refuse_nonfinite_input_model, top1
+from tfopt.optimizer.verify.tolerance import Tolerance
 
 IMAGES = [{"image": np.random.default_rng(seed).random((4, 8, 8, 1), np.float32)}
           for seed in range(3)]

@@ -86,8 +86,8 @@ def test_a_step_after_tensorflow_started_benchmarks_in_a_process_with_the_thread
 
     import tensorflow as tf
 
-    from components.config import config_from_mapping
-    from components.pipeline import run_pipeline
+    from tfopt.components.config.pipeline_config import config_from_mapping
+    from tfopt.components.pipeline.run import run_pipeline
 
     tf.constant(1.0) + 1.0
     config = config_from_mapping({

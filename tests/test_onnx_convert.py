@@ -17,13 +17,13 @@ from converter_testing import (
     run_load_snippet,
 )
 
-from optimizer.candidates.conversion import ConversionError
-from optimizer.candidates.onnx.convert import FLAVOURS, OnnxExport, convert_to_onnx
-from optimizer.errors import DestinationError, InvalidInputsError
-from optimizer.inputs.calibration import Calibration
-from optimizer.inputs.generated import make_inputs
-from optimizer.model.savedmodel import get_signature
-from optimizer.runtime import load_runner
+from tfopt.optimizer.candidates.conversion import ConversionError
+from tfopt.optimizer.candidates.onnx.convert import FLAVOURS, OnnxExport, convert_to_onnx
+from tfopt.optimizer.errors import DestinationError, InvalidInputsError
+from tfopt.optimizer.inputs.calibration import Calibration
+from tfopt.optimizer.inputs.generated import make_inputs
+from tfopt.optimizer.model.savedmodel import get_signature
+from tfopt.optimizer.runtime import load_runner
 
 INT8_ATOL = 0.05
 

@@ -8,8 +8,8 @@ import pytest
 from onnx import helper
 from onnx_graph_testing import assert_same_outputs, batch_feeds, const, float_input, model, ops
 
-from optimizer.candidates.onnx.rewrites.base import eliminate_dead_nodes
-from optimizer.candidates.onnx.rewrites.bidirectional_outputs import bidirectional_outputs
+from tfopt.optimizer.candidates.onnx.rewrites.base import eliminate_dead_nodes
+from tfopt.optimizer.candidates.onnx.rewrites.bidirectional_outputs import bidirectional_outputs
 
 T, FEATURES, HIDDEN = 4, 3, 5
 

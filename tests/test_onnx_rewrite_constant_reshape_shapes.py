@@ -7,8 +7,8 @@ import onnx
 from onnx import helper
 from onnx_graph_testing import assert_same_outputs, batch_feeds, const, float_input, model, ops
 
-from optimizer.candidates.onnx.rewrites.base import eliminate_dead_nodes
-from optimizer.candidates.onnx.rewrites.constant_reshape_shapes import constant_reshape_shapes
+from tfopt.optimizer.candidates.onnx.rewrites.base import eliminate_dead_nodes
+from tfopt.optimizer.candidates.onnx.rewrites.constant_reshape_shapes import constant_reshape_shapes
 
 INITIALIZERS = [const("first", np.array([0], np.int64)), const("second", np.array([1], np.int64)),
                 const("size_24", np.array([24], np.int64)), const("size_6", np.array([6], np.int64)),

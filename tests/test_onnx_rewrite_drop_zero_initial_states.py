@@ -14,8 +14,10 @@ from onnx_graph_testing import (
     zeros_like_batch,
 )
 
-from optimizer.candidates.onnx.rewrites.base import eliminate_dead_nodes
-from optimizer.candidates.onnx.rewrites.drop_zero_initial_states import drop_zero_initial_states
+from tfopt.optimizer.candidates.onnx.rewrites.base import eliminate_dead_nodes
+from tfopt.optimizer.candidates.onnx.rewrites.drop_zero_initial_states import (
+    drop_zero_initial_states,
+)
 
 T, FEATURES, HIDDEN = 4, 3, 5
 

@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto, helper
 from onnx_graph_testing import BATCHES, assert_same_outputs, const, model, ops
 
-from optimizer.candidates.onnx.rewrites.base import eliminate_dead_nodes
-from optimizer.candidates.onnx.rewrites.gather_negative_ids import gather_negative_ids
+from tfopt.optimizer.candidates.onnx.rewrites.base import eliminate_dead_nodes
+from tfopt.optimizer.candidates.onnx.rewrites.gather_negative_ids import gather_negative_ids
 
 ROWS, WIDTH, STEPS = 7, 4, 6
 

@@ -7,8 +7,8 @@ import onnx
 from onnx import helper
 from onnx_graph_testing import assert_same_outputs, batch_feeds, const, float_input, model, ops
 
-from optimizer.candidates.onnx.rewrites.base import eliminate_dead_nodes
-from optimizer.candidates.onnx.rewrites.tensordot_matmul import tensordot_matmul
+from tfopt.optimizer.candidates.onnx.rewrites.base import eliminate_dead_nodes
+from tfopt.optimizer.candidates.onnx.rewrites.tensordot_matmul import tensordot_matmul
 
 STEPS, K, N = 5, 8, 3
 

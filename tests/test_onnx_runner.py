@@ -7,12 +7,12 @@ import json
 import pytest
 from converter_testing import assert_outputs_match_at_any_batch
 
-from optimizer.candidates.onnx.convert import convert_to_onnx
-from optimizer.errors import SourceNotFoundError
-from optimizer.model.savedmodel import get_signature
-from optimizer.model.sidecar import SidecarError
-from optimizer.runtime import CorruptModelError, detect_format, load_runner, read_signature
-from optimizer.runtime.onnx import OnnxRunner
+from tfopt.optimizer.candidates.onnx.convert import convert_to_onnx
+from tfopt.optimizer.errors import SourceNotFoundError
+from tfopt.optimizer.model.savedmodel import get_signature
+from tfopt.optimizer.model.sidecar import SidecarError
+from tfopt.optimizer.runtime import CorruptModelError, detect_format, load_runner, read_signature
+from tfopt.optimizer.runtime.onnx import OnnxRunner
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_the_thread_count_asked_for_is_the_one_onnx_runtime_runs_with(onnx_file,
 
 def test_a_pool_of_more_than_one_thread_spins_between_calls_and_one_thread_does_not(
         onnx_file):
-    """ONNX Runtime's default, kept where there is a pool (optimizer.runtime.onnx): put to
+    """ONNX Runtime's default, kept where there is a pool (tfopt.optimizer.runtime.onnx): put to
     sleep after each call, the workers cost more to wake than the second thread saves."""
     pooled, alone = load_runner(onnx_file, num_threads=2), load_runner(onnx_file, num_threads=1)
     config = "session.intra_op.allow_spinning"

@@ -17,9 +17,9 @@ from onnx_graph_testing import assert_same_outputs, batch_feeds, ops
 from test_onnx_rewrite_bidirectional_outputs import split_and_joined
 from test_onnx_rewrite_drop_zero_initial_states import bidirectional_lstm_with_keras_zero_states
 
-from optimizer.candidates.onnx.rewrites.base import Rewrite
-from optimizer.candidates.onnx.rewrites.registry import REWRITES
-from optimizer.candidates.onnx.rewrites.simplify import simplify
+from tfopt.optimizer.candidates.onnx.rewrites.base import Rewrite
+from tfopt.optimizer.candidates.onnx.rewrites.registry import REWRITES
+from tfopt.optimizer.candidates.onnx.rewrites.simplify import simplify
 
 
 def lstm_with_zero_states_and_split_outputs() -> onnx.ModelProto:
@@ -83,7 +83,7 @@ def test_a_rewrite_that_leaves_a_dangling_input_is_refused(caplog):
 
 @pytest.fixture(scope="module")
 def tagger_candidates(model_dir, tmp_path_factory):
-    from optimizer.candidates.onnx.convert import OnnxExport, convert_to_onnx
+    from tfopt.optimizer.candidates.onnx.convert import OnnxExport, convert_to_onnx
 
     source = model_dir("keras_bilstm_tagger")
     export = OnnxExport(source)
@@ -94,7 +94,7 @@ def tagger_candidates(model_dir, tmp_path_factory):
 
 
 def test_the_tagger_optimized_has_fewer_nodes_and_the_savedmodels_outputs(tagger_candidates):
-    from optimizer.runtime import load_runner
+    from tfopt.optimizer.runtime import load_runner
 
     source, models = tagger_candidates
     nodes = {flavour: len(onnx.load(str(m.path)).graph.node) for flavour, m in models.items()}

@@ -15,12 +15,12 @@ import pytest
 from cli_testing import assert_clean_failure, run_tfopt
 from s3_server import moto_endpoint_fixture, s3_fixture  # noqa: F401
 
-from components.config import config_from_mapping
-from components.step_runner import run_step
-from optimizer.errors import DangerousOpError
-from optimizer.model.export import write_saved_model
-from optimizer.model.freeze import freeze
-from optimizer.model.op_scan import (
+from tfopt.components.config.pipeline_config import config_from_mapping
+from tfopt.components.pipeline.step_runner import run_step
+from tfopt.optimizer.errors import DangerousOpError
+from tfopt.optimizer.model.export import write_saved_model
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.model.op_scan import (
     CONDITIONAL_OPS,
     DEFAULT_POLICY,
     DENIED_OPS,
@@ -28,8 +28,8 @@ from optimizer.model.op_scan import (
     ScanPolicyError,
     find_dangerous_ops,
 )
-from optimizer.model.savedmodel import get_signature, read_saved_model_proto
-from optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.model.savedmodel import get_signature, read_saved_model_proto
+from tfopt.optimizer.tf_runtime import import_tensorflow
 
 tf = import_tensorflow()
 
@@ -322,8 +322,8 @@ def test_a_policy_given_to_optimize_reaches_the_scan_in_its_worker_process(hosti
     Asked for a signature the model lacks, the worker answers with the first check that fails
     when it reads the source: the scan without the policy, the signature with it (past the
     scan, before TensorFlow would load the model)."""
-    from optimizer.errors import UnknownSignatureError
-    from optimizer.optimize.flow import optimize
+    from tfopt.optimizer.errors import UnknownSignatureError
+    from tfopt.optimizer.optimize.flow import optimize
 
     path, op = hostile("read_file")
     with pytest.raises(DangerousOpError, match=f"op {op}"):
@@ -337,7 +337,7 @@ def test_a_policy_crosses_to_json_speaking_workers_unchanged():
     """Runtime-tuning probes get the policy in their JSON arguments (records.py's form)."""
     import json
 
-    from optimizer.records import record_from_dict, record_to_dict
+    from tfopt.optimizer.records import record_from_dict, record_to_dict
 
     policy = ScanPolicy.create(["ReadFile"], ["Conv2D"], max_pb_bytes=1234)
     assert record_from_dict(ScanPolicy, json.loads(json.dumps(record_to_dict(policy)))) == policy
@@ -377,13 +377,13 @@ def test_the_hostile_model_really_writes_when_tensorflow_loads_it(writes_on_load
 
 
 def test_freeze_refuses_a_model_that_writes_on_call_and_nothing_runs(hostile):
-    from optimizer.model.freeze import freeze
+    from tfopt.optimizer.model.freeze import freeze
 
     path, _ = hostile("write_file")
     with pytest.raises(DangerousOpError, match="op WriteFile"):
         freeze(path)
     assert not hostile.marker.exists()
-    from optimizer.runtime import load_runner
+    from tfopt.optimizer.runtime import load_runner
 
     # control: allowed, it does write
     load_runner(path, policy=ScanPolicy.create(["WriteFile"]))({"x": np.ones((1, 2), np.float32)})
@@ -425,7 +425,7 @@ def test_pull_refuses_a_hostile_local_model_before_copying_it(writes_on_load, tm
 
 
 def test_the_pipeline_stops_at_pull_and_freeze_never_loads_the_model(writes_on_load, tmp_path):
-    from components.pipeline import run_pipeline
+    from tfopt.components.pipeline.run import run_pipeline
 
     model, marker = writes_on_load
     with pytest.raises(DangerousOpError):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from graph_testing import build_graph, tf
 
-from optimizer.search.op_timer import MAX_CHAINED_COPIES, OpTimer, OpTimingError
+from tfopt.optimizer.search.op_timer import MAX_CHAINED_COPIES, OpTimer, OpTimingError
 
 
 def _chain(op_body):

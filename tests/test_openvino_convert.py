@@ -18,14 +18,14 @@ from converter_testing import (
     run_load_snippet,
 )
 
-from optimizer.candidates.conversion import ConversionError
-from optimizer.candidates.openvino.convert import OpenVINOExport, convert_to_openvino
-from optimizer.errors import DestinationError, InvalidInputsError
-from optimizer.inputs.calibration import Calibration
-from optimizer.inputs.generated import make_inputs
-from optimizer.model.savedmodel import get_signature
-from optimizer.runtime import load_runner
-from optimizer.system.cpu_features import cpu_supports_bf16
+from tfopt.optimizer.candidates.conversion import ConversionError
+from tfopt.optimizer.candidates.openvino.convert import OpenVINOExport, convert_to_openvino
+from tfopt.optimizer.errors import DestinationError, InvalidInputsError
+from tfopt.optimizer.inputs.calibration import Calibration
+from tfopt.optimizer.inputs.generated import make_inputs
+from tfopt.optimizer.model.savedmodel import get_signature
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.system.cpu_features import cpu_supports_bf16
 
 LOW_PRECISION_ATOL = 0.05
 FLAVOURS = ["fp32", "int8"] + (["bf16"] if cpu_supports_bf16() else [])

@@ -7,12 +7,12 @@ import json
 import pytest
 from converter_testing import assert_outputs_match_at_any_batch
 
-from optimizer.candidates.openvino.convert import convert_to_openvino
-from optimizer.errors import SourceNotFoundError
-from optimizer.model.savedmodel import get_signature
-from optimizer.runtime import CorruptModelError, detect_format, load_runner, read_signature
-from optimizer.runtime.openvino import OpenVINORunner
-from optimizer.runtime.registry import model_files
+from tfopt.optimizer.candidates.openvino.convert import convert_to_openvino
+from tfopt.optimizer.errors import SourceNotFoundError
+from tfopt.optimizer.model.savedmodel import get_signature
+from tfopt.optimizer.runtime import CorruptModelError, detect_format, load_runner, read_signature
+from tfopt.optimizer.runtime.openvino import OpenVINORunner
+from tfopt.optimizer.runtime.registry import model_files
 
 
 @pytest.fixture(scope="module")

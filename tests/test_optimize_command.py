@@ -7,19 +7,19 @@ import perturbing_transforms
 import pytest
 from cli_testing import assert_clean_failure, run_tfopt
 
-from components.cli import main
-from optimizer.model.export import read_provenance
-from optimizer.model.savedmodel import list_signatures
-from optimizer.optimize.recipe import INFERENCE_RECIPE
-from optimizer.transforms import registry
-from optimizer.verify.equivalence import compare
+from tfopt.components.cli import main
+from tfopt.optimizer.model.export import read_provenance
+from tfopt.optimizer.model.savedmodel import list_signatures
+from tfopt.optimizer.optimize.recipe import INFERENCE_RECIPE
+from tfopt.optimizer.transforms import registry
+from tfopt.optimizer.verify.equivalence import compare
 
 
 @pytest.fixture
 def test_only_transforms(monkeypatch):
     """``perturb_weights`` and ``refuse_always`` in the registry for one test."""
     module_name = "_test_only_perturbing_transforms"
-    monkeypatch.setitem(sys.modules, f"optimizer.transforms.{module_name}", perturbing_transforms)
+    monkeypatch.setitem(sys.modules, f"tfopt.optimizer.transforms.{module_name}", perturbing_transforms)
     monkeypatch.setitem(registry.TRANSFORM_MODULES, "perturb_weights", module_name)
     monkeypatch.setitem(registry.TRANSFORM_MODULES, "refuse_always", module_name)
 

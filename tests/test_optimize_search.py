@@ -14,11 +14,11 @@ import pytest
 from cli_testing import assert_clean_failure, run_tfopt
 from graph_testing import op_counts, tf
 
-from components.cli import main
-from optimizer.model.export import read_provenance
-from optimizer.model.freeze import freeze
-from optimizer.model.savedmodel import list_signatures
-from optimizer.verify.equivalence import compare
+from tfopt.components.cli import main
+from tfopt.optimizer.model.export import read_provenance
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.model.savedmodel import list_signatures
+from tfopt.optimizer.verify.equivalence import compare
 
 SIZE, CHANNELS, FILTERS = 14, 256, 8
 ATOL = 1e-4  # the merged conv sums the same products; only float reassociation differs
@@ -161,8 +161,8 @@ def test_the_real_command_rejects_alpha_below_1_in_one_line(tmp_path):
 
 
 def test_the_pipeline_config_selects_the_search_and_rejects_alpha_below_1():
-    from components.config import ConfigError, config_from_mapping
-    from components.steps.optimize import search_settings_of
+    from tfopt.components.config.pipeline_config import ConfigError, config_from_mapping
+    from tfopt.components.steps.optimize import search_settings_of
 
     assert search_settings_of(config_from_mapping({"source": "/m"})) is None  # recipe: as before
     relaxed = search_settings_of(config_from_mapping({"source": "/m"}, overrides=[

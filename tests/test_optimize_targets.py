@@ -11,8 +11,8 @@ from cli_testing import (
     run_tfopt,
 )
 
-from optimizer.runtime import load_runner
-from optimizer.verify.evaluation import load_labelled_data, top1_accuracy
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.verify.evaluation import load_labelled_data, top1_accuracy
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from cli_testing import assert_chosen_is_the_fastest_or_a_more_precise_tie
 
-from components.cli import main
-from optimizer.model.savedmodel import list_signatures
+from tfopt.components.cli import main
+from tfopt.optimizer.model.savedmodel import list_signatures
 
 
 @pytest.fixture
@@ -170,7 +170,7 @@ def test_steps_chain_through_their_json_outputs(local_config, tmp_path, capsys):
 def test_labels_that_do_not_fit_the_model_stop_the_run_at_freeze(local_config, tmp_path, capsys):
     import numpy as np
 
-    from optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.model.savedmodel import get_signature
 
     assert main(["step", "pull", "--config", str(local_config)]) == 0
     pulled = json.loads(capsys.readouterr().out)
@@ -208,7 +208,7 @@ def test_conf_overrides_apply_like_a_dag_trigger_where_the_yaml_allows(local_con
 
 
 def test_airflow_connection_credentials_reach_boto3_environment(monkeypatch):
-    from components.orchestration import export_aws_connection
+    from tfopt.components.orchestration.airflow_tasks import export_aws_connection
 
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
                  "AWS_DEFAULT_REGION"):

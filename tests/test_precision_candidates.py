@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from precision_models import searched_candidate, train_table_model
 
-from optimizer.inputs.calibration import choose_calibration, synthetic
-from optimizer.model.savedmodel import get_signature
-from optimizer.runtime import load_runner
-from optimizer.search.precision.candidates import mixed_candidate
-from optimizer.search.precision.search import sensitivity_order
-from optimizer.search.precision.settings import PrecisionSearchSettings
-from optimizer.verify.evaluation import load_labelled_data, top1_accuracy
+from tfopt.optimizer.inputs.calibration import choose_calibration, synthetic
+from tfopt.optimizer.model.savedmodel import get_signature
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.search.precision.candidates import mixed_candidate
+from tfopt.optimizer.search.precision.search import sensitivity_order
+from tfopt.optimizer.search.precision.settings import PrecisionSearchSettings
+from tfopt.optimizer.verify.evaluation import load_labelled_data, top1_accuracy
 
 BUDGET = 0.01
 
@@ -159,10 +159,10 @@ def test_litert_mixed_int8_denylists_the_normalization_and_stays_inside_the_budg
 
 
 def test_the_pipelines_optimize_step_adds_the_mixed_candidate_with_its_trace(wine, tmp_path):
-    from components.artifacts import PulledModel
-    from components.config import config_from_mapping
-    from components.steps.optimize import derive
-    from optimizer.benchmark.environment import model_digest
+    from tfopt.components.config.pipeline_config import config_from_mapping
+    from tfopt.components.pipeline.artifacts import PulledModel
+    from tfopt.components.steps.optimize import derive
+    from tfopt.optimizer.benchmark.environment import model_digest
 
     model = wine[0]
     config = config_from_mapping({
@@ -184,8 +184,8 @@ def test_the_pipelines_optimize_step_adds_the_mixed_candidate_with_its_trace(win
 
 
 def test_an_unknown_precision_search_in_the_config_is_one_line_naming_it():
-    from components.config import config_from_mapping
-    from optimizer.errors import TfoptError
+    from tfopt.components.config.pipeline_config import config_from_mapping
+    from tfopt.optimizer.errors import TfoptError
 
     with pytest.raises(TfoptError, match="precision_search"):
         config_from_mapping({"source": "/x", "candidates": {"precision_search": "fast"}})
@@ -196,7 +196,7 @@ def test_a_layer_that_reads_one_tensor_twice_is_costed(tmp_path):
     # one-node model declared d twice as a graph input, which ONNX Runtime refused to load
     from onnx import TensorProto, helper
 
-    from optimizer.search.precision.onnx_runtime import OnnxLayerCosts, OnnxPrecisionModel
+    from tfopt.optimizer.search.precision.onnx_runtime import OnnxLayerCosts, OnnxPrecisionModel
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])

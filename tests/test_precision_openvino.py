@@ -23,14 +23,17 @@ import numpy as np
 import pytest
 from precision_models import searched_candidate, train_table_model
 
-from optimizer.candidates.conversion import ConversionError
-from optimizer.candidates.openvino.convert import OpenVINOExport, convert_to_openvino
-from optimizer.inputs.calibration import choose_calibration
-from optimizer.model.savedmodel import get_signature
-from optimizer.runtime import load_runner
-from optimizer.runtime.openvino import read_ir
-from optimizer.search.precision.openvino_runtime import OpenVINOPrecisionModel, quantized_layers
-from optimizer.verify.evaluation import load_labelled_data, top1_accuracy
+from tfopt.optimizer.candidates.conversion import ConversionError
+from tfopt.optimizer.candidates.openvino.convert import OpenVINOExport, convert_to_openvino
+from tfopt.optimizer.inputs.calibration import choose_calibration
+from tfopt.optimizer.model.savedmodel import get_signature
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.runtime.openvino import read_ir
+from tfopt.optimizer.search.precision.openvino_runtime import (
+    OpenVINOPrecisionModel,
+    quantized_layers,
+)
+from tfopt.optimizer.verify.evaluation import load_labelled_data, top1_accuracy
 
 BUDGET = 0.01
 # mixed int8 against the float SavedModel, on wine's held-out rows: softmax probabilities

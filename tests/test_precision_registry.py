@@ -11,15 +11,15 @@ import pytest
 from precision_models import searched_candidate, train_table_model
 from publish_inputs import judge
 
-from components.artifacts import CandidateModel, PulledModel
-from components.config import config_from_mapping
-from components.steps.publish import publish
-from components.workspace import Workspace
-from optimizer.benchmark.environment import model_digest
-from optimizer.candidates.candidate import Candidate
-from optimizer.gate.verdict import GateConfig
-from optimizer.runtime import load_runner
-from optimizer.verify.evaluation import load_labelled_data
+from tfopt.components.config.pipeline_config import config_from_mapping
+from tfopt.components.pipeline.artifacts import CandidateModel, PulledModel
+from tfopt.components.pipeline.workspace import Workspace
+from tfopt.components.steps.publish import publish
+from tfopt.optimizer.benchmark.environment import model_digest
+from tfopt.optimizer.candidates.candidate import Candidate
+from tfopt.optimizer.gate.verdict import GateConfig
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.verify.evaluation import load_labelled_data
 
 pytest_plugins = ["mlflow_server"]
 pytestmark = pytest.mark.slow  # trains, searches, benchmarks and publishes: ~3 minutes
@@ -62,11 +62,11 @@ def published_openvino(mlflow_server, published, tmp_path_factory):
     uniform int8 is inside the budget and the search keeps nothing in float
     (tests/test_precision_openvino.py), so the head (whose int8 the search measured no faster)
     is kept in float by hand to give the version a float layer to carry."""
-    from optimizer.candidates.openvino.convert import convert_to_openvino
-    from optimizer.inputs.calibration import choose_calibration
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.runtime.openvino import read_ir
-    from optimizer.search.precision.openvino_runtime import quantized_layers
+    from tfopt.optimizer.candidates.openvino.convert import convert_to_openvino
+    from tfopt.optimizer.inputs.calibration import choose_calibration
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.runtime.openvino import read_ir
+    from tfopt.optimizer.search.precision.openvino_runtime import quantized_layers
 
     _, _, model = published
     root = tmp_path_factory.mktemp("precision_registry_openvino")

@@ -8,14 +8,14 @@ import itertools
 
 import pytest
 
-from optimizer.search.precision.search import (
+from tfopt.optimizer.search.precision.search import (
     Measured,
     greedy_fallback,
     relaxed_precision_search,
     search_precision,
     sensitivity_order,
 )
-from optimizer.search.precision.table import INPUT, OUTPUT, PrecisionTable
+from tfopt.optimizer.search.precision.table import INPUT, OUTPUT, PrecisionTable
 
 
 def chain(names, boundary, int8, floats, quantized_alone, float_alone, int8_error):

@@ -4,7 +4,7 @@ import subprocess
 import sys
 import time
 
-from optimizer.system.process_tree import TreeMeter, tree_rss_bytes
+from tfopt.optimizer.system.process_tree import TreeMeter, tree_rss_bytes
 
 HOLD = ("import sys, time; block = bytearray(int(sys.argv[1])); "
         "block[::4096] = b'x' * len(block[::4096]); print('ready', flush=True); "

@@ -23,26 +23,31 @@ from fault_proxy import FaultProxy
 from mlflow import MlflowClient
 from mlflow.entities import LoggedModelStatus
 
-from components.artifacts import CandidateModel, EvaluationOutput, GateOutput, PulledModel
-from components.config import config_from_mapping
-from components.publishing.logged_models import log_model
-from components.publishing.naming import step_name
-from components.publishing.publication import PUBLISH_KEY_TAG, publication
-from components.publishing.registry_protocol import RaceTolerantClient, find_version, register
-from components.publishing.run_logging import log_run
-from components.steps import publish as publish_step
-from components.steps.publish import publish
-from components.tracking import TrackingError, mlflow_client
-from components.tracking.champion import find_champion
-from components.workspace import Workspace
-from optimizer.benchmark.environment import model_digest
-from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-from optimizer.gate.verdict import GateConfig, evaluate_gate
-from optimizer.model.export import write_saved_model
-from optimizer.model.freeze import freeze
-from optimizer.optimize.flow import apply_recipe
-from optimizer.optimize.recipe import DEPLOYMENT_RECIPE, Recipe
-from optimizer.report.write import write_report
+from tfopt.components.config.pipeline_config import config_from_mapping
+from tfopt.components.pipeline.artifacts import (
+    CandidateModel,
+    EvaluationOutput,
+    GateOutput,
+    PulledModel,
+)
+from tfopt.components.pipeline.workspace import Workspace
+from tfopt.components.publishing.logged_models import log_model
+from tfopt.components.publishing.naming import step_name
+from tfopt.components.publishing.publication import PUBLISH_KEY_TAG, publication
+from tfopt.components.publishing.registry_protocol import RaceTolerantClient, find_version, register
+from tfopt.components.publishing.run_logging import log_run
+from tfopt.components.steps import publish as publish_step
+from tfopt.components.steps.publish import publish
+from tfopt.components.tracking import TrackingError, mlflow_client
+from tfopt.components.tracking.champion import find_champion
+from tfopt.optimizer.benchmark.environment import model_digest
+from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+from tfopt.optimizer.gate.verdict import GateConfig, evaluate_gate
+from tfopt.optimizer.model.export import write_saved_model
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.optimize.flow import apply_recipe
+from tfopt.optimizer.optimize.recipe import DEPLOYMENT_RECIPE, Recipe
+from tfopt.optimizer.report.write import write_report
 
 pytest_plugins = ["mlflow_server"]  # the mlflow_server fixture
 
@@ -362,7 +367,7 @@ def test_a_local_sqlite_store_keeps_artifacts_beside_its_database(made, tmp_path
 
 
 def test_the_demos_one_liner_loads_the_champion_of_a_local_store(made, tmp_path):
-    from components.demo import pyfunc_one_liner
+    from tfopt.components.demo.run import pyfunc_one_liner
 
     store = tmp_path / "mlflow" / "mlflow.db"
     store.parent.mkdir()
@@ -584,7 +589,7 @@ def test_a_candidate_tf_serving_cannot_load_is_refused_before_anything_is_logged
     # Issue 15, 2e: TF2 loads it; TF Serving's loader (tag 'serve', TF1 Session) does not.
     from tensorflow.core.protobuf import saved_model_pb2
 
-    from optimizer.verify.servability import NotServableError
+    from tfopt.optimizer.verify.servability import NotServableError
 
     broken = tmp_path / "untagged"
     shutil.copytree(made["candidates"][0].path, broken)
@@ -613,8 +618,8 @@ def test_a_candidate_tf_serving_cannot_load_is_refused_before_anything_is_logged
 
 def tuned_settings(model_path: str, intra: int, inter: int):
     """A runtime_settings record as the gate's tuning writes it, with chosen threads."""
-    from optimizer.runtime_tuning import TunedRuntimeSettings
-    from optimizer.runtime_tuning.grid import ThreadSetting
+    from tfopt.optimizer.runtime_tuning import TunedRuntimeSettings
+    from tfopt.optimizer.runtime_tuning.grid import ThreadSetting
 
     return TunedRuntimeSettings(
         model=model_path, intra_op_threads=intra, inter_op_threads=inter, num_threads=None,
@@ -625,7 +630,7 @@ def tuned_settings(model_path: str, intra: int, inter: int):
 
 def test_the_version_description_says_format_runtime_the_tuned_load_line_and_the_report(
         made, tmp_path):
-    from components.publishing.run_record import version_description
+    from tfopt.components.publishing.run_record import version_description
 
     config = config_from_mapping({"source": made["pulled"].uri, "workdir": str(tmp_path),
                                   "mlflow": {"registered_model": "described"}})

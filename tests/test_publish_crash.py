@@ -18,8 +18,8 @@ from fault_proxy import FaultProxy
 from mlflow import MlflowClient
 from mlflow.entities import LoggedModelStatus
 
-from components.config import load_config
-from components.step_runner import run_step
+from tfopt.components.config.pipeline_config import load_config
+from tfopt.components.pipeline.step_runner import run_step
 
 pytest_plugins = ["mlflow_server", "publish_inputs"]
 

@@ -32,15 +32,15 @@ from mlflow_model_testing import litert_candidate, savedmodel_candidate
 from publish_inputs import judge
 from served_process import served
 
-from components.artifacts import CandidateModel, PublishOutput, PulledModel
-from components.config import PipelineConfig, config_from_mapping
-from components.steps.publish import publish
-from components.tracking.champion import find_champion
-from components.workspace import Workspace
-from optimizer.benchmark.environment import model_digest
-from optimizer.errors import NotASavedModelError
-from optimizer.inputs.generated import make_inputs
-from optimizer.runtime import load_runner, read_signature
+from tfopt.components.config.pipeline_config import PipelineConfig, config_from_mapping
+from tfopt.components.pipeline.artifacts import CandidateModel, PublishOutput, PulledModel
+from tfopt.components.pipeline.workspace import Workspace
+from tfopt.components.steps.publish import publish
+from tfopt.components.tracking.champion import find_champion
+from tfopt.optimizer.benchmark.environment import model_digest
+from tfopt.optimizer.errors import NotASavedModelError
+from tfopt.optimizer.inputs.generated import make_inputs
+from tfopt.optimizer.runtime import load_runner, read_signature
 
 pytest_plugins = ["mlflow_server"]
 
@@ -70,11 +70,11 @@ def source(model_dir):
 
 @pytest.fixture(scope="module")
 def published(source, mlflow_server, tmp_path_factory) -> dict[str, Published]:
-    from optimizer.model.export import write_saved_model
-    from optimizer.model.freeze import freeze
-    from optimizer.optimize.flow import apply_recipe
-    from optimizer.optimize.recipe import DEPLOYMENT_RECIPE, Recipe
-    from optimizer.runtime_tuning import RUNTIME_SETTINGS_FILE, tune_runtime
+    from tfopt.optimizer.model.export import write_saved_model
+    from tfopt.optimizer.model.freeze import freeze
+    from tfopt.optimizer.optimize.flow import apply_recipe
+    from tfopt.optimizer.optimize.recipe import DEPLOYMENT_RECIPE, Recipe
+    from tfopt.optimizer.runtime_tuning import RUNTIME_SETTINGS_FILE, tune_runtime
 
     root = tmp_path_factory.mktemp("published")
     frozen = freeze(source)
@@ -144,7 +144,7 @@ def test_pyfunc_loads_the_champion_from_the_registry_and_predicts_as_the_origina
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_the_champion_lookup_finds_it_and_benchmarks_it_in_its_own_runtime(published, source,
                                                                           fmt):
-    from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+    from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
 
     champion = published[fmt]
     found = find_champion(champion.config)
@@ -164,7 +164,7 @@ def test_the_champion_lookup_finds_it_and_benchmarks_it_in_its_own_runtime(publi
 
 
 def test_a_registry_source_pulls_the_saved_model_inside_the_mlflow_model(published, tmp_path):
-    from components.steps.pull import pull
+    from tfopt.components.steps.pull import pull
 
     champion = published["savedmodel"]
     config = config_from_mapping({"source": champion.uri, "workdir": str(tmp_path),
@@ -177,7 +177,7 @@ def test_a_registry_source_pulls_the_saved_model_inside_the_mlflow_model(publish
 
 
 def test_a_litert_registry_source_is_refused_in_one_line(published, tmp_path):
-    from components.steps.pull import pull
+    from tfopt.components.steps.pull import pull
 
     champion = published["tflite"]
     config = config_from_mapping({"source": champion.uri, "workdir": str(tmp_path),

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 from s3_server import WrongChecksumClient, moto_endpoint_fixture, s3_fixture  # noqa: F401
 
-from components.config import config_from_mapping
-from components.steps import pull as pull_module
-from components.steps.pull import MARKER, pull
-from components.storage.archive import UnsafeArchiveError
-from components.storage.s3 import ChecksumMismatchError, UnsafeKeyError, make_client
-from optimizer.benchmark.environment import model_digest
-from optimizer.errors import NotASavedModelError, SourceNotFoundError, TfoptError
-from optimizer.model.savedmodel import list_signatures
+from tfopt.components.config.pipeline_config import config_from_mapping
+from tfopt.components.steps import pull as pull_module
+from tfopt.components.steps.pull import MARKER, pull
+from tfopt.components.storage.archive import UnsafeArchiveError
+from tfopt.components.storage.s3 import ChecksumMismatchError, UnsafeKeyError, make_client
+from tfopt.optimizer.benchmark.environment import model_digest
+from tfopt.optimizer.errors import NotASavedModelError, SourceNotFoundError, TfoptError
+from tfopt.optimizer.model.savedmodel import list_signatures
 
 PREFIX = "models/cnn"
 

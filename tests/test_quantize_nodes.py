@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 from graph_testing import assert_idempotent, build_graph, context, op_counts, run_graph, tf
 
-from optimizer.graph.traversal import nodes_by_name
-from optimizer.model.freeze import freeze
-from optimizer.transforms.base import TransformRefused
-from optimizer.transforms.pipeline import context_for
-from optimizer.transforms.registry import make_transform
-from optimizer.transforms.timing import median_run_seconds, placeholder_feeds
-from optimizer.verify.equivalence import compare
+from tfopt.optimizer.graph.traversal import nodes_by_name
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.transforms.base import TransformRefused
+from tfopt.optimizer.transforms.pipeline import context_for
+from tfopt.optimizer.transforms.registry import make_transform
+from tfopt.optimizer.transforms.timing import median_run_seconds, placeholder_feeds
+from tfopt.optimizer.verify.equivalence import compare
 
 RNG = np.random.default_rng(0)
 FILTER = RNG.standard_normal((3, 3, 3, 8)).astype(np.float32)

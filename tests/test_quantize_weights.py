@@ -9,15 +9,15 @@ from graph_testing import (
     tf,
 )
 
-from optimizer.graph.consts import values_from_const
-from optimizer.graph.quantization import dequantize_min_first, min_first_range, step_size
-from optimizer.graph.traversal import nodes_by_name
-from optimizer.model.export import write_saved_model
-from optimizer.model.freeze import freeze
-from optimizer.transforms.pipeline import context_for
-from optimizer.transforms.quantize_weights import size_report
-from optimizer.transforms.registry import make_transform
-from optimizer.verify.equivalence import compare
+from tfopt.optimizer.graph.consts import values_from_const
+from tfopt.optimizer.graph.quantization import dequantize_min_first, min_first_range, step_size
+from tfopt.optimizer.graph.traversal import nodes_by_name
+from tfopt.optimizer.model.export import write_saved_model
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.transforms.pipeline import context_for
+from tfopt.optimizer.transforms.quantize_weights import size_report
+from tfopt.optimizer.transforms.registry import make_transform
+from tfopt.optimizer.verify.equivalence import compare
 
 RNG = np.random.default_rng(0)
 WEIGHTS = RNG.standard_normal((64, 64)).astype(np.float32)

@@ -74,7 +74,7 @@ def test_every_code_block_says_how_it_is_checked():
 
 
 def test_every_tfopt_command_parses_with_the_real_cli():
-    from components.cli import build_parser
+    from tfopt.components.cli import build_parser
 
     parser = build_parser()
     # the README spells options out: an abbreviation argparse would accept fails here
@@ -92,7 +92,7 @@ def test_every_tfopt_command_parses_with_the_real_cli():
 
 def test_every_tfopt_command_named_in_the_prose_exists_with_its_options():
     # prose names a command and maybe an option (`tfopt step`), not a whole command line
-    from components.cli import build_parser
+    from tfopt.components.cli import build_parser
 
     [commands] = [action.choices for action in build_parser()._actions
                   if getattr(action, "choices", None)]
@@ -118,7 +118,7 @@ def test_every_make_command_is_a_real_target():
 def test_the_config_example_is_a_valid_pipeline_config():
     import yaml
 
-    from components.config import config_from_mapping
+    from tfopt.components.config.pipeline_config import config_from_mapping
 
     [example] = _blocks("config")
     config = config_from_mapping(yaml.safe_load(example), "README")
@@ -128,7 +128,12 @@ def test_the_config_example_is_a_valid_pipeline_config():
 def test_the_airflow_trigger_fits_the_dags_conf(monkeypatch):
     import jsonschema
 
-    from components.orchestration import CONFIG_ENV, DEFAULT_CONFIG, PARAMS_SCHEMA, dag_config
+    from tfopt.components.orchestration.airflow_tasks import (
+        CONFIG_ENV,
+        DEFAULT_CONFIG,
+        PARAMS_SCHEMA,
+        dag_config,
+    )
 
     [trigger] = [argv for body in _blocks("airflow") for argv in _commands(body, "airflow")]
     assert trigger[1:4] == ["dags", "trigger", "model_optimization"]

@@ -4,19 +4,27 @@ import numpy as np
 import pytest
 from graph_testing import build_graph, context, run_graph, tf
 
-from optimizer.errors import TfoptError
-from optimizer.optimize.gtt_syntax import (
+from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.optimize.gtt_syntax import (
     RecipeSyntaxError,
     TransformSpec,
     format_transforms,
     parse_transforms,
 )
-from optimizer.optimize.recipe import DEPLOYMENT_RECIPE, GTT_INFERENCE_RECIPE, INFERENCE_RECIPE
-from optimizer.optimize.recipe_building import IgnoringErrors, build_transforms
-from optimizer.optimize.recipe_yaml import RecipeFileError, load_recipe_file, parse_yaml_transforms
-from optimizer.transforms import registry
-from optimizer.transforms.base import TransformConfigError
-from optimizer.verify.tolerance import Tolerance, ToleranceError
+from tfopt.optimizer.optimize.recipe import (
+    DEPLOYMENT_RECIPE,
+    GTT_INFERENCE_RECIPE,
+    INFERENCE_RECIPE,
+)
+from tfopt.optimizer.optimize.recipe_building import IgnoringErrors, build_transforms
+from tfopt.optimizer.optimize.recipe_yaml import (
+    RecipeFileError,
+    load_recipe_file,
+    parse_yaml_transforms,
+)
+from tfopt.optimizer.transforms import registry
+from tfopt.optimizer.transforms.base import TransformConfigError
+from tfopt.optimizer.verify.tolerance import Tolerance, ToleranceError
 
 README_DEPLOYMENT = [
     TransformSpec("strip_unused_nodes", {"type": ["float"], "shape": ["1,299,299,3"]}),

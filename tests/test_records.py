@@ -8,8 +8,8 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field, ValidationError
 
-from optimizer.errors import TfoptError
-from optimizer.records import (
+from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.records import (
     JsonRecord,
     Settings,
     default_of,

@@ -17,10 +17,10 @@ from graph_testing import (
     tf,
 )
 
-from optimizer.model.freeze import freeze
-from optimizer.transforms.pipeline import run_transforms
-from optimizer.transforms.registry import make_transform
-from optimizer.verify.equivalence import compare
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.transforms.pipeline import run_transforms
+from tfopt.optimizer.transforms.registry import make_transform
+from tfopt.optimizer.verify.equivalence import compare
 
 # Dropping control edges changes no value: the outputs must match up to float noise.
 ATOL = 1e-6

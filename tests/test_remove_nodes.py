@@ -17,11 +17,11 @@ from graph_testing import (
     tf,
 )
 
-from optimizer.model.freeze import freeze
-from optimizer.transforms.base import TransformConfigError
-from optimizer.transforms.pipeline import run_transforms
-from optimizer.transforms.registry import make_transform
-from optimizer.verify.equivalence import compare
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.transforms.base import TransformConfigError
+from tfopt.optimizer.transforms.pipeline import run_transforms
+from tfopt.optimizer.transforms.registry import make_transform
+from tfopt.optimizer.verify.equivalence import compare
 
 # Removing a pass-through only rewires edges: the outputs must be the same up to float noise.
 ATOL = 1e-6

@@ -8,18 +8,18 @@ import numpy as np
 import pytest
 from benchmark_testing import noisy_samples, synthetic_result, top1_fidelity
 
-from optimizer.benchmark.result import Quality
-from optimizer.candidates.candidate import Candidate
-from optimizer.gate.selection import candidate_rows
-from optimizer.gate.verdict import evaluate_gate
-from optimizer.inputs.generated import make_inputs
-from optimizer.model.export import write_saved_model
-from optimizer.model.freeze import freeze
-from optimizer.model.savedmodel import get_signature
-from optimizer.report.heading import ReportTitle, speedup_text
-from optimizer.report.markdown import ratio_comment, render_markdown
-from optimizer.report.profile import OpProfile, OpTime, aggregate_step_stats, profile_ops
-from optimizer.report.write import LATENCY_CHART, SPEEDUP_CHART, write_report
+from tfopt.optimizer.benchmark.result import Quality
+from tfopt.optimizer.candidates.candidate import Candidate
+from tfopt.optimizer.gate.selection import candidate_rows
+from tfopt.optimizer.gate.verdict import evaluate_gate
+from tfopt.optimizer.inputs.generated import make_inputs
+from tfopt.optimizer.model.export import write_saved_model
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.model.savedmodel import get_signature
+from tfopt.optimizer.report.heading import ReportTitle, speedup_text
+from tfopt.optimizer.report.markdown import ratio_comment, render_markdown
+from tfopt.optimizer.report.profile import OpProfile, OpTime, aggregate_step_stats, profile_ops
+from tfopt.optimizer.report.write import LATENCY_CHART, SPEEDUP_CHART, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 N = 120
@@ -164,7 +164,7 @@ def test_the_baselines_twin_is_a_row_of_the_latency_detail_and_sets_the_stated_b
 
     from benchmark_testing import measurement
 
-    from optimizer.benchmark.result import TWIN
+    from tfopt.optimizer.benchmark.result import TWIN
 
     base = result.baseline.samples
     twinned = dataclasses.replace(result, twin=measurement(

@@ -6,9 +6,9 @@ from html.parser import HTMLParser
 
 from benchmark_testing import noisy_samples, synthetic_result, top1_fidelity
 
-from optimizer.gate.verdict import evaluate_gate
-from optimizer.report.html import render_html
-from optimizer.report.write import write_report
+from tfopt.optimizer.gate.verdict import evaluate_gate
+from tfopt.optimizer.report.html import render_html
+from tfopt.optimizer.report.write import write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 N = 120

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from benchmark_testing import noisy_samples, synthetic_result, top1_fidelity
 
-from optimizer.benchmark.result import FORMAT_VERSION, BenchmarkResult, Quality, load_result
-from optimizer.errors import BenchmarkResultError
+from tfopt.optimizer.benchmark.result import FORMAT_VERSION, BenchmarkResult, Quality, load_result
+from tfopt.optimizer.errors import BenchmarkResultError
 
 
 @pytest.fixture

@@ -20,11 +20,11 @@ from graph_testing import (
     tf,
 )
 
-from optimizer.model.freeze import freeze
-from optimizer.transforms.grappler import DEFAULT_OPTIMIZERS
-from optimizer.transforms.pipeline import context_for, run_transforms
-from optimizer.transforms.registry import make_transform
-from optimizer.verify.equivalence import compare
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.transforms.grappler import DEFAULT_OPTIMIZERS
+from tfopt.optimizer.transforms.pipeline import context_for, run_transforms
+from tfopt.optimizer.transforms.registry import make_transform
+from tfopt.optimizer.verify.equivalence import compare
 
 RNG = np.random.default_rng(0)
 WEIGHTS = RNG.standard_normal((16, 32)).astype(np.float32)

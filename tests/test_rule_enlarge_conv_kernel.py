@@ -14,8 +14,8 @@ from parallel_blocks import (
     resnet_block,
 )
 
-from optimizer.search.rules.enlarge_conv_kernel import EnlargeConvKernel
-from optimizer.search.rules.merge_parallel_convs import MergeParallelConvs
+from tfopt.optimizer.search.rules.enlarge_conv_kernel import EnlargeConvKernel
+from tfopt.optimizer.search.rules.merge_parallel_convs import MergeParallelConvs
 
 RULE = EnlargeConvKernel()
 CTX = context(["x"], ["small", "large"])

@@ -8,8 +8,8 @@ folds compound (the same bound the fold_batch_norms transform's real-model test 
 import numpy as np
 from graph_testing import assert_same_outputs, build_graph, context, op_counts, run_graph, tf
 
-from optimizer.model.freeze import freeze
-from optimizer.search.rules import rule_class
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.search.rules import rule_class
 
 RNG = np.random.default_rng(0)
 IMAGE = RNG.standard_normal((2, 6, 6, 3)).astype(np.float32)

@@ -11,8 +11,8 @@ from parallel_blocks import (
     resnet_block,
 )
 
-from optimizer.search.rules.fuse_conv_bias_relu import FuseConvBiasRelu
-from optimizer.transforms.grappler import Grappler
+from tfopt.optimizer.search.rules.fuse_conv_bias_relu import FuseConvBiasRelu
+from tfopt.optimizer.transforms.grappler import Grappler
 
 RULE = FuseConvBiasRelu()
 CTX = context(["x"], ["out"])

@@ -11,7 +11,7 @@ from parallel_blocks import (
     resnet_block,
 )
 
-from optimizer.search.rules.merge_parallel_convs import MergeParallelConvs
+from tfopt.optimizer.search.rules.merge_parallel_convs import MergeParallelConvs
 
 RULE = MergeParallelConvs()
 CTX = context(["x"], ["a", "b"])
@@ -141,7 +141,7 @@ def test_frozen_keras_convs_of_different_sizes_are_not_merged_directly(keras_mod
     graph, ctx, inputs = keras_model
     assert RULE.matches(graph, ctx) == []
     # Once the 1x1 filter is zero-padded to 3x3 (enlarge_conv_kernel), they merge.
-    from optimizer.search.rules.enlarge_conv_kernel import EnlargeConvKernel
+    from tfopt.optimizer.search.rules.enlarge_conv_kernel import EnlargeConvKernel
     enlarge = EnlargeConvKernel()
     enlarged = enlarge.apply(graph, enlarge.matches(graph, ctx)[0], ctx)
     found = RULE.matches(enlarged, ctx)

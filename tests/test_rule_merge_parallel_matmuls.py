@@ -5,7 +5,7 @@ import pytest
 from graph_testing import assert_same_outputs, build_graph, context, op_counts, tf
 from parallel_blocks import frozen_keras_branches
 
-from optimizer.search.rules.merge_parallel_matmuls import MergeParallelMatmuls
+from tfopt.optimizer.search.rules.merge_parallel_matmuls import MergeParallelMatmuls
 
 RULE = MergeParallelMatmuls()
 CTX = context(["x"], ["q", "k", "v"])

@@ -7,7 +7,7 @@ are expected to be bit-identical (the bound is there to state it, not because it
 import numpy as np
 from graph_testing import assert_same_outputs, build_graph, context, op_counts, tf
 
-from optimizer.search.rules import rule_class
+from tfopt.optimizer.search.rules import rule_class
 
 RNG = np.random.default_rng(0)
 IMAGE = RNG.standard_normal((2, 5, 5, 3)).astype(np.float32)

@@ -8,8 +8,8 @@ import numpy as np
 from control_flow_graphs import cond_graph, feeds_for_both_branches
 from graph_testing import assert_same_outputs, build_graph, context, op_counts, tf
 
-from optimizer.graph.control_flow import nodes_under_control_flow
-from optimizer.search.rules import rule_class
+from tfopt.optimizer.graph.control_flow import nodes_under_control_flow
+from tfopt.optimizer.search.rules import rule_class
 
 RNG = np.random.default_rng(0)
 ROWS = RNG.standard_normal((3, 4)).astype(np.float32)

@@ -5,10 +5,10 @@ import numpy as np
 from control_flow_graphs import counted_loop_graph, input_bounded_loop_graph
 from graph_testing import assert_same_outputs, context, op_counts
 
-from optimizer.model.frozen import FrozenModel
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
-from optimizer.search.rules import rule_class
-from optimizer.search.search import relaxed_search
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.search.rules import rule_class
+from tfopt.optimizer.search.search import relaxed_search
 
 RULE = rule_class("unroll_static_loops")()
 

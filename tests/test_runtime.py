@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from optimizer.system.cpu_threads import (
+from tfopt.optimizer.system.cpu_threads import (
     RuntimeSettings,
     available_cpus,
     cgroup_cpu_quota,
@@ -124,7 +124,7 @@ def test_settings_apply_before_tf_starts_and_are_recorded_as_not_in_effect_after
     # comes after TF's context exists and must say so rather than claim 3 threads.
     script = textwrap.dedent("""
         import json, os
-        from optimizer.system.cpu_threads import RuntimeSettings, apply_runtime_settings
+        from tfopt.optimizer.system.cpu_threads import RuntimeSettings, apply_runtime_settings
         first = apply_runtime_settings(RuntimeSettings(1, 1, 1, kmp_blocktime=1))
         import tensorflow as tf
         tf.constant(1.0) + 1.0

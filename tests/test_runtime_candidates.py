@@ -10,15 +10,15 @@ one digit of 450).
 
 import pytest
 
-from optimizer.benchmark.harness import BenchmarkConfig
-from optimizer.candidates.build import CandidateSettings, derive_candidates, parse_targets
-from optimizer.gate.selection import select_candidate
-from optimizer.gate.verdict import GateConfig
-from optimizer.inputs.calibration import from_rows
-from optimizer.model.freeze import freeze
-from optimizer.model.savedmodel import get_signature
-from optimizer.system.cpu_features import cpu_supports_bf16
-from optimizer.verify.evaluation import load_labelled_data
+from tfopt.optimizer.benchmark.harness import BenchmarkConfig
+from tfopt.optimizer.candidates.build import CandidateSettings, derive_candidates, parse_targets
+from tfopt.optimizer.gate.selection import select_candidate
+from tfopt.optimizer.gate.verdict import GateConfig
+from tfopt.optimizer.inputs.calibration import from_rows
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.model.savedmodel import get_signature
+from tfopt.optimizer.system.cpu_features import cpu_supports_bf16
+from tfopt.optimizer.verify.evaluation import load_labelled_data
 
 BUDGET = 0.005
 QUICK = BenchmarkConfig(batch_sizes=(1,), warmup=3, min_runs=30, min_seconds=0.5)

@@ -10,13 +10,13 @@ import shutil
 
 import pytest
 
-from optimizer.errors import (
+from tfopt.optimizer.errors import (
     DestinationError,
     NotASavedModelError,
     SourceNotFoundError,
     UnknownSignatureError,
 )
-from optimizer.runtime_tuning import (
+from tfopt.optimizer.runtime_tuning import (
     RUNTIME_SETTINGS_FILE,
     TAG_PREFIX,
     BatchPoint,
@@ -31,7 +31,7 @@ from optimizer.runtime_tuning import (
     thread_grid,
     tune_runtime,
 )
-from optimizer.system.cpu_threads import available_cpus
+from tfopt.optimizer.system.cpu_threads import available_cpus
 
 CPUS = available_cpus().available
 # Inter-op 2 only matters for models with parallel branches; two settings keep start-up short.
@@ -204,14 +204,14 @@ def test_a_probe_that_cannot_load_the_model_reports_why(model_dir, tmp_path):
 
 def _converted(fmt: str, source, directory):
     if fmt == "tflite":
-        from optimizer.candidates.litert.convert import convert_to_litert
+        from tfopt.optimizer.candidates.litert.convert import convert_to_litert
 
         return convert_to_litert(source, directory / "cnn.tflite", "fp32").path
     if fmt == "onnx":
-        from optimizer.candidates.onnx.convert import convert_to_onnx
+        from tfopt.optimizer.candidates.onnx.convert import convert_to_onnx
 
         return convert_to_onnx(source, directory / "cnn.onnx", "fp32").path
-    from optimizer.candidates.openvino.convert import convert_to_openvino
+    from tfopt.optimizer.candidates.openvino.convert import convert_to_openvino
 
     return convert_to_openvino(source, directory / "cnn.xml", "fp32").path
 

@@ -1,4 +1,4 @@
-"""components.storage.s3 against a real moto server over HTTP: list, map keys, download, verify."""
+"""tfopt.components.storage.s3 against a real moto server over HTTP: list, map keys, download, verify."""
 
 import base64
 import hashlib
@@ -9,9 +9,9 @@ from pathlib import PurePosixPath
 import pytest
 from s3_server import WrongChecksumClient, moto_endpoint_fixture, s3_fixture  # noqa: F401
 
-from components.config import S3Config
-from components.storage import s3 as storage
-from components.storage.s3 import (
+from tfopt.components.config.pipeline_config import S3Config
+from tfopt.components.storage import s3 as storage
+from tfopt.components.storage.s3 import (
     ChecksumMismatchError,
     ExpectedContent,
     ObjectChangedError,
@@ -27,7 +27,7 @@ from components.storage.s3 import (
     verify_file,
     verify_object,
 )
-from optimizer.errors import SourceNotFoundError
+from tfopt.optimizer.errors import SourceNotFoundError
 
 MiB = 2**20
 
@@ -223,7 +223,7 @@ def test_progress_is_logged_while_downloading(s3, tmp_path, monkeypatch, caplog)
     client = make_client(_settings(s3.endpoint_url))
     objects = list_objects(client, parse_s3_uri(f"s3://{s3.bucket}/p"))
 
-    with caplog.at_level(logging.INFO, logger="components.storage.s3"):
+    with caplog.at_level(logging.INFO, logger="tfopt.components.storage.s3"):
         download_objects(client, s3.bucket, plan_downloads(objects, "p/", s3.bucket),
                          tmp_path / "dest", _settings(s3.endpoint_url))
 

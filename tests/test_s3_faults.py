@@ -15,12 +15,12 @@ from cli_testing import error_lines
 from fault_proxy import FaultProxy
 from s3_server import moto_endpoint_fixture, s3_fixture  # noqa: F401
 
-from components.cli import main
-from components.config import S3Config, config_from_mapping
-from components.steps.pull import pull
-from components.storage import s3 as storage
-from components.storage.s3 import ChecksumMismatchError, S3AccessError
-from optimizer.benchmark.environment import model_digest
+from tfopt.components.cli import main
+from tfopt.components.config.pipeline_config import S3Config, config_from_mapping
+from tfopt.components.steps.pull import pull
+from tfopt.components.storage import s3 as storage
+from tfopt.components.storage.s3 import ChecksumMismatchError, S3AccessError
+from tfopt.optimizer.benchmark.environment import model_digest
 
 PREFIX = "models/cnn"
 ATTEMPTS = 3
@@ -73,7 +73,7 @@ def test_transient_faults_are_retried_and_the_pull_gets_the_right_digest(
         s3, source, cnn, proxy, tmp_path, caplog, method, path, fault):
     proxy.add(fault, path, method=method, times=ATTEMPTS - 1)
 
-    with caplog.at_level(logging.INFO, logger="components.storage.s3"):
+    with caplog.at_level(logging.INFO, logger="tfopt.components.storage.s3"):
         pulled = pull(_config(source, tmp_path / "work", proxy))
 
     assert pulled.digest == model_digest(cnn)

@@ -1,7 +1,7 @@
 """A scheduled pipeline, run again and again on one registry against what it promoted before.
 
 Real services: moto's S3 server and an ``mlflow server``. Every run goes through the steps as
-the DAG wires them (:mod:`components.step_runner`), each with its own DAG run id, on one work
+the DAG wires them (:mod:`tfopt.components.pipeline.step_runner`), each with its own DAG run id, on one work
 directory. What won before, whatever its format, is the next run's champion:
 
 1. a LiteRT candidate is promoted;
@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from s3_server import REGION, fake_aws_credentials, moto_endpoint_fixture  # noqa: F401
 
-from components.config import config_from_mapping
-from components.pipeline import STEPS
-from components.step_runner import NEEDS, run_step
-from optimizer.benchmark.result import load_result
+from tfopt.components.config.pipeline_config import config_from_mapping
+from tfopt.components.pipeline.run import STEPS
+from tfopt.components.pipeline.step_runner import NEEDS, run_step
+from tfopt.optimizer.benchmark.result import load_result
 
 pytest_plugins = ["mlflow_server"]
 
@@ -36,7 +36,7 @@ def _train_wide_digits(directory: Path) -> Path:
     """A digits classifier with the demo model's signature and ~30x its compute."""
     import keras
 
-    from components.digits import load_digits_split
+    from tfopt.components.demo.digits import load_digits_split
 
     x_train, _, y_train, _ = load_digits_split(0)
     keras.utils.set_random_seed(1)
@@ -58,7 +58,7 @@ def sources(tmp_path_factory, moto_endpoint):
     """The digits CNN, a clearly slower model with its signature, and eval data, on S3."""
     import boto3
 
-    from components.digits import train_digits_model
+    from tfopt.components.demo.digits import train_digits_model
 
     root = tmp_path_factory.mktemp("scheduled")
     trained = train_digits_model(root / "digits", seed=0, epochs=10)
@@ -191,7 +191,7 @@ def test_an_onnx_or_openvino_winner_is_published_loadable_and_judged_in_its_runt
     import subprocess
     import sys
 
-    from components.storage.registry import download_registered_model
+    from tfopt.components.storage.registry import download_registered_model
 
     name = "digits-other-runtimes"
     workdir = tmp_path / "work"

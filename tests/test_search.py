@@ -11,13 +11,18 @@ import numpy as np
 import pytest
 from graph_testing import build_graph, op_counts, run_graph, tf
 
-from optimizer.graph.names import node_name_from_input
-from optimizer.model.frozen import FrozenModel
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
-from optimizer.search.hashing import HASHED_CONSTANT_BYTES, canonical_hash
-from optimizer.search.remeasure import remeasure
-from optimizer.search.search import SearchResult, continued_from, greedy_search, relaxed_search
-from optimizer.search.substitution import Match, Substitution
+from tfopt.optimizer.graph.names import node_name_from_input
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.search.hashing import HASHED_CONSTANT_BYTES, canonical_hash
+from tfopt.optimizer.search.remeasure import remeasure
+from tfopt.optimizer.search.search import (
+    SearchResult,
+    continued_from,
+    greedy_search,
+    relaxed_search,
+)
+from tfopt.optimizer.search.substitution import Match, Substitution
 
 OP_WEIGHTS = {"Neg": 10.0, "Relu": 5.0, "Abs": 4.5, "Snapshot": 1.0, "Identity": 1.0}
 START_COST = 25.0  # Neg + Neg + Relu

@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 from graph_testing import build_graph, op_counts, run_graph, tf
 
-from optimizer.model.frozen import FrozenModel
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
-from optimizer.search.cost import OpCostModel
-from optimizer.search.rules import rule_class
-from optimizer.search.search import greedy_search, relaxed_search
-from optimizer.transforms.pipeline import context_for
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.search.cost import OpCostModel
+from tfopt.optimizer.search.rules import rule_class
+from tfopt.optimizer.search.search import greedy_search, relaxed_search
+from tfopt.optimizer.transforms.pipeline import context_for
 
 SIZE, CHANNELS, FILTERS = 14, 256, 8
 ALPHA = 2.0  # above the enlarged graph's cost ratio (1.60-1.73 measured, see above)

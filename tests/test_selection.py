@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from benchmark_testing import noisy_samples, synthetic_result, top1_fidelity, with_damaged_weights
 
-from optimizer.benchmark.harness import BenchmarkConfig
-from optimizer.candidates.candidate import Candidate
-from optimizer.candidates.litert.convert import convert_to_litert
-from optimizer.gate.near_ties import precision_of_label, precision_rank
-from optimizer.gate.selection import select_candidate
-from optimizer.gate.verdict import GateConfig, evaluate_gate
-from optimizer.model.export import write_saved_model
-from optimizer.model.freeze import freeze
+from tfopt.optimizer.benchmark.harness import BenchmarkConfig
+from tfopt.optimizer.candidates.candidate import Candidate
+from tfopt.optimizer.candidates.litert.convert import convert_to_litert
+from tfopt.optimizer.gate.near_ties import precision_of_label, precision_rank
+from tfopt.optimizer.gate.selection import select_candidate
+from tfopt.optimizer.gate.verdict import GateConfig, evaluate_gate
+from tfopt.optimizer.model.export import write_saved_model
+from tfopt.optimizer.model.freeze import freeze
 
 # no twin of the baseline: these tests need the frozen digits model (~1.25x) chosen at
 # min_speedup 1.0, and under a heavy load two loads of a small model were measured up to 1.4x
@@ -92,7 +92,7 @@ def test_precision_rank_orders_float32_reduced_floats_and_int8():
 
 
 def test_a_candidate_s_precision_is_read_from_its_variant_not_its_label(tmp_path):
-    from optimizer.candidates.candidate import FLOAT32, INT8, REDUCED_FLOAT
+    from tfopt.optimizer.candidates.candidate import FLOAT32, INT8, REDUCED_FLOAT
 
     def made(label, variant):
         return Candidate(label, "litert", variant, "tflite", "ai-edge-litert",
@@ -104,7 +104,7 @@ def test_a_candidate_s_precision_is_read_from_its_variant_not_its_label(tmp_path
 
 
 def test_in_a_tie_the_records_precision_decides_where_labels_say_nothing():
-    from optimizer.candidates.candidate import FLOAT32, INT8, REDUCED_FLOAT
+    from tfopt.optimizer.candidates.candidate import FLOAT32, INT8, REDUCED_FLOAT
 
     # timed as in the test below, where litert_fp32 ties with an fp16 and an int8 twin
     result = _timed({"a": 20.0, "b": 20.0, "c": 20.0, "d": 1.5})

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from optimizer.verify.servability import NotServableError, check_servable
+from tfopt.optimizer.verify.servability import NotServableError, check_servable
 
 
 @pytest.fixture

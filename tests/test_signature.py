@@ -2,7 +2,7 @@
 
 import json
 
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
 
 
 def test_a_signature_survives_its_json_round_trip():

@@ -9,12 +9,12 @@ from control_flow_graphs import (
 from graph_testing import assert_idempotent, assert_same_outputs, build_graph, context, tf
 from tensorflow.core.framework import graph_pb2
 
-from optimizer.graph.control_flow import MERGE_OPS, NEXT_ITERATION_OPS
-from optimizer.model.freeze import freeze
-from optimizer.transforms.base import TransformRefused
-from optimizer.transforms.pipeline import run_transforms
-from optimizer.transforms.registry import make_transform
-from optimizer.verify.equivalence import compare
+from tfopt.optimizer.graph.control_flow import MERGE_OPS, NEXT_ITERATION_OPS
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.transforms.base import TransformRefused
+from tfopt.optimizer.transforms.pipeline import run_transforms
+from tfopt.optimizer.transforms.registry import make_transform
+from tfopt.optimizer.verify.equivalence import compare
 
 # Reordering nodes changes no computation: the outputs must match up to float noise.
 ATOL = 1e-6

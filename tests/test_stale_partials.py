@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from components.config import config_from_mapping
-from components.steps.pull import SOURCES_DIR, pull
-from optimizer.files.atomic import LOCK_FILE, PARTIAL_MARK, clean_stale_partials
+from tfopt.components.config.pipeline_config import config_from_mapping
+from tfopt.components.steps.pull import SOURCES_DIR, pull
+from tfopt.optimizer.files.atomic import LOCK_FILE, PARTIAL_MARK, clean_stale_partials
 
 WRITER = """
 import os, signal, sys, time
-from optimizer.files.atomic import atomic_directory
+from tfopt.optimizer.files.atomic import atomic_directory
 with atomic_directory(sys.argv[1]) as staging:
     staging.mkdir()
     (staging / "half.bin").write_bytes(b"x" * 1000)
@@ -27,7 +27,7 @@ with atomic_directory(sys.argv[1]) as staging:
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(600)
 """
-CLEANER = ("import sys; from optimizer.files.atomic import clean_stale_partials as c; "
+CLEANER = ("import sys; from tfopt.optimizer.files.atomic import clean_stale_partials as c; "
            "print(len(c(sys.argv[1])))")
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from optimizer.benchmark.stats import (
+from tfopt.optimizer.benchmark.stats import (
     LatencySummary,
     default_block,
     head_to_head_interval,

@@ -1,8 +1,8 @@
 """Every step's wall time and peak tree memory: carried forward, logged, shown."""
 
-from components.publishing.run_record import step_cost_metrics
-from components.step_runner import COSTS_KEY, inherited_costs
-from optimizer.report.markdown import step_costs_table
+from tfopt.components.pipeline.step_runner import COSTS_KEY, inherited_costs
+from tfopt.components.publishing.run_record import step_cost_metrics
+from tfopt.optimizer.report.markdown import step_costs_table
 
 COSTS = {"freeze": {"wall_seconds": 2.5, "peak_rss_bytes": 3 * 2**30},
          "optimize": {"wall_seconds": 4.0, "peak_rss_bytes": None}}
@@ -30,9 +30,9 @@ def test_the_report_shows_each_step_beside_the_model_size():
 
 
 def test_a_steps_part_costs_follow_its_own_as_step_dot_part_up_to_the_metrics():
-    from components.artifacts import GateOutput
-    from components.step_runner import own_costs
-    from optimizer.system.process_tree import Cost
+    from tfopt.components.pipeline.artifacts import GateOutput
+    from tfopt.components.pipeline.step_runner import own_costs
+    from tfopt.optimizer.system.process_tree import Cost
 
     tune = {"wall_seconds": 40.0, "peak_rss_bytes": 2 * 2**30}
     gate = GateOutput(promote=True, chosen="x", chosen_path="x", summary="", verdict_path="v",
@@ -47,9 +47,9 @@ def test_a_steps_part_costs_follow_its_own_as_step_dot_part_up_to_the_metrics():
 
 
 def test_the_gates_tuning_is_measured_with_its_probe_processes_in_the_tree(model_dir, tmp_path):
-    from components.config import PipelineConfig
-    from components.steps.gate import tune
-    from optimizer.system.process_tree import tree_rss_bytes
+    from tfopt.components.config.pipeline_config import PipelineConfig
+    from tfopt.components.steps.gate import tune
+    from tfopt.optimizer.system.process_tree import tree_rss_bytes
 
     before = tree_rss_bytes()
     # room for the reference probe alone: one TensorFlow process holding the model

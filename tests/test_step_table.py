@@ -1,4 +1,4 @@
-"""The step table (components/step_table.py) is the one place the pipeline is declared: every
+"""The step table (components/pipeline/step_table.py) is the one place the pipeline is declared: every
 runner reads it, each step reads only outputs of steps before it, and the pods it sizes grow
 with the model. (The Airflow DAG's parsed task graph and the compiled Kubeflow spec are held to
 the same table by tests/test_dag.py and tests/test_kfp_pipeline.py.)"""
@@ -8,13 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from components.artifacts import Record
-from components.cli import build_parser, main
-from components.config import ConfigError, config_from_mapping
-from components.kubernetes_tasks import step_arguments
-from components.pipeline import STEPS
-from components.step_runner import NEEDS, POD_MEMORY_KEY, StepInputError, pod_memory, run_step
-from components.step_table import (
+from tfopt.components.cli import build_parser, main
+from tfopt.components.config.pipeline_config import ConfigError, config_from_mapping
+from tfopt.components.orchestration.kubernetes_tasks import step_arguments
+from tfopt.components.pipeline.artifacts import Record
+from tfopt.components.pipeline.run import STEPS
+from tfopt.components.pipeline.step_runner import (
+    NEEDS,
+    POD_MEMORY_KEY,
+    StepInputError,
+    pod_memory,
+    run_step,
+)
+from tfopt.components.pipeline.step_table import (
     BENCHMARK_AND_EVALUATE,
     BY_NAME,
     CANDIDATES,
@@ -106,7 +112,7 @@ def _dense_savedmodel(path: Path, width: int) -> int:
     """A one-layer model of ``width`` x ``width`` float32 weights; returns its bytes on disk."""
     from benchmark_testing import dense_stack
 
-    from optimizer.model.footprint import disk_bytes
+    from tfopt.optimizer.model.footprint import disk_bytes
 
     dense_stack(path, layers=1, width=width)
     return disk_bytes(path)

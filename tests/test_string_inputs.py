@@ -6,17 +6,17 @@ import pytest
 import string_models
 from string_models import INTEGER_VOCABULARY, STRING_VOCABULARY, tokens
 
-from optimizer.candidates.litert.constant_tables import litert_source
-from optimizer.candidates.litert.convert import convert_to_litert
-from optimizer.inputs.generated import OUT_OF_VOCABULARY_SHARE, make_inputs
-from optimizer.inputs.vocabulary import infer_vocabularies, saved_model_vocabularies
-from optimizer.model.export import write_saved_model
-from optimizer.model.freeze import freeze
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
-from optimizer.runtime import load_runner
-from optimizer.tf_runtime import import_tensorflow
-from optimizer.verify.equivalence import compare
-from optimizer.verify.evaluation import load_labelled_data
+from tfopt.optimizer.candidates.litert.constant_tables import litert_source
+from tfopt.optimizer.candidates.litert.convert import convert_to_litert
+from tfopt.optimizer.inputs.generated import OUT_OF_VOCABULARY_SHARE, make_inputs
+from tfopt.optimizer.inputs.vocabulary import infer_vocabularies, saved_model_vocabularies
+from tfopt.optimizer.model.export import write_saved_model
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.verify.equivalence import compare
+from tfopt.optimizer.verify.evaluation import load_labelled_data
 
 tf = import_tensorflow()
 
@@ -78,7 +78,7 @@ def test_the_equivalence_check_of_a_frozen_lookup_is_exact(lookup):
 def test_every_runtime_feeds_unicode_bytes_and_object_arrays_alike(lookup, tmp_path):
     stock, frozen, written = lookup
     tflite = convert_to_litert(litert_source(stock, tmp_path), tmp_path / "m.tflite", "fp32")
-    from optimizer.candidates.onnx.convert import convert_to_onnx
+    from tfopt.optimizer.candidates.onnx.convert import convert_to_onnx
 
     onnx_model = convert_to_onnx(stock, tmp_path / "m.onnx", "fp32").path
     words = tokens(4, 5, seed=6)

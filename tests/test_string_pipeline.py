@@ -19,11 +19,11 @@ import yaml
 from cli_testing import run_tfopt
 from string_models import OUT_OF_VOCABULARY, tokens
 
-from optimizer.candidates.build import CandidateSettings, derive_candidates
-from optimizer.inputs.calibration import from_rows
-from optimizer.model.freeze import freeze
-from optimizer.model.savedmodel import get_signature
-from optimizer.runtime import load_runner
+from tfopt.optimizer.candidates.build import CandidateSettings, derive_candidates
+from tfopt.optimizer.inputs.calibration import from_rows
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.model.savedmodel import get_signature
+from tfopt.optimizer.runtime import load_runner
 
 BUILDERS = {"string_lookup": (string_models.keras_string_lookup, 5),
             "asset_vocabulary": (string_models.asset_vocabulary_lookup, 3)}
@@ -83,7 +83,7 @@ def test_the_onnx_candidate_keeps_the_tables_and_gives_the_stock_outputs(models,
     lookups become ONNX constants, and ONNX Runtime loads the model (it refused HashTableV2)."""
     import onnx
 
-    from optimizer.candidates.onnx.convert import convert_to_onnx
+    from tfopt.optimizer.candidates.onnx.convert import convert_to_onnx
 
     stock, eval_data = models[name]
     x = np.load(eval_data)["x"]
@@ -117,7 +117,7 @@ def test_optimize_with_targets_runs_a_string_lookup_model_end_to_end(models, tmp
 
 def test_the_pipeline_freezes_gates_and_publishes_an_asset_vocabulary_model(models, tmp_path,
                                                                             capsys):
-    from components.cli import main
+    from tfopt.components.cli import main
 
     stock, eval_data = models["asset_vocabulary"]
     config = tmp_path / "pipeline.yaml"

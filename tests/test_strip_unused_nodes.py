@@ -8,7 +8,7 @@ from graph_testing import (
     tf,
 )
 
-from optimizer.transforms.registry import make_transform
+from tfopt.optimizer.transforms.registry import make_transform
 
 
 def _graph_with_a_dead_branch():

@@ -3,10 +3,10 @@ the function's signature once, not on every call."""
 
 import numpy as np
 
-from optimizer.inputs.generated import make_inputs
-from optimizer.model.freeze import freeze
-from optimizer.runtime import load_runner
-from optimizer.runtime.tensorflow import frozen_runner
+from tfopt.optimizer.inputs.generated import make_inputs
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.runtime.tensorflow import frozen_runner
 
 
 def test_the_bound_call_matches_call_and_binds_its_arguments_once(model_dir, monkeypatch):
@@ -44,8 +44,8 @@ def test_a_frozen_savedmodel_is_called_without_the_copies_its_load_made(model_di
     import tensorflow as tf
     from tensorflow.python.eager import context
 
-    from optimizer.model.export import write_saved_model
-    from optimizer.runtime.tensorflow import SignatureFunction
+    from tfopt.optimizer.model.export import write_saved_model
+    from tfopt.optimizer.runtime.tensorflow import SignatureFunction
 
     frozen = write_saved_model(freeze(model_dir("keras_cnn")), tmp_path / "frozen")
     before = set(context.context().list_function_names())

@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 READ_WITHOUT_TENSORFLOW = textwrap.dedent("""
     import json, pickle, sys
-    from optimizer.model.savedmodel import get_signature, read_saved_model_proto, serving_meta_graph
+    from tfopt.optimizer.model.savedmodel import get_signature, read_saved_model_proto, serving_meta_graph
     source, outline_file = sys.argv[1], sys.argv[2]
     graph = serving_meta_graph(read_saved_model_proto(source), source).graph_def
     with open(outline_file, "rb") as f:
@@ -25,9 +25,13 @@ READ_WITHOUT_TENSORFLOW = textwrap.dedent("""
 
 
 def test_a_signature_and_an_outline_are_read_without_importing_tensorflow(model_dir, tmp_path):
-    from optimizer.model.frozen import FrozenModel
-    from optimizer.model.savedmodel import get_signature, read_saved_model_proto, serving_meta_graph
-    from optimizer.optimize.worker import outline
+    from tfopt.optimizer.model.frozen import FrozenModel
+    from tfopt.optimizer.model.savedmodel import (
+        get_signature,
+        read_saved_model_proto,
+        serving_meta_graph,
+    )
+    from tfopt.optimizer.optimize.worker import outline
 
     source = model_dir("keras_cnn")
     # the SavedModel's own graph stands in for a frozen one: what is read back is the point
@@ -54,9 +58,9 @@ def test_once_tensorflow_is_imported_its_own_classes_are_used(tmp_path):
     from tensorflow.core.framework import graph_pb2
     from tensorflow.core.protobuf import saved_model_pb2
 
-    from optimizer.model.signature import SignatureInfo
-    from optimizer.model.tf_protos import graph_def_from_bytes, saved_model_class
-    from optimizer.optimize.worker import OutlinedModel
+    from tfopt.optimizer.model.signature import SignatureInfo
+    from tfopt.optimizer.model.tf_protos import graph_def_from_bytes, saved_model_class
+    from tfopt.optimizer.optimize.worker import OutlinedModel
 
     assert saved_model_class() is saved_model_pb2.SavedModel
     graph = graph_pb2.GraphDef()

@@ -2,12 +2,12 @@
 
 import pytest
 
-from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-from optimizer.benchmark.result import CHAMPION
-from optimizer.benchmark.thread_choice import choose_threads, threads_for
-from optimizer.candidates.litert.convert import convert_to_litert
-from optimizer.inputs.generated import make_inputs
-from optimizer.runtime import read_signature
+from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+from tfopt.optimizer.benchmark.result import CHAMPION
+from tfopt.optimizer.benchmark.thread_choice import choose_threads, threads_for
+from tfopt.optimizer.candidates.litert.convert import convert_to_litert
+from tfopt.optimizer.inputs.generated import make_inputs
+from tfopt.optimizer.runtime import read_signature
 
 QUICK = BenchmarkConfig(batch_sizes=(1,), warmup=3, min_runs=30, min_seconds=0.2)
 

@@ -1,5 +1,5 @@
 """What a run takes from its trigger: the YAML, then the asset event's extra, then conf, and
-only what the YAML lets a trigger set (components/trigger_conf.py, docs/triggers.md).
+only what the YAML lets a trigger set (components/config/trigger_conf.py, docs/triggers.md).
 
 Each hostile case goes through the entry points a poster reaches: the DAG's own config
 functions for an asset event and a ``dag_run.conf``, and ``tfopt run --conf`` (which stands for
@@ -18,10 +18,14 @@ import pytest
 from cli_testing import TFOPT, assert_clean_failure, run_tfopt
 from fuzzing import alias_bomb
 
-from components.cli.run_command import load_config_from_args
-from components.config import NEVER_FROM_A_TRIGGER, ConfigError, load_config
-from components.orchestration import asset_event_extra, dag_config, run_context_of
-from components.trigger_conf import MAX_OVERRIDES, MAX_TRIGGER_CHARS, MAX_VALUE_CHARS
+from tfopt.components.cli.run_command import load_config_from_args
+from tfopt.components.config.pipeline_config import NEVER_FROM_A_TRIGGER, ConfigError, load_config
+from tfopt.components.config.trigger_conf import MAX_OVERRIDES, MAX_TRIGGER_CHARS, MAX_VALUE_CHARS
+from tfopt.components.orchestration.airflow_tasks import (
+    asset_event_extra,
+    dag_config,
+    run_context_of,
+)
 
 ASSET = "tfopt://models/digits/trained"
 
@@ -191,7 +195,7 @@ def test_a_listed_key_or_section_is_allowed_and_nothing_around_it(tmp_path):
 
 
 def _conf(payload):
-    from components import trigger_conf
+    from tfopt.components.config import trigger_conf
 
     return trigger_conf.conf(payload)
 

@@ -9,20 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.model.op_scan import DEFAULT_POLICY
-from optimizer.runtime_tuning import RuntimeTuningError, thread_grid, tune_runtime
-from optimizer.runtime_tuning import probes as probes_module
-from optimizer.runtime_tuning.budget import (
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY
+from tfopt.optimizer.runtime_tuning import RuntimeTuningError, thread_grid, tune_runtime
+from tfopt.optimizer.runtime_tuning import probes as probes_module
+from tfopt.optimizer.runtime_tuning.budget import (
     PROBE_MARGIN,
     probe_bytes,
     probes_beside,
     process_peak_bytes,
 )
-from optimizer.runtime_tuning.grid import reference_setting
-from optimizer.runtime_tuning.probes import Probes
-from optimizer.system.cpu_threads import available_cpus
-from optimizer.system.memory_budget import MemoryBudget
-from optimizer.system.process_tree import tree_rss_bytes
+from tfopt.optimizer.runtime_tuning.grid import reference_setting
+from tfopt.optimizer.runtime_tuning.probes import Probes
+from tfopt.optimizer.system.cpu_threads import available_cpus
+from tfopt.optimizer.system.memory_budget import MemoryBudget
+from tfopt.optimizer.system.process_tree import tree_rss_bytes
 
 CPUS = available_cpus().available
 REFERENCE = reference_setting(CPUS, False)

@@ -12,11 +12,11 @@ import pytest
 from control_flow_graphs import counted_loop_graph, input_bounded_loop_graph
 from graph_testing import assert_idempotent, assert_same_outputs, context, op_counts
 
-from optimizer.graph.functional_control_flow import FUNCTIONAL_CONTROL_FLOW_OPS
-from optimizer.model.freeze import freeze
-from optimizer.transforms.pipeline import run_transforms
-from optimizer.transforms.registry import make_transform
-from optimizer.verify.equivalence import compare
+from tfopt.optimizer.graph.functional_control_flow import FUNCTIONAL_CONTROL_FLOW_OPS
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.transforms.pipeline import run_transforms
+from tfopt.optimizer.transforms.registry import make_transform
+from tfopt.optimizer.verify.equivalence import compare
 
 TENSOR_LIST_OPS = {"TensorListReserve", "TensorListFromTensor", "TensorListGetItem",
                    "TensorListSetItem", "TensorListStack"}
@@ -66,7 +66,7 @@ def test_keras_recurrent_layers_unroll_exactly(model_dir, model):
 def test_a_loop_bounded_by_an_input_stays_a_loop_with_a_warning(caplog):
     graph = input_bounded_loop_graph()
     ctx = context(graph.input_nodes, graph.output_nodes)
-    with caplog.at_level(logging.WARNING, logger="optimizer.transforms"):
+    with caplog.at_level(logging.WARNING, logger="tfopt.optimizer.transforms"):
         kept = make_transform("unroll_static_loops")(graph.graph_def, ctx)
 
     assert kept == graph.graph_def
@@ -79,7 +79,7 @@ def test_a_loop_bounded_by_an_input_stays_a_loop_with_a_warning(caplog):
 def test_a_loop_larger_than_the_node_cap_stays_a_loop_with_a_warning(caplog):
     graph = counted_loop_graph(trips=50)
     ctx = context(graph.input_nodes, graph.output_nodes)
-    with caplog.at_level(logging.WARNING, logger="optimizer.transforms"):
+    with caplog.at_level(logging.WARNING, logger="tfopt.optimizer.transforms"):
         kept = make_transform("unroll_static_loops", max_nodes=100)(graph.graph_def, ctx)
 
     assert op_counts(kept)["StatelessWhile"] == 1
@@ -89,7 +89,7 @@ def test_a_loop_larger_than_the_node_cap_stays_a_loop_with_a_warning(caplog):
 def test_a_loop_with_a_stateful_body_stays_a_loop(caplog):
     graph = counted_loop_graph(trips=3, stateful=True)
     ctx = context(graph.input_nodes, graph.output_nodes)
-    with caplog.at_level(logging.WARNING, logger="optimizer.transforms"):
+    with caplog.at_level(logging.WARNING, logger="tfopt.optimizer.transforms"):
         kept = make_transform("unroll_static_loops")(graph.graph_def, ctx)
 
     assert {"While", "StatelessWhile"} & set(op_counts(kept))

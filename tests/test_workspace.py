@@ -2,8 +2,8 @@
 
 import pytest
 
-from components.artifacts import PulledModel
-from components.workspace import Workspace, run_key
+from tfopt.components.pipeline.artifacts import PulledModel
+from tfopt.components.pipeline.workspace import Workspace, run_key
 
 
 def test_a_finished_step_is_reused_not_rerun(tmp_path):
@@ -58,7 +58,7 @@ def test_a_step_two_runs_start_at_once_runs_once_and_both_get_its_output(tmp_pat
     import threading
     import time
 
-    from optimizer.files.atomic import atomic_directory
+    from tfopt.optimizer.files.atomic import atomic_directory
 
     ws = Workspace(tmp_path / "run")
     calls, results = [], []

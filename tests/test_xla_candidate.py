@@ -15,21 +15,25 @@ import numpy as np
 import pytest
 from graph_testing import build_graph, tf
 
-from optimizer.candidates.xla import (
+from tfopt.optimizer.candidates.xla import (
     XlaRefused,
     must_compile_functions,
     write_xla_saved_model,
     xla_compiled,
     xla_partition,
 )
-from optimizer.inputs.generated import make_inputs
-from optimizer.model.export import read_provenance
-from optimizer.model.freeze import freeze
-from optimizer.model.frozen import FrozenModel
-from optimizer.model.savedmodel import get_signature, read_saved_model_proto, serving_meta_graph
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
-from optimizer.runtime import load_runner
-from optimizer.verify.equivalence import compare
+from tfopt.optimizer.inputs.generated import make_inputs
+from tfopt.optimizer.model.export import read_provenance
+from tfopt.optimizer.model.freeze import freeze
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.model.savedmodel import (
+    get_signature,
+    read_saved_model_proto,
+    serving_meta_graph,
+)
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.runtime import load_runner
+from tfopt.optimizer.verify.equivalence import compare
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +68,7 @@ def test_outputs_match_the_frozen_graph_at_batch_1_and_8(cnn_xla):
 XLA_DUMP_CHECK = textwrap.dedent("""
     import json, os, sys
     import numpy as np
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
     tf = import_tensorflow()
     path, dump = sys.argv[1], sys.argv[2]
     def modules():
@@ -174,7 +178,7 @@ def test_recurrent_models_compile_and_agree_with_the_original(model_dir, tmp_pat
 
 LOOP_DUMP_CHECK = textwrap.dedent("""
     import os, sys
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
     tf = import_tensorflow()
     path, dump = sys.argv[1], sys.argv[2]
     tf.saved_model.load(path).signatures["serving_default"](sequence=tf.zeros([1, 12, 6]))

@@ -1,11 +1,11 @@
 """``tfopt``: the command line. One module per command; each defines ``add_parser`` and ``run``.
 
 Errors the user can fix (a missing path, a corrupt model, an unknown name) are printed as one
-line with their exit code (:data:`optimizer.errors.EXIT_CODES`, listed by ``tfopt --help``); an
+line with their exit code (:data:`tfopt.optimizer.errors.EXIT_CODES`, listed by ``tfopt --help``); an
 unexpected failure prints one line too and keeps the traceback for ``TFOPT_DEBUG=1``.
 
 Every command takes ``-v``/``-q`` before or after its name, and ``--json`` for one JSON document
-on stdout. Progress goes to stderr: one line per stage (:mod:`components.cli.stage_lines`).
+on stdout. Progress goes to stderr: one line per stage (:mod:`tfopt.components.cli.stage_lines`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import logging
 import os
 import sys
 
-from components.cli import native_log_filter
-from components.cli.stage_lines import StageLines
+from tfopt.components.cli import native_log_filter
+from tfopt.components.cli.stage_lines import StageLines
 
-# Command name -> module under components.cli. Adding a command: a module and a line here.
+# Command name -> module under tfopt.components.cli. Adding a command: a module and a line here.
 COMMANDS = {
     "inspect": "inspect_command",
     "freeze": "freeze_command",
@@ -68,7 +68,7 @@ class _CommandsWithOutputFlags:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from optimizer.errors import exit_codes_text
+    from tfopt.optimizer.errors import exit_codes_text
 
     parser = argparse.ArgumentParser(
         prog="tfopt", parents=[_output_flags(suppress=False)],
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     commands = _CommandsWithOutputFlags(sub, _output_flags(suppress=True))
     for module_name in COMMANDS.values():
-        module = importlib.import_module(f"components.cli.{module_name}")
+        module = importlib.import_module(f"tfopt.components.cli.{module_name}")
         module.add_parser(commands)
     return parser
 
@@ -93,8 +93,8 @@ def _configure_logging(verbosity: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from optimizer.errors import EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED, TfoptError
-    from optimizer.runtime.call_deadline import report_as
+    from tfopt.optimizer.errors import EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED, TfoptError
+    from tfopt.optimizer.runtime.call_deadline import report_as
 
     args = build_parser().parse_args(argv)
     # a model call past its deadline ends this process, exit 9, in one line like any error

@@ -1,3 +1,3 @@
-from components.cli import entry_point
+from tfopt.components.cli import entry_point
 
 entry_point()

@@ -11,14 +11,17 @@ import argparse
 import json
 from pathlib import Path
 
-from components.cli.call_deadline_flag import add_model_call_seconds_argument, apply_call_deadline
-from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
-from components.cli.output import human_bytes, table
-from components.cli.settings_flags import setting_flag
-from components.cli.stage_lines import load_tensorflow, stages_of
-from optimizer.benchmark.settings import BenchmarkConfig
-from optimizer.gate.verdict import GateConfig
-from optimizer.records import default_of
+from tfopt.components.cli.call_deadline_flag import (
+    add_model_call_seconds_argument,
+    apply_call_deadline,
+)
+from tfopt.components.cli.model_scan_flags import add_allow_op_argument, scan_policy
+from tfopt.components.cli.output import human_bytes, table
+from tfopt.components.cli.settings_flags import setting_flag
+from tfopt.components.cli.stage_lines import load_tensorflow, stages_of
+from tfopt.optimizer.benchmark.settings import BenchmarkConfig
+from tfopt.optimizer.gate.verdict import GateConfig
+from tfopt.optimizer.records import default_of
 
 
 def _default(name: str):
@@ -107,9 +110,9 @@ def add_parser(sub) -> None:
 
 def _check_inputs(args, policy) -> None:
     """Fail on bad paths and options before TensorFlow starts or anything is timed."""
-    from optimizer.errors import InvalidInputsError
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.verify.evaluation import get_metric
+    from tfopt.optimizer.errors import InvalidInputsError
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.verify.evaluation import get_metric
 
     baseline = get_signature(args.baseline, args.signature, policy=policy)
     for path in args.candidates:
@@ -134,8 +137,8 @@ def _check_inputs(args, policy) -> None:
 def _gate_config(args):
     """The gate's thresholds; its confidence is the benchmark's too, one level: --confidence,
     else the --gate-config's, else the default. Both given and different: an error."""
-    from optimizer.errors import InvalidInputsError
-    from optimizer.gate.verdict import load_gate_config
+    from tfopt.optimizer.errors import InvalidInputsError
+    from tfopt.optimizer.gate.verdict import load_gate_config
 
     gate_config = load_gate_config(args.gate_config) if args.gate_config else GateConfig()
     if args.confidence is None:
@@ -148,7 +151,7 @@ def _gate_config(args):
 
 
 def run(args) -> int:
-    from optimizer.system.cpu_threads import (
+    from tfopt.optimizer.system.cpu_threads import (
         apply_runtime_settings,
         default_runtime_settings,
         export_env,
@@ -160,8 +163,8 @@ def run(args) -> int:
                                         onednn=onednn)
     export_env(settings)  # before the checks below import TensorFlow
 
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.verify.evaluation import load_labelled_data
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.verify.evaluation import load_labelled_data
 
     stages = stages_of(args)
     policy = scan_policy(args)
@@ -181,9 +184,9 @@ def run(args) -> int:
     load_tensorflow(stages)
     runtime = apply_runtime_settings(settings)
 
-    from optimizer.benchmark.harness import Subject, run_benchmark
-    from optimizer.gate.near_ties import precision_of_label, precision_rank
-    from optimizer.gate.verdict import evaluate_gate
+    from tfopt.optimizer.benchmark.harness import Subject, run_benchmark
+    from tfopt.optimizer.gate.near_ties import precision_of_label, precision_rank
+    from tfopt.optimizer.gate.verdict import evaluate_gate
 
     # model files have no candidate records: their precision is read from their names, as
     # the gate reads it from the labels (the files' names) on a near tie
@@ -203,7 +206,7 @@ def run(args) -> int:
         with stages.stage("report"):
             profiles = [] if args.no_profile else _profiles(result, decision, eval_data,
                                                             policy, stages.say)
-            from optimizer.report.write import write_report
+            from tfopt.optimizer.report.write import write_report
 
             report = write_report(result, args.report, decision, profiles).markdown
     if args.json:
@@ -220,9 +223,9 @@ def run(args) -> int:
 
 
 def _profiles(result, decision, eval_data, policy, say):
-    from optimizer.inputs.generated import make_inputs
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.report.profile import profile_baseline_and_candidate
+    from tfopt.optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.report.profile import profile_baseline_and_candidate
 
     target = decision.chosen or max(decision.verdicts, key=lambda v: v.speedup or 0).candidate
     signature = get_signature(result.baseline.path, result.settings.signature, policy=policy)

@@ -1,12 +1,12 @@
 """``--model-call-seconds SECONDS``: the deadline of every model call of a command that runs
-models (:mod:`optimizer.runtime.call_deadline`): a call past it, or past the multiple of its
+models (:mod:`tfopt.optimizer.runtime.call_deadline`): a call past it, or past the multiple of its
 model's first call when that is longer, stops the command with one line, exit 9. The pipeline
 reads the same setting from ``resources.model_call_seconds``."""
 
 from __future__ import annotations
 
-from optimizer.records import default_of
-from optimizer.runtime.call_deadline import CallDeadline
+from tfopt.optimizer.records import default_of
+from tfopt.optimizer.runtime.call_deadline import CallDeadline
 
 
 def add_model_call_seconds_argument(parser) -> None:
@@ -20,8 +20,8 @@ def add_model_call_seconds_argument(parser) -> None:
 
 def apply_call_deadline(args) -> None:
     """This command's deadline (and its workers'), from ``--model-call-seconds``."""
-    from optimizer.errors import InvalidInputsError
-    from optimizer.runtime.call_deadline import configure
+    from tfopt.optimizer.errors import InvalidInputsError
+    from tfopt.optimizer.runtime.call_deadline import configure
 
     if not args.model_call_seconds > 0:
         raise InvalidInputsError(

@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from components.config import PipelineConfig, example_yaml, load_config
+    from tfopt.components.config.pipeline_config import PipelineConfig, example_yaml, load_config
 
     if args.example:
         config = PipelineConfig(source=EXAMPLE_SOURCE)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 
-from components.cli.call_deadline_flag import add_model_call_seconds_argument, apply_call_deadline
-from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
-from components.cli.output import human_bytes
-from components.cli.settings_flags import setting_flag
-from optimizer.benchmark.settings import BenchmarkConfig
-from optimizer.verify.tolerance import Tolerance
+from tfopt.components.cli.call_deadline_flag import (
+    add_model_call_seconds_argument,
+    apply_call_deadline,
+)
+from tfopt.components.cli.model_scan_flags import add_allow_op_argument, scan_policy
+from tfopt.components.cli.output import human_bytes
+from tfopt.components.cli.settings_flags import setting_flag
+from tfopt.optimizer.benchmark.settings import BenchmarkConfig
+from tfopt.optimizer.verify.tolerance import Tolerance
 
 
 def add_parser(sub) -> None:
@@ -32,13 +35,13 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from components.cli.stage_lines import load_tensorflow, stages_of
-    from optimizer.errors import EquivalenceError
-    from optimizer.files.atomic import check_writable
-    from optimizer.model.export import write_saved_model
-    from optimizer.model.freeze import freeze
-    from optimizer.model.savedmodel import directory_size
-    from optimizer.verify.equivalence import compare
+    from tfopt.components.cli.stage_lines import load_tensorflow, stages_of
+    from tfopt.optimizer.errors import EquivalenceError
+    from tfopt.optimizer.files.atomic import check_writable
+    from tfopt.optimizer.model.export import write_saved_model
+    from tfopt.optimizer.model.freeze import freeze
+    from tfopt.optimizer.model.savedmodel import directory_size
+    from tfopt.optimizer.verify.equivalence import compare
 
     apply_call_deadline(args)  # before any model is called
     stages = stages_of(args)

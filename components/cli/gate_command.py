@@ -30,8 +30,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from optimizer.benchmark.result import load_result
-    from optimizer.gate.verdict import GateConfig, evaluate_gate, load_gate_config
+    from tfopt.optimizer.benchmark.result import load_result
+    from tfopt.optimizer.gate.verdict import GateConfig, evaluate_gate, load_gate_config
 
     config = load_gate_config(args.config) if args.config else GateConfig()
     result = load_result(args.result)
@@ -43,7 +43,7 @@ def run(args) -> int:
     else:
         _print_decision(result, decision)
     if args.json_out:
-        from optimizer.files.atomic import atomic_file
+        from tfopt.optimizer.files.atomic import atomic_file
 
         with atomic_file(args.json_out, overwrite=True) as staging:
             staging.write_text(json.dumps(decision.to_dict(), indent=2) + "\n")

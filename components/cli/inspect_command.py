@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
-from components.cli.output import human_bytes, op_histogram_table
+from tfopt.components.cli.model_scan_flags import add_allow_op_argument, scan_policy
+from tfopt.components.cli.output import human_bytes, op_histogram_table
 
 
 def add_parser(sub) -> None:
@@ -20,8 +20,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from optimizer.errors import shown
-    from optimizer.model.savedmodel import describe
+    from tfopt.optimizer.errors import shown
+    from tfopt.optimizer.model.savedmodel import describe
 
     info = describe(args.src, policy=scan_policy(args))
     if args.json:

@@ -1,6 +1,6 @@
 """``--allow-op OP``: lift the model scan's refusal of an op type for one command.
 
-Every command that reads a model scans it first (:mod:`optimizer.model.op_scan`); a model that needs
+Every command that reads a model scans it first (:mod:`tfopt.optimizer.model.op_scan`); a model that needs
 one of the refused ops, and whose source is trusted, passes with ``--allow-op`` for each op. The
 command passes :func:`scan_policy` to every function that reads a model.
 """
@@ -17,6 +17,6 @@ def add_allow_op_argument(parser) -> None:
 
 def scan_policy(args):
     """The model scan's policy that ``args`` (``--allow-op``) asks for."""
-    from optimizer.model.op_scan import ScanPolicy
+    from tfopt.optimizer.model.op_scan import ScanPolicy
 
     return ScanPolicy.create(args.allow_ops)

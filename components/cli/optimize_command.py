@@ -8,15 +8,18 @@ import json
 from pathlib import Path
 from typing import get_args
 
-from components.cli.call_deadline_flag import add_model_call_seconds_argument, apply_call_deadline
-from components.cli.model_scan_flags import add_allow_op_argument, scan_policy
-from components.cli.optimize_targets import add_arguments as add_target_arguments
-from components.cli.output import human_bytes, op_histogram_table, table
-from components.cli.settings_flags import setting_flag
-from optimizer.benchmark.settings import BenchmarkConfig
-from optimizer.optimize.recipe import RECIPES
-from optimizer.search.settings import SearchSettings
-from optimizer.verify.tolerance import Tolerance
+from tfopt.components.cli.call_deadline_flag import (
+    add_model_call_seconds_argument,
+    apply_call_deadline,
+)
+from tfopt.components.cli.model_scan_flags import add_allow_op_argument, scan_policy
+from tfopt.components.cli.optimize_targets import add_arguments as add_target_arguments
+from tfopt.components.cli.output import human_bytes, op_histogram_table, table
+from tfopt.components.cli.settings_flags import setting_flag
+from tfopt.optimizer.benchmark.settings import BenchmarkConfig
+from tfopt.optimizer.optimize.recipe import RECIPES
+from tfopt.optimizer.search.settings import SearchSettings
+from tfopt.optimizer.verify.tolerance import Tolerance
 
 STRATEGIES = get_args(SearchSettings.model_fields["strategy"].annotation)
 COSTS = get_args(SearchSettings.model_fields["cost"].annotation)
@@ -98,7 +101,7 @@ def add_parser(sub) -> None:
 
 def _search_settings(args):
     """None for the recipe strategy; else the checked settings (a bad value is exit 2)."""
-    from optimizer.transforms.base import TransformConfigError
+    from tfopt.optimizer.transforms.base import TransformConfigError
 
     if args.strategy == "recipe":
         return None
@@ -119,9 +122,9 @@ def _search_settings(args):
 def _recipe(args):
     """The recipe the flags name; none named: the inference recipe (GTT's own with the native
     backend, whose C++ tool lacks this package's transforms)."""
-    from optimizer.optimize.recipe import Recipe, default_recipe
-    from optimizer.optimize.recipe_yaml import load_recipe_file
-    from optimizer.transforms.base import TransformConfigError
+    from tfopt.optimizer.optimize.recipe import Recipe, default_recipe
+    from tfopt.optimizer.optimize.recipe_yaml import load_recipe_file
+    from tfopt.optimizer.transforms.base import TransformConfigError
 
     if args.recipe_file is not None:
         return load_recipe_file(args.recipe_file)
@@ -199,7 +202,7 @@ def _print_result(result) -> None:
 
 
 def _write_trace(path: str, result) -> None:
-    from optimizer.errors import DestinationError
+    from tfopt.optimizer.errors import DestinationError
 
     trace = {"recipe": result.candidate.recipe, "backend": result.candidate.backend,
              "steps": [step.to_dict() for step in result.candidate.trace]}
@@ -222,11 +225,11 @@ def _print_costs(costs: dict, model_bytes: int) -> None:
 
 def _check_memory(args):
     """The budget; a model that could not even be optimized within it is refused now."""
-    from optimizer.model.footprint import disk_bytes, job_minimum_bytes, optimizing_bytes
-    from optimizer.system.memory_budget import GIB, memory_budget
+    from tfopt.optimizer.model.footprint import disk_bytes, job_minimum_bytes, optimizing_bytes
+    from tfopt.optimizer.system.memory_budget import GIB, memory_budget
 
     if args.memory_gb is not None and args.memory_gb <= 0:
-        from optimizer.errors import InvalidInputsError
+        from tfopt.optimizer.errors import InvalidInputsError
 
         raise InvalidInputsError(f"--memory-gb must be positive, got {args.memory_gb:g}")
     budget = memory_budget(args.memory_gb)
@@ -239,13 +242,13 @@ def _check_memory(args):
 
 
 def _apply_runtime():
-    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+    from tfopt.optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     return apply_runtime_settings(default_runtime_settings())
 
 
 def run(args) -> int:
-    from optimizer.system.process_tree import TreeMeter
+    from tfopt.optimizer.system.process_tree import TreeMeter
 
     apply_call_deadline(args)  # before any model is called
     costs: dict = {}
@@ -260,24 +263,24 @@ def run(args) -> int:
             document["costs"] = {stage: cost.to_dict() for stage, cost in costs.items()}
             print(json.dumps(document, indent=2))
     if not args.json and costs:
-        from optimizer.model.savedmodel import directory_size
+        from tfopt.optimizer.model.savedmodel import directory_size
 
         _print_costs(costs, directory_size(args.src))
     return code
 
 
 def _run(args, costs: dict, document: dict) -> int:
-    from components.cli.stage_lines import load_tensorflow, stages_of
-    from optimizer.errors import EquivalenceError
-    from optimizer.files.atomic import check_writable
-    from optimizer.model.savedmodel import directory_size
-    from optimizer.optimize.flow import optimize, write_optimized
-    from optimizer.optimize.recipe import Recipe
+    from tfopt.components.cli.stage_lines import load_tensorflow, stages_of
+    from tfopt.optimizer.errors import EquivalenceError
+    from tfopt.optimizer.files.atomic import check_writable
+    from tfopt.optimizer.model.savedmodel import directory_size
+    from tfopt.optimizer.optimize.flow import optimize, write_optimized
+    from tfopt.optimizer.optimize.recipe import Recipe
 
     stages = stages_of(args)
     eval_data = None
     if args.targets is not None:
-        from components.cli.optimize_targets import check_arguments
+        from tfopt.components.cli.optimize_targets import check_arguments
 
         # bad targets, calibration or eval data: errors before any work
         eval_data = check_arguments(args)
@@ -286,7 +289,7 @@ def _run(args, costs: dict, document: dict) -> int:
     tolerance = _tolerance(args, recipe or Recipe(()))
     check_writable(args.dst, args.overwrite)
     args.budget = _check_memory(args)
-    from optimizer.model.footprint import builds_in_workers
+    from tfopt.optimizer.model.footprint import builds_in_workers
 
     in_worker = builds_in_workers(args.src)
     if not in_worker:
@@ -297,10 +300,10 @@ def _run(args, costs: dict, document: dict) -> int:
         # before any work; a model optimized in workers is not loaded here (its outputs on
         # generated inputs are checked in the optimize flow, as every model's are)
         if eval_data is not None:
-            from optimizer.verify.evaluation import refuse_nonfinite_input_model
+            from tfopt.optimizer.verify.evaluation import refuse_nonfinite_input_model
 
             refuse_nonfinite_input_model(args.src, eval_data, args.signature, scan_policy(args))
-    from optimizer.system.process_tree import TreeMeter
+    from tfopt.optimizer.system.process_tree import TreeMeter
 
     with stages.stage("optimize (freeze, transform, check)"), TreeMeter() as meter:
         result = optimize(args.src, recipe, signature_name=args.signature, tolerance=tolerance,
@@ -309,7 +312,7 @@ def _run(args, costs: dict, document: dict) -> int:
     costs["optimize"] = meter.cost
     # A big model's candidates are built and timed in workers, each applying the default
     # thread settings itself: this process starts no TensorFlow (0.65 GiB) beside them.
-    from optimizer.system.free_memory import return_freed_memory
+    from tfopt.optimizer.system.free_memory import return_freed_memory
 
     return_freed_memory()  # the copies freezing and transforming held: the next stages need it
     if args.trace:
@@ -327,7 +330,7 @@ def _run(args, costs: dict, document: dict) -> int:
         raise EquivalenceError(result.divergence())
 
     if args.targets is not None:
-        from components.cli.optimize_targets import run_with_targets
+        from tfopt.components.cli.optimize_targets import run_with_targets
 
         return run_with_targets(args, result, runtime, costs, eval_data, document)
     written = write_optimized(result, args.dst, overwrite=args.overwrite)

@@ -2,12 +2,12 @@
 gate choose.
 
 The optimized float32 SavedModel (recipe or search, checked for equivalence as always) and the
-candidates the targets allow (:mod:`optimizer.candidates.build`) are benchmarked against SRC in one
+candidates the targets allow (:mod:`tfopt.optimizer.candidates.build`) are benchmarked against SRC in one
 process and evaluated (held-out accuracy with ``--eval-data``, agreement with SRC's top-1
 without); int8 candidates calibrate on ``--calibration-data`` (inputs only), else on the eval
 data's inputs, else on inputs generated from the signature, and say which
-(:mod:`optimizer.inputs.calibration`); the gate chooses the fastest that is faster with confidence
-and inside ``--accuracy-budget`` (:mod:`optimizer.gate.selection`). DST is a directory, written
+(:mod:`tfopt.optimizer.inputs.calibration`); the gate chooses the fastest that is faster with confidence
+and inside ``--accuracy-budget`` (:mod:`tfopt.optimizer.gate.selection`). DST is a directory, written
 atomically:
 
 - the chosen SavedModel itself, or the chosen model's file(s) with its JSON sidecar
@@ -30,12 +30,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from components.cli.model_scan_flags import scan_policy
-from components.cli.output import human_bytes, table
-from components.cli.settings_flags import setting_flag
-from optimizer.benchmark.settings import BenchmarkConfig
-from optimizer.gate.verdict import GateConfig
-from optimizer.search.precision.settings import PRECISION_SEARCH_MODES, PrecisionSearchSettings
+from tfopt.components.cli.model_scan_flags import scan_policy
+from tfopt.components.cli.output import human_bytes, table
+from tfopt.components.cli.settings_flags import setting_flag
+from tfopt.optimizer.benchmark.settings import BenchmarkConfig
+from tfopt.optimizer.gate.verdict import GateConfig
+from tfopt.optimizer.search.precision.settings import (
+    PRECISION_SEARCH_MODES,
+    PrecisionSearchSettings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +86,12 @@ def add_arguments(p) -> None:
 def check_arguments(args):
     """A bad target, an unreadable calibration file, or labels the gate's metric cannot score
     against the model's output, is an error before any work. Returns the eval data, read once
-    (:class:`~optimizer.verify.evaluation.LabelledData`, or None), for
+    (:class:`~tfopt.optimizer.verify.evaluation.LabelledData`, or None), for
     :func:`run_with_targets`."""
-    from optimizer.candidates.build import parse_targets
-    from optimizer.inputs.calibration import read_inputs
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.verify.evaluation import load_labelled_data
+    from tfopt.optimizer.candidates.build import parse_targets
+    from tfopt.optimizer.inputs.calibration import read_inputs
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.verify.evaluation import load_labelled_data
 
     parse_targets(args.targets)
     if args.calibration_data is None and args.eval_data is None:
@@ -102,7 +105,7 @@ def check_arguments(args):
 
 
 def _calibration(signature, args, settings):
-    from optimizer.inputs.calibration import choose_calibration
+    from tfopt.optimizer.inputs.calibration import choose_calibration
 
     if not settings.calibrates and not _searched_targets(args, settings):
         return None
@@ -121,7 +124,7 @@ def _accuracy_header(rows: list[dict]) -> str:
 
 def _searched_targets(args, settings) -> list[str]:
     """The targets whose mixed int8 candidate is searched, when asked for."""
-    from optimizer.search.precision.candidates import searched_targets
+    from tfopt.optimizer.search.precision.candidates import searched_targets
 
     return searched_targets(settings.targets, getattr(args, "precision_search", "off"))
 
@@ -129,10 +132,10 @@ def _searched_targets(args, settings) -> list[str]:
 def _precision_search(args, settings, calibration, eval_data, workdir: Path, policy,
                       built) -> dict:
     """label -> outcome of each mixed int8 candidate's search that ran
-    (:mod:`optimizer.search.precision.candidates`); a search that fails leaves the other
+    (:mod:`tfopt.optimizer.search.precision.candidates`); a search that fails leaves the other
     candidates to the gate."""
-    from optimizer.errors import first_line
-    from optimizer.search.precision.candidates import TARGETS, mixed_candidate
+    from tfopt.optimizer.errors import first_line
+    from tfopt.optimizer.search.precision.candidates import TARGETS, mixed_candidate
 
     outcomes = {}
     for target in _searched_targets(args, settings):
@@ -167,7 +170,7 @@ def _precision_search(args, settings, calibration, eval_data, workdir: Path, pol
 def _write_precision_search(outcomes: dict, path: Path) -> None:
     import json
 
-    from optimizer.files.atomic import atomic_file
+    from tfopt.optimizer.files.atomic import atomic_file
 
     with atomic_file(path, overwrite=True) as staging:
         staging.write_text(json.dumps({label: outcome.to_dict()
@@ -212,24 +215,24 @@ def _print_input_and_budget(held: dict) -> None:
 
 def run_with_targets(args, result, runtime=None, costs: dict | None = None,
                      eval_data=None, document: dict | None = None) -> int:
-    """``result`` is the accepted :class:`~optimizer.optimize.flow.OptimizeResult`; ``runtime`` the
+    """``result`` is the accepted :class:`~tfopt.optimizer.optimize.flow.OptimizeResult`; ``runtime`` the
     thread settings applied before TensorFlow started; ``costs`` gets each stage's
-    :class:`~optimizer.system.process_tree.Cost`; ``eval_data`` what :func:`check_arguments`
+    :class:`~tfopt.optimizer.system.process_tree.Cost`; ``eval_data`` what :func:`check_arguments`
     read from ``--eval-data``; ``document`` gets what the text says, for ``--json``."""
-    from components.cli.stage_lines import stages_of
-    from optimizer.candidates.build import (
+    from tfopt.components.cli.stage_lines import stages_of
+    from tfopt.optimizer.candidates.build import (
         CandidateSettings,
         derive_candidates,
         parse_targets,
         savedmodel_load_instructions,
     )
-    from optimizer.candidates.candidate import Candidate
-    from optimizer.files.atomic import atomic_directory, check_writable
-    from optimizer.gate.selection import select_candidate
-    from optimizer.gate.verdict import EXIT_REJECT
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.optimize.flow import write_optimized
-    from optimizer.system.process_tree import TreeMeter
+    from tfopt.optimizer.candidates.candidate import Candidate
+    from tfopt.optimizer.files.atomic import atomic_directory, check_writable
+    from tfopt.optimizer.gate.selection import select_candidate
+    from tfopt.optimizer.gate.verdict import EXIT_REJECT
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.optimize.flow import write_optimized
+    from tfopt.optimizer.system.process_tree import TreeMeter
 
     stages = stages_of(args)
     document = {} if document is None else document
@@ -318,7 +321,7 @@ def run_with_targets(args, result, runtime=None, costs: dict | None = None,
 
 
 def _tune(directory: Path, model_path: Path, signature: str, policy, budget):
-    from optimizer.runtime_tuning import RUNTIME_SETTINGS_FILE, tune_runtime
+    from tfopt.optimizer.runtime_tuning import RUNTIME_SETTINGS_FILE, tune_runtime
 
     settings = tune_runtime(model_path, signature=signature,
                             progress=lambda message: log.info("tuning: %s", message),

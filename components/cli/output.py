@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from optimizer.report.markdown import human_bytes  # noqa: F401 (re-exported for commands)
+from tfopt.optimizer.report.markdown import human_bytes  # noqa: F401 (re-exported for commands)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

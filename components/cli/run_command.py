@@ -23,8 +23,8 @@ def add_config_arguments(p) -> None:
 
 
 def _trigger_json(text: str | None, flag: str):
-    from components.config import ConfigError
-    from components.trigger_conf import MAX_TRIGGER_CHARS
+    from tfopt.components.config.pipeline_config import ConfigError
+    from tfopt.components.config.trigger_conf import MAX_TRIGGER_CHARS
 
     if text is None:
         return None
@@ -39,8 +39,8 @@ def _trigger_json(text: str | None, flag: str):
 def load_config_from_args(args):
     """The YAML, then the trigger (``--event``, then ``--conf``: only what the YAML lets a
     trigger set), then the operator's ``--set`` overrides, in that order."""
-    from components import trigger_conf
-    from components.config import load_config
+    from tfopt.components.config import trigger_conf
+    from tfopt.components.config.pipeline_config import load_config
 
     triggers = []
     if getattr(args, "event", None) is not None:
@@ -65,9 +65,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from components.cli.stage_lines import load_tensorflow, stages_of
-    from components.pipeline import run_pipeline
-    from optimizer.gate.verdict import EXIT_PROMOTE, EXIT_REJECT
+    from tfopt.components.cli.stage_lines import load_tensorflow, stages_of
+    from tfopt.components.pipeline.run import run_pipeline
+    from tfopt.optimizer.gate.verdict import EXIT_PROMOTE, EXIT_REJECT
 
     config = load_config_from_args(args)
     load_tensorflow(stages_of(args))

@@ -1,5 +1,5 @@
 """Flags that are the library's settings: their default and help read from the pydantic model
-that declares the setting (:class:`~optimizer.records.Settings`, ``GateConfig``), so the
+that declares the setting (:class:`~tfopt.optimizer.records.Settings`, ``GateConfig``), so the
 command line, the pipeline config and the library cannot disagree. ``tests/test_cli_defaults.py``
 walks every flag that has a config key and checks that they agree.
 """
@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from optimizer.records import default_of
+from tfopt.optimizer.records import default_of
 
 
 def shown_default(value: Any) -> str:

@@ -82,7 +82,7 @@ def load_tensorflow(stages: StageLines) -> None:
     before it starts; nothing when this process has it already."""
     if "tensorflow" in sys.modules:
         return
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     with stages.stage("loading TensorFlow", announce=True):
         import_tensorflow()

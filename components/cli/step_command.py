@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from components.cli.run_command import add_config_arguments, load_config_from_args
+from tfopt.components.cli.run_command import add_config_arguments, load_config_from_args
 
 
 def add_parser(sub) -> None:
-    from components.step_table import NAMES
+    from tfopt.components.pipeline.step_table import NAMES
 
     p = sub.add_parser("step", help="run one pipeline step (containerized tasks call this)",
                        description="Run one step with the JSON outputs of the steps it needs. "
@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
 
 
 def _read_inputs(text: str) -> dict:
-    from components.step_runner import StepInputError
+    from tfopt.components.pipeline.step_runner import StepInputError
 
     try:
         raw = Path(text[1:]).read_text() if text.startswith("@") else text
@@ -45,8 +45,8 @@ def _read_inputs(text: str) -> dict:
 
 
 def run(args) -> int:
-    from components.cli.stage_lines import stages_of
-    from components.step_runner import run_step
+    from tfopt.components.cli.stage_lines import stages_of
+    from tfopt.components.pipeline.step_runner import run_step
 
     config = load_config_from_args(args)
     memory_files = _pod_memory_files(args.pod_memory)  # bad input before any work
@@ -63,14 +63,14 @@ def run(args) -> int:
 
 
 def _write(path: Path, text: str) -> None:
-    from optimizer.files.atomic import atomic_file
+    from tfopt.optimizer.files.atomic import atomic_file
 
     with atomic_file(path, overwrite=True) as staging:
         staging.write_text(text)
 
 
 def _pod_memory_files(pairs: list[str]) -> dict[str, str]:
-    from components.step_runner import StepInputError
+    from tfopt.components.pipeline.step_runner import StepInputError
 
     files = {}
     for pair in pairs:
@@ -82,7 +82,7 @@ def _pod_memory_files(pairs: list[str]) -> dict[str, str]:
 
 
 def _pod_memory_of(output: dict, step: str) -> str:
-    from components.step_runner import POD_MEMORY_KEY, StepInputError
+    from tfopt.components.pipeline.step_runner import POD_MEMORY_KEY, StepInputError
 
     sized = output.get(POD_MEMORY_KEY) or {}
     if step not in sized:

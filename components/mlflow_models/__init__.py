@@ -12,9 +12,9 @@
 
 ``metadata.tfopt`` says ``format``, ``runtime``, ``artifact`` (the model file or SavedModel
 directory, relative to the MLflow Model's root), ``candidate`` and ``signature``: the champion
-lookup (:mod:`components.tracking.champion`) and a ``models:/`` source (:mod:`components.steps.
-pull`) read it back (:mod:`components.mlflow_models.mlmodel`). The flavor each format gets is in
-:mod:`components.mlflow_models.registry`.
+lookup (:mod:`tfopt.components.tracking.champion`) and a ``models:/`` source (:mod:`tfopt.components.steps.
+pull`) read it back (:mod:`tfopt.components.mlflow_models.mlmodel`). The flavor each format gets is in
+:mod:`tfopt.components.mlflow_models.registry`.
 
 The directory is written for the MLflow 3 logged model it is uploaded to: its id, artifact
 location, run and creation time go into the MLmodel, so that every publish of the same logged
@@ -29,9 +29,9 @@ import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
-from components.artifacts import CandidateModel
-from components.mlflow_models.mlmodel import MLMODEL_FILE, RUNTIME_SETTINGS_FILE
-from optimizer.model.signature import SignatureInfo
+from tfopt.components.mlflow_models.mlmodel import MLMODEL_FILE, RUNTIME_SETTINGS_FILE
+from tfopt.components.pipeline.artifacts import CandidateModel
+from tfopt.optimizer.model.signature import SignatureInfo
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +79,9 @@ def write_mlflow_model(candidate: CandidateModel, signature: SignatureInfo, dest
     from mlflow.models import Model
     from mlflow.models.utils import _save_example
 
-    from components.mlflow_models.registry import flavor_module
-    from components.mlflow_models.requirements import model_requirements
-    from components.mlflow_models.schema import input_example, model_signature
+    from tfopt.components.mlflow_models.registry import flavor_module
+    from tfopt.components.mlflow_models.requirements import model_requirements
+    from tfopt.components.mlflow_models.schema import input_example, model_signature
 
     flavor = flavor_module(candidate.format)
     dest = Path(dest)

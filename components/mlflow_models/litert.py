@@ -1,7 +1,7 @@
 """A LiteRT candidate as an MLflow Model: pyfunc, through a loader shipped with the model.
 
 MLflow has no LiteRT flavor, so the model's ``python_function`` flavor names a small loader
-module, :mod:`components.mlflow_models.tfopt_litert_loader`, copied into the model's ``code/``
+module, :mod:`tfopt.components.mlflow_models.tfopt_litert_loader`, copied into the model's ``code/``
 directory: serving it needs MLflow, numpy and ``ai-edge-litert``, and neither tfopt nor
 TensorFlow. The candidate's directory (``model.tflite`` and its JSON sidecar) becomes
 ``litert/``; the flavor's ``config`` names the file, the signature and the thread count tuning
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from components.artifacts import CandidateModel
-from components.mlflow_models.shipped_loader import add_pyfunc_with_shipped_loader
+from tfopt.components.mlflow_models.shipped_loader import add_pyfunc_with_shipped_loader
+from tfopt.components.pipeline.artifacts import CandidateModel
 
 ARTIFACT_DIR = "litert"
 LOADER = Path(__file__).with_name("tfopt_litert_loader.py")

@@ -1,7 +1,7 @@
 """Reading a downloaded MLflow Model back: which format it is, what runs it, where its model is.
 
 Published models record it in their MLmodel's ``metadata.tfopt`` block (``format``,
-``runtime``, ``artifact``: see :mod:`components.mlflow_models`). An MLflow Model logged by
+``runtime``, ``artifact``: see :mod:`tfopt.components.mlflow_models`). An MLflow Model logged by
 anything else is read from its flavor where the flavor says the format by itself
 (``tensorflow``: a SavedModel in ``saved_model_dir``). Read with ``yaml.safe_load`` only and
 without MLflow: the champion lookup and a ``models:/`` source read registry versions this way.
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from optimizer.errors import TfoptError
-from optimizer.runtime_tuning.record import RUNTIME_SETTINGS_FILE
+from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.runtime_tuning.record import RUNTIME_SETTINGS_FILE
 
 __all__ = ["MLMODEL_FILE", "RUNTIME_SETTINGS_FILE", "artifact_inside", "recorded_format"]
 
@@ -25,7 +25,7 @@ def recorded_format(mlmodel: Path, where: str,
                     error: type[TfoptError]) -> tuple[str, str | None, str | None]:
     """``(format, runtime or None, artifact path inside the model or None)`` as ``mlmodel``
     records them; ``error`` (naming ``where``) when it records none this tfopt knows."""
-    from optimizer.files.yaml_files import read_yaml_file
+    from tfopt.optimizer.files.yaml_files import read_yaml_file
 
     data = read_yaml_file(mlmodel, f"{where}: MLmodel", error)
     if not isinstance(data, dict):

@@ -2,9 +2,9 @@
 
 MLflow's onnx pyfunc (``mlflow.onnx``) opens the file with ONNX Runtime and feeds it by input
 name; tfopt's conversion names a graph's inputs and outputs by the SavedModel signature's keys
-(:mod:`optimizer.candidates.onnx.convert`), so ``predict({input key: array})`` returns
+(:mod:`tfopt.optimizer.candidates.onnx.convert`), so ``predict({input key: array})`` returns
 ``{output key: array}`` as the SavedModel's signature does. The flavor's
-``onnx_session_options`` carry how the benchmark ran it (:mod:`optimizer.runtime.onnx`): the
+``onnx_session_options`` carry how the benchmark ran it (:mod:`tfopt.optimizer.runtime.onnx`): the
 tuned thread count, one inter-op thread, sequential execution, the pool's workers spinning
 when there is more than one thread.
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from components.artifacts import CandidateModel
-from optimizer.runtime.onnx import spinning_config
+from tfopt.components.pipeline.artifacts import CandidateModel
+from tfopt.optimizer.runtime.onnx import spinning_config
 
 # onnx for mlflow.onnx's import, onnxruntime to run it; each under its one name.
 RUNTIME_DISTRIBUTIONS = (("onnx",), ("onnxruntime",))

@@ -14,13 +14,13 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from optimizer.errors import TfoptError
+from tfopt.optimizer.errors import TfoptError
 
 FLAVORS: dict[str, str] = {
-    "savedmodel": "components.mlflow_models.savedmodel",
-    "tflite": "components.mlflow_models.litert",
-    "onnx": "components.mlflow_models.onnx",
-    "openvino": "components.mlflow_models.openvino",
+    "savedmodel": "tfopt.components.mlflow_models.savedmodel",
+    "tflite": "tfopt.components.mlflow_models.litert",
+    "onnx": "tfopt.components.mlflow_models.onnx",
+    "openvino": "tfopt.components.mlflow_models.openvino",
 }
 
 

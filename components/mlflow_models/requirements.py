@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from optimizer.errors import TfoptError
+from tfopt.optimizer.errors import TfoptError
 
 PYFUNC_DISTRIBUTIONS = ("mlflow-skinny", "numpy", "pandas")
 

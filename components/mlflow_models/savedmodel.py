@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from components.artifacts import CandidateModel
+from tfopt.components.pipeline.artifacts import CandidateModel
 
 ARTIFACT = "saved_model"
 # The distribution that runs it, under its two names; the first installed here is pinned.

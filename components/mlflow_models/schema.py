@@ -7,7 +7,7 @@ them all: a tensor spec per input and output, named by its signature key, with i
 shape (an unknown dimension is -1, as MLflow writes it). MLflow checks every ``predict`` input
 against it, and the registry UI shows it as the version's schema.
 
-The example is one row of inputs made from the signature (:func:`optimizer.inputs.generated.make_inputs`:
+The example is one row of inputs made from the signature (:func:`tfopt.optimizer.inputs.generated.make_inputs`:
 standard-normal floats rounded to 3 decimals, small integer ids), enough to show the shape of a
 call and to check a served model answers; it is not data the model was trained on.
 """
@@ -18,8 +18,8 @@ import logging
 
 import numpy as np
 
-from optimizer.errors import InvalidInputsError
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.errors import InvalidInputsError
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def model_signature(signature: SignatureInfo):
 def input_example(signature: SignatureInfo) -> dict[str, np.ndarray] | None:
     """One row of inputs for ``signature``; None when they cannot be made (strings, unknown
     rank), and the model is logged without an example."""
-    from optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.inputs.generated import make_inputs
 
     try:
         feeds = make_inputs(signature, batch_size=1, seed=0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from components.artifacts import CandidateModel
+from tfopt.components.pipeline.artifacts import CandidateModel
 
 CODE_DIR = "code"
 

@@ -11,7 +11,7 @@ leaves an unfinished record, which the rerun finds and fills again.
 
 Two records remain only if the earlier-made one becomes visible after the later one's whole
 filling (a commit delayed that long); never for registry versions, which settle on the lowest
-version number instead (:mod:`components.publishing.registry_protocol`).
+version number instead (:mod:`tfopt.components.publishing.registry_protocol`).
 """
 
 from __future__ import annotations

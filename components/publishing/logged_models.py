@@ -4,11 +4,11 @@ metrics linked to it.
 A logged model is named after its candidate (so ``runs:/<run_id>/<label>`` resolves to it, as
 well as ``models:/<model_id>``), source-linked to the publish's run and listed as the run's
 output, and tagged with the publish key and the candidate label, by which a rerun finds it. Its
-files are written by :func:`components.mlflow_models.write_mlflow_model` for that logged model
+files are written by :func:`tfopt.components.mlflow_models.write_mlflow_model` for that logged model
 and uploaded; its metrics are the run's metrics of its label, logged again with its id. It is
 marked ``READY`` last (MLflow's own "finished"), so one left ``PENDING`` by a killed publish is
 filled again by the rerun; two made at once for one key are settled by
-:mod:`components.publishing.claims`.
+:mod:`tfopt.components.publishing.claims`.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import logging
 import tempfile
 from pathlib import Path
 
-from components.artifacts import CandidateModel
-from components.publishing.claims import claim
-from components.publishing.publication import CANDIDATE_TAG, PUBLISH_KEY_TAG, Publication
-from components.publishing.run_record import model_metrics, model_tags
-from components.storage.model_tree import check_model_tree
+from tfopt.components.pipeline.artifacts import CandidateModel
+from tfopt.components.publishing.claims import claim
+from tfopt.components.publishing.publication import CANDIDATE_TAG, PUBLISH_KEY_TAG, Publication
+from tfopt.components.publishing.run_record import model_metrics, model_tags
+from tfopt.components.storage.model_tree import check_model_tree
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def log_model(client, pub: Publication, experiment: str, run, model: CandidateMo
     """The ``READY`` logged model of ``model`` for this publish, found or made."""
     from mlflow.entities import LoggedModelStatus, Metric
 
-    from components.mlflow_models import write_mlflow_model
+    from tfopt.components.mlflow_models import write_mlflow_model
 
     run_id = run.info.run_id
 

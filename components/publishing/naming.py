@@ -28,7 +28,7 @@ def server_identity(client, experiment: str) -> str:
 
 
 def gate_identity(gate) -> str:
-    """A digest of the gate's record (:class:`components.artifacts.GateOutput`): the verdict a
+    """A digest of the gate's record (:class:`tfopt.components.pipeline.artifacts.GateOutput`): the verdict a
     publish reports. A gate that judged again, against another baseline (a rerun without a DAG
     run id, after a promotion made a new champion), is another publish with a run of its own,
     never a reuse of the one before with its verdict and alias move."""

@@ -9,7 +9,7 @@ candidate (the ``challenger``).
 
 Its key, ``tfopt.publish_key``, names the publish on every run, logged model and version it
 makes: the workspace key (source digest, config fingerprint), the DAG run id and the gate's
-record (:func:`components.publishing.naming.gate_identity`).
+record (:func:`tfopt.components.publishing.naming.gate_identity`).
 """
 
 from __future__ import annotations
@@ -22,19 +22,19 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from components.artifacts import (
+from tfopt.components.config.pipeline_config import PipelineConfig
+from tfopt.components.pipeline.artifacts import (
     CandidateModel,
     Candidates,
     EvaluationOutput,
     GateOutput,
     PulledModel,
 )
-from components.config import PipelineConfig
-from components.publishing.naming import gate_identity
-from components.storage.model_tree import check_model_tree
-from components.workspace import Workspace
-from optimizer.errors import TfoptError
-from optimizer.model.signature import SignatureInfo
+from tfopt.components.pipeline.workspace import Workspace
+from tfopt.components.publishing.naming import gate_identity
+from tfopt.components.storage.model_tree import check_model_tree
+from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.model.signature import SignatureInfo
 
 PUBLISH_KEY_TAG = "tfopt.publish_key"
 CANDIDATE_TAG = "tfopt.candidate"
@@ -54,8 +54,8 @@ class Publication:
     registered: CandidateModel | None  # the champion or challenger to register, if any
     signature: SignatureInfo  # the source's serving signature, which every candidate keeps
     gate: GateOutput
-    decision: dict[str, Any]  # optimizer.gate.verdict.GateDecision.to_dict()
-    result: Any  # optimizer.benchmark.result.BenchmarkResult, accuracy filled in
+    decision: dict[str, Any]  # tfopt.optimizer.gate.verdict.GateDecision.to_dict()
+    result: Any  # tfopt.optimizer.benchmark.result.BenchmarkResult, accuracy filled in
     run_key: str
     dag_run_id: str | None
     run_context: dict[str, Any]
@@ -86,13 +86,13 @@ class Publication:
     def load_instructions(self, model: CandidateModel) -> str:
         """``model``'s load snippet; the chosen one's with the thread settings tuning chose,
         which are the settings it should be served with."""
-        from optimizer.candidates.build import savedmodel_load_instructions
+        from tfopt.optimizer.candidates.build import savedmodel_load_instructions
 
         snippet = model.how_to_load or savedmodel_load_instructions(self.config.signature)
         tuned = self.runtime_settings_for(model)
         if tuned is None:
             return snippet
-        from optimizer.runtime_tuning import TunedRuntimeSettings
+        from tfopt.optimizer.runtime_tuning import TunedRuntimeSettings
 
         return TunedRuntimeSettings.from_json(tuned).load_snippet(snippet)
 
@@ -106,7 +106,7 @@ class Publication:
         path = self.gate.runtime_settings_path
         if not path or not Path(path).is_file():
             return {}
-        from optimizer.runtime_tuning import TunedRuntimeSettings
+        from tfopt.optimizer.runtime_tuning import TunedRuntimeSettings
 
         return TunedRuntimeSettings.from_json(path).to_tags()
 
@@ -161,7 +161,7 @@ def _signature(config: PipelineConfig, pulled: PulledModel, gate: GateOutput) ->
     TensorFlow's protos: seconds in a process that needs nothing else of it)."""
     if gate.signature:
         return SignatureInfo.from_dict(gate.signature)
-    from optimizer.runtime import read_signature
+    from tfopt.optimizer.runtime import read_signature
 
     return read_signature(pulled.path, config.signature, policy=config.security.scan_policy())
 
@@ -170,7 +170,7 @@ def publication(config: PipelineConfig, pulled: PulledModel,
                 candidates: Candidates | Sequence[CandidateModel | dict],
                 evaluation: EvaluationOutput, gate: GateOutput, ws: Workspace,
                 run_context: dict[str, Any] | None) -> Publication:
-    from optimizer.benchmark.result import load_result
+    from tfopt.optimizer.benchmark.result import load_result
 
     try:
         decision = json.loads(Path(gate.verdict_path).read_text())

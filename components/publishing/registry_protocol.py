@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import logging
 
-from components.artifacts import CandidateModel
-from components.publishing.publication import CHAMPION, PUBLISH_KEY_TAG, Publication
-from components.publishing.run_record import version_description, version_tags
-from components.tracking import TrackingError, is_missing
+from tfopt.components.pipeline.artifacts import CandidateModel
+from tfopt.components.publishing.publication import CHAMPION, PUBLISH_KEY_TAG, Publication
+from tfopt.components.publishing.run_record import version_description, version_tags
+from tfopt.components.tracking import TrackingError, is_missing
 
 log = logging.getLogger(__name__)
 

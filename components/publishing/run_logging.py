@@ -1,10 +1,10 @@
 """The publish's MLflow run: found by its key or created, then fully logged, once.
 
-A run holds the params, metrics and tags of :mod:`components.publishing.run_record` and the
+A run holds the params, metrics and tags of :mod:`tfopt.components.publishing.run_record` and the
 artifacts a reviewer reads: ``report/`` (report.html, report.md, report.json with the candidates
 table, the charts), ``trace.json`` (the transforms applied, in order) and ``verdict.json``
 (every check of the gate). Its models are logged models of their own
-(:mod:`components.publishing.logged_models`). The tag ``tfopt.logged`` is set last: a run
+(:mod:`tfopt.components.publishing.logged_models`). The tag ``tfopt.logged`` is set last: a run
 without it is logged again (params and tags rewritten with the same values, metrics with the
 same timestamp, which the store deduplicates).
 """
@@ -17,10 +17,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from components.publishing.claims import claim
-from components.publishing.publication import PUBLISH_KEY_TAG, Publication
-from components.publishing.run_record import identity_tags, run_metrics, run_params, run_tags
-from components.tracking import TrackingError, local_artifact_location
+from tfopt.components.publishing.claims import claim
+from tfopt.components.publishing.publication import PUBLISH_KEY_TAG, Publication
+from tfopt.components.publishing.run_record import identity_tags, run_metrics, run_params, run_tags
+from tfopt.components.tracking import TrackingError, local_artifact_location
 
 log = logging.getLogger(__name__)
 

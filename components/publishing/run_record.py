@@ -18,9 +18,9 @@ import math
 import re
 from typing import Any
 
-from components.artifacts import CandidateModel
-from components.config import FINGERPRINT_EXCLUDES
-from components.publishing.publication import (
+from tfopt.components.config.pipeline_config import FINGERPRINT_EXCLUDES
+from tfopt.components.pipeline.artifacts import CandidateModel
+from tfopt.components.publishing.publication import (
     CANDIDATE_TAG,
     PUBLISH_KEY_TAG,
     Publication,
@@ -54,7 +54,7 @@ def metric_prefix(label: str) -> str:
 
 
 def _interval(pub: Publication, label: str, batch: int):
-    from optimizer.benchmark.stats import RatioInterval
+    from tfopt.optimizer.benchmark.stats import RatioInterval
 
     recomputed = pub.decision.get("intervals", {}).get(label, {}).get(str(batch))
     if recomputed:
@@ -255,7 +255,7 @@ def calibration_tag(model: CandidateModel) -> dict[str, str]:
 
 def float_layers_tag(model: CandidateModel) -> dict[str, str]:
     """``tfopt.float_layers``: the layers a mixed int8 model (``onnx_mixed_int8``,
-    :mod:`optimizer.search.precision`) keeps in float, comma-separated; absent for the others."""
+    :mod:`tfopt.optimizer.search.precision`) keeps in float, comma-separated; absent for the others."""
     if not model.float_layers:
         return {}
     return {"tfopt.float_layers": ",".join(model.float_layers)[:TAG_LIMIT]}

@@ -3,7 +3,7 @@
 The baseline is the registry's champion when there is one (the model the candidate would
 replace), run in its own runtime with the thread setting recorded on its version, else the
 unoptimized input model. Beside a champion the input is measured too, untimed: accuracy budgets
-stay anchored to it (see optimizer.gate.verdict).
+stay anchored to it (see tfopt.optimizer.gate.verdict).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.artifacts import (
+from tfopt.components.config.pipeline_config import PipelineConfig
+from tfopt.components.pipeline.artifacts import (
     BenchmarkOutput,
     CandidateModel,
     ChampionModel,
@@ -22,8 +23,7 @@ from components.artifacts import (
     Record,
     candidate_models,
 )
-from components.config import PipelineConfig
-from components.workspace import Workspace
+from tfopt.components.pipeline.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def baseline_for_run(config: PipelineConfig, ws: Workspace,
     A retried or rerun DAG run must be judged against the baseline it was first judged
     against; otherwise its own promotion would become its baseline and flip its verdict.
     """
-    from components.tracking.champion import find_champion
+    from tfopt.components.tracking.champion import find_champion
 
     def lookup() -> BaselineChoice:
         champion = find_champion(config)
@@ -58,7 +58,7 @@ def baseline_for_run(config: PipelineConfig, ws: Workspace,
 
 
 def from_inputs(call) -> BenchmarkOutput:
-    """The table's entry (components.step_table): the candidates freeze and optimize made,
+    """The table's entry (tfopt.components.pipeline.step_table): the candidates freeze and optimize made,
     timed against the baseline, its named part (:func:`baseline_for_run`)."""
     champion = None if call.offline else baseline_for_run(call.config, call.workspace,
                                                           call.run_context)
@@ -71,20 +71,20 @@ def from_inputs(call) -> BenchmarkOutput:
 
 def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[CandidateModel],
               champion: ChampionModel | None, ws: Workspace) -> BenchmarkOutput:
-    from components.memory_check import require_inputs_fit
+    from tfopt.components.pipeline.memory_check import require_inputs_fit
 
     require_inputs_fit(config, pulled, "benchmark")  # every batch size, before any is made
 
     def run(step_dir: Path) -> BenchmarkOutput:
-        from optimizer.benchmark.harness import Subject
-        from optimizer.benchmark.memory_groups import run_benchmark_within
-        from optimizer.benchmark.result import CHAMPION, UNOPTIMIZED_INPUT
-        from optimizer.system.cpu_threads import (
+        from tfopt.optimizer.benchmark.harness import Subject
+        from tfopt.optimizer.benchmark.memory_groups import run_benchmark_within
+        from tfopt.optimizer.benchmark.result import CHAMPION, UNOPTIMIZED_INPUT
+        from tfopt.optimizer.system.cpu_threads import (
             apply_runtime_settings,
             default_runtime_settings,
             settings_take_effect_here,
         )
-        from optimizer.system.memory_budget import memory_budget
+        from tfopt.optimizer.system.memory_budget import memory_budget
 
         reference = None
         if champion is not None:
@@ -94,7 +94,7 @@ def benchmark(config: PipelineConfig, pulled: PulledModel, candidates: list[Cand
             reference = Subject.reference(pulled.path, label="input")
         else:
             baseline = Subject.baseline(pulled.path, role=UNOPTIMIZED_INPUT, label="input")
-        from optimizer.gate.near_ties import precision_rank
+        from tfopt.optimizer.gate.near_ties import precision_rank
 
         # their records' precision, so that timing goes on while the gate's near-tie choice
         # between two of them is unresolved

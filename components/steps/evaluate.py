@@ -13,9 +13,9 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from components.artifacts import BenchmarkOutput, EvaluationOutput
-from components.config import PipelineConfig
-from components.workspace import Workspace
+from tfopt.components.config.pipeline_config import PipelineConfig
+from tfopt.components.pipeline.artifacts import BenchmarkOutput, EvaluationOutput
+from tfopt.components.pipeline.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +26,12 @@ def local_data_file(location: str, config: PipelineConfig, step_dir: Path) -> Pa
     budget is refused here, exit 7, before any array is read."""
     import zipfile
 
-    from optimizer.inputs.data_files import require_npz_fits
-    from optimizer.system.memory_budget import memory_budget
+    from tfopt.optimizer.inputs.data_files import require_npz_fits
+    from tfopt.optimizer.system.memory_budget import memory_budget
 
     path = Path(location)
     if location.startswith("s3://"):
-        from components.storage.s3 import download_file
+        from tfopt.components.storage.s3 import download_file
 
         path = download_file(location, step_dir / Path(location).name, config.s3)
     if zipfile.is_zipfile(path):
@@ -43,13 +43,13 @@ def check_evaluation_data(config: PipelineConfig, signature):
     """Refuse now evaluation data that does not fit the model (``signature``: ``x`` of other
     dtypes or shapes, no rows) or labels ``evaluation.metric`` cannot score against its output,
     in the first step that reads it, not once every candidate has been built and timed.
-    Returns the data (a :class:`~optimizer.verify.evaluation.LabelledData`), None without any.
+    Returns the data (a :class:`~tfopt.optimizer.verify.evaluation.LabelledData`), None without any.
     An ``s3://`` file is fetched into a directory of its own and let go."""
     if not config.evaluation.data:
         return None
     import tempfile
 
-    from optimizer.verify.evaluation import load_labelled_data
+    from tfopt.optimizer.verify.evaluation import load_labelled_data
 
     with tempfile.TemporaryDirectory(prefix="tfopt-eval-check-") as scratch:
         return load_labelled_data(
@@ -58,7 +58,7 @@ def check_evaluation_data(config: PipelineConfig, signature):
 
 
 def from_inputs(call) -> EvaluationOutput:
-    """The table's entry (components.step_table)."""
+    """The table's entry (tfopt.components.pipeline.step_table)."""
     measured = call.output("benchmark")
     evaluation = evaluate(call.config, measured, call.workspace)
     # A record an older tfopt left in the workspace carries no candidates: the benchmark's.
@@ -69,11 +69,15 @@ def from_inputs(call) -> EvaluationOutput:
 def evaluate(config: PipelineConfig, benchmark: BenchmarkOutput, ws: Workspace
              ) -> EvaluationOutput:
     def run(step_dir: Path) -> EvaluationOutput:
-        from optimizer.benchmark.result import Fidelity, Quality, load_result
-        from optimizer.runtime import load_runner
-        from optimizer.verify.equivalence import compare
-        from optimizer.verify.evaluation import EVAL_BATCH_SIZE, get_metric, load_labelled_data
-        from optimizer.verify.evaluation import evaluate as evaluate_metric
+        from tfopt.optimizer.benchmark.result import Fidelity, Quality, load_result
+        from tfopt.optimizer.runtime import load_runner
+        from tfopt.optimizer.verify.equivalence import compare
+        from tfopt.optimizer.verify.evaluation import (
+            EVAL_BATCH_SIZE,
+            get_metric,
+            load_labelled_data,
+        )
+        from tfopt.optimizer.verify.evaluation import evaluate as evaluate_metric
 
         result = load_result(benchmark.result_path)
         if not config.evaluation.data:

@@ -5,34 +5,34 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from components.artifacts import CandidateModel, PulledModel
-from components.config import PipelineConfig
-from components.workspace import Workspace
+from tfopt.components.config.pipeline_config import PipelineConfig
+from tfopt.components.pipeline.artifacts import CandidateModel, PulledModel
+from tfopt.components.pipeline.workspace import Workspace
 
 log = logging.getLogger(__name__)
 LABEL = "frozen"
 
 
 def from_inputs(call) -> CandidateModel:
-    """The table's entry (components.step_table)."""
+    """The table's entry (tfopt.components.pipeline.step_table)."""
     return freeze(call.config, call.pulled, call.workspace)
 
 
 def freeze(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> CandidateModel:
-    from components.memory_check import require_model_fits
+    from tfopt.components.pipeline.memory_check import require_model_fits
 
     require_model_fits(config, pulled, "freeze")  # exit 7 now, not an OOM kill midway
 
     def run(step_dir: Path) -> CandidateModel:
-        from components.steps.evaluate import check_evaluation_data
-        from optimizer.benchmark.environment import model_digest
-        from optimizer.candidates.build import savedmodel_load_instructions
-        from optimizer.errors import EquivalenceError
-        from optimizer.model.export import write_saved_model
-        from optimizer.model.freeze import freeze as freeze_model
-        from optimizer.verify.equivalence import compare
-        from optimizer.verify.evaluation import refuse_nonfinite_input_model
-        from optimizer.verify.finite import refuse_nonfinite_source
+        from tfopt.components.steps.evaluate import check_evaluation_data
+        from tfopt.optimizer.benchmark.environment import model_digest
+        from tfopt.optimizer.candidates.build import savedmodel_load_instructions
+        from tfopt.optimizer.errors import EquivalenceError
+        from tfopt.optimizer.model.export import write_saved_model
+        from tfopt.optimizer.model.freeze import freeze as freeze_model
+        from tfopt.optimizer.verify.equivalence import compare
+        from tfopt.optimizer.verify.evaluation import refuse_nonfinite_input_model
+        from tfopt.optimizer.verify.finite import refuse_nonfinite_source
 
         log.info("freeze: %s [%s]", pulled.path, config.signature)
         policy = config.security.scan_policy()

@@ -1,13 +1,13 @@
 """gate: the verdict on every candidate, and the before/after report a reviewer reads.
 
-Three named parts, in order: the verdict (:func:`optimizer.gate.verdict.evaluate_gate`),
+Three named parts, in order: the verdict (:func:`tfopt.optimizer.gate.verdict.evaluate_gate`),
 :func:`tune` of the chosen model's runtime settings, and the :func:`report` on the fastest
 candidate (the chosen one, else the fastest rejected). Tuning goes before the report so that
 the report's step costs have its row (``gate.tune``), and so that its probe processes start
 beside a step process that has not yet loaded models for the report's op profiles. Its record
 names what publish logs (``publishable``), carries the evaluation it judged, so publish reads
 only this record, and the tuning's cost (``part_costs``), which the step runner adds to the
-steps' costs (:func:`components.step_runner.run_step`).
+steps' costs (:func:`tfopt.components.pipeline.step_runner.run_step`).
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from components.artifacts import EvaluationOutput, GateOutput
-from components.config import PipelineConfig
-from components.workspace import Workspace
+from tfopt.components.config.pipeline_config import PipelineConfig
+from tfopt.components.pipeline.artifacts import EvaluationOutput, GateOutput
+from tfopt.components.pipeline.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
 
 def from_inputs(call) -> GateOutput:
-    """The table's entry (components.step_table); the costs of the steps before go in the
+    """The table's entry (tfopt.components.pipeline.step_table); the costs of the steps before go in the
     report."""
     evaluation = call.output("evaluate")
     verdict = gate(call.config, evaluation, call.workspace, dict(call.step_costs))
@@ -40,12 +40,12 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace,
          step_costs: dict | None = None) -> GateOutput:
     """``step_costs`` (step -> wall time and peak memory) of the steps before go in the report."""
     def run(step_dir: Path) -> GateOutput:
-        from components.publishing.publication import publishable_labels
-        from components.step_table import part_costs as named_part_costs
-        from optimizer.benchmark.result import load_result
-        from optimizer.candidates.candidate import Candidate
-        from optimizer.gate.verdict import evaluate_gate
-        from optimizer.runtime import read_signature
+        from tfopt.components.pipeline.step_table import part_costs as named_part_costs
+        from tfopt.components.publishing.publication import publishable_labels
+        from tfopt.optimizer.benchmark.result import load_result
+        from tfopt.optimizer.candidates.candidate import Candidate
+        from tfopt.optimizer.gate.verdict import evaluate_gate
+        from tfopt.optimizer.runtime import read_signature
 
         result = load_result(evaluation.result_path)
         # what each candidate is, from its record: the gate does not guess from labels
@@ -86,11 +86,11 @@ def report(config: PipelineConfig, evaluation: EvaluationOutput, result, decisio
     """The before/after report under ``step_dir/report``, with the op profile of the baseline
     and ``shown``, its title block and next steps (the chosen model's load line with the
     ``tuned`` runtime settings); returns its directory."""
-    from optimizer.candidates.candidate import Candidate
-    from optimizer.gate.selection import candidate_rows
-    from optimizer.inputs.generated import make_inputs
-    from optimizer.report.profile import profile_baseline_and_candidate
-    from optimizer.report.write import write_report
+    from tfopt.optimizer.candidates.candidate import Candidate
+    from tfopt.optimizer.gate.selection import candidate_rows
+    from tfopt.optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.report.profile import profile_baseline_and_candidate
+    from tfopt.optimizer.report.write import write_report
 
     profiles = []
     try:
@@ -112,9 +112,9 @@ def report_title(config: PipelineConfig, rows: list[dict], decision, tuned: Path
     model's load line with its tuned thread settings (when tuning ran)."""
     from datetime import datetime
 
-    from optimizer.candidates.build import savedmodel_load_instructions
-    from optimizer.report.heading import ReportTitle
-    from optimizer.runtime_tuning import TunedRuntimeSettings
+    from tfopt.optimizer.candidates.build import savedmodel_load_instructions
+    from tfopt.optimizer.report.heading import ReportTitle
+    from tfopt.optimizer.runtime_tuning import TunedRuntimeSettings
 
     chosen = next((r for r in rows if r["label"] == decision.chosen), None)
     load = ""
@@ -130,12 +130,12 @@ def report_title(config: PipelineConfig, rows: list[dict], decision, tuned: Path
 
 def tune(config: PipelineConfig, model_path: str, step_dir: Path) -> tuple[Path | None, Any]:
     """The chosen model's thread settings and batch size, as ``runtime_settings.json``, and
-    what tuning cost (a :class:`~optimizer.system.process_tree.Cost`: wall time and the peak
+    what tuning cost (a :class:`~tfopt.optimizer.system.process_tree.Cost`: wall time and the peak
     of the process tree, its probes included; None when tuning is off).
 
     Tuning informs how to serve the model; it never changes the verdict, so a failure is
     logged and the model is published without it."""
-    from optimizer.system.process_tree import TreeMeter
+    from tfopt.optimizer.system.process_tree import TreeMeter
 
     if not config.tuning.enabled:
         return None, None
@@ -145,9 +145,9 @@ def tune(config: PipelineConfig, model_path: str, step_dir: Path) -> tuple[Path 
 
 
 def _tune(config: PipelineConfig, model_path: str, step_dir: Path) -> Path | None:
-    from optimizer.errors import TfoptError
-    from optimizer.runtime_tuning import RUNTIME_SETTINGS_FILE, tune_runtime
-    from optimizer.system.memory_budget import memory_budget
+    from tfopt.optimizer.errors import TfoptError
+    from tfopt.optimizer.runtime_tuning import RUNTIME_SETTINGS_FILE, tune_runtime
+    from tfopt.optimizer.system.memory_budget import memory_budget
 
     section = config.tuning
     try:

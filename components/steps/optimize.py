@@ -7,17 +7,17 @@ import logging
 import math
 from pathlib import Path
 
-from components.artifacts import CandidateModel, PulledModel
-from components.config import PipelineConfig
-from components.workspace import Workspace
+from tfopt.components.config.pipeline_config import PipelineConfig
+from tfopt.components.pipeline.artifacts import CandidateModel, PulledModel
+from tfopt.components.pipeline.workspace import Workspace
 
 log = logging.getLogger(__name__)
 LABEL = "optimized"
 
 
 def recipe_of(config: PipelineConfig):
-    from optimizer.optimize.recipe import Recipe
-    from optimizer.optimize.recipe_yaml import specs_from_yaml
+    from tfopt.optimizer.optimize.recipe import Recipe
+    from tfopt.optimizer.optimize.recipe_yaml import specs_from_yaml
 
     recipe = config.optimize.recipe
     if isinstance(recipe, str):
@@ -27,7 +27,7 @@ def recipe_of(config: PipelineConfig):
 
 def search_settings_of(config: PipelineConfig):
     """None for the recipe strategy; else how to search (the config's optimize.* keys)."""
-    from optimizer.search.settings import SearchSettings
+    from tfopt.optimizer.search.settings import SearchSettings
 
     section = config.optimize
     if section.strategy == "recipe":
@@ -37,22 +37,22 @@ def search_settings_of(config: PipelineConfig):
 
 
 def from_inputs(call) -> CandidateModel:
-    """The table's entry (components.step_table). Its named part ``candidates`` is
+    """The table's entry (tfopt.components.pipeline.step_table). Its named part ``candidates`` is
     :func:`derive`."""
     return optimize(call.config, call.pulled, call.workspace)
 
 
 def optimize(config: PipelineConfig, pulled: PulledModel, ws: Workspace) -> CandidateModel:
-    from components.memory_check import require_model_fits
+    from tfopt.components.pipeline.memory_check import require_model_fits
 
     require_model_fits(config, pulled, "optimize")  # exit 7 now, not an OOM kill midway
 
     def run(step_dir: Path) -> CandidateModel:
-        from optimizer.benchmark.environment import model_digest
-        from optimizer.candidates.build import savedmodel_load_instructions
-        from optimizer.optimize.flow import optimize as optimize_model
-        from optimizer.optimize.flow import write_optimized
-        from optimizer.verify.tolerance import Tolerance
+        from tfopt.optimizer.benchmark.environment import model_digest
+        from tfopt.optimizer.candidates.build import savedmodel_load_instructions
+        from tfopt.optimizer.optimize.flow import optimize as optimize_model
+        from tfopt.optimizer.optimize.flow import write_optimized
+        from tfopt.optimizer.verify.tolerance import Tolerance
 
         tolerance = Tolerance(atol=config.optimize.atol, rtol=config.optimize.rtol,
                               min_top1=config.optimize.min_top1)
@@ -86,10 +86,10 @@ def derive(config: PipelineConfig, pulled: PulledModel, optimized, step_dir: Pat
     LiteRT, ONNX, OpenVINO), built under ``step_dir/candidates``; the int8 flavours that
     calibrate do it on calibration.data, else evaluation.data, else inputs generated from the
     signature (tagged synthetic)."""
-    from optimizer.benchmark.environment import model_digest
-    from optimizer.candidates.build import derive_candidates
-    from optimizer.search.precision.candidates import searched_targets
-    from optimizer.system.memory_budget import memory_budget
+    from tfopt.optimizer.benchmark.environment import model_digest
+    from tfopt.optimizer.candidates.build import derive_candidates
+    from tfopt.optimizer.search.precision.candidates import searched_targets
+    from tfopt.optimizer.system.memory_budget import memory_budget
 
     settings = config.candidates.settings()
     searched = searched_targets(settings.targets, config.candidates.precision_search)
@@ -112,17 +112,17 @@ def derive(config: PipelineConfig, pulled: PulledModel, optimized, step_dir: Pat
 def _mixed_precision(config: PipelineConfig, pulled: PulledModel, step_dir: Path, calibration,
                      built: dict[str, str], target: str) -> CandidateModel | None:
     """``onnx_mixed_int8`` or ``litert_mixed_int8``, by ``target``
-    (:mod:`optimizer.search.precision.candidates`) under the gate's
+    (:mod:`tfopt.optimizer.search.precision.candidates`) under the gate's
     accuracy budget, its search's table and trace in the record's ``trace``; None when the
     search is off for this model or found nothing inside the budget. A search that fails is
     logged and leaves the other candidates to the gate."""
-    from components.steps.evaluate import local_data_file
-    from optimizer.benchmark.environment import model_digest
-    from optimizer.errors import first_line
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.search.precision.candidates import mixed_candidate
-    from optimizer.search.precision.settings import PrecisionSearchSettings
-    from optimizer.verify.evaluation import load_labelled_data
+    from tfopt.components.steps.evaluate import local_data_file
+    from tfopt.optimizer.benchmark.environment import model_digest
+    from tfopt.optimizer.errors import first_line
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.search.precision.candidates import mixed_candidate
+    from tfopt.optimizer.search.precision.settings import PrecisionSearchSettings
+    from tfopt.optimizer.verify.evaluation import load_labelled_data
 
     policy = config.security.scan_policy()
     try:
@@ -160,9 +160,9 @@ def _calibration(config: PipelineConfig, pulled: PulledModel, step_dir: Path, se
                  force: bool = False):
     if not settings.calibrates and not force:
         return None
-    from components.steps.evaluate import local_data_file
-    from optimizer.inputs.calibration import choose_calibration
-    from optimizer.model.savedmodel import get_signature
+    from tfopt.components.steps.evaluate import local_data_file
+    from tfopt.optimizer.inputs.calibration import choose_calibration
+    from tfopt.optimizer.model.savedmodel import get_signature
 
     calibration = choose_calibration(
         get_signature(pulled.path, config.signature, policy=config.security.scan_policy()),

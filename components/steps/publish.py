@@ -3,24 +3,24 @@
 What a reviewer finds in the experiment ``mlflow.experiment``, for each pipeline run:
 
 - nothing at all when a SavedModel to be logged does not load and run the way TF Serving loads
-  it (the TF1 loader in a Session, tag ``serve``: :mod:`optimizer.verify.servability`), exit 7;
+  it (the TF1 loader in a Session, tag ``serve``: :mod:`tfopt.optimizer.verify.servability`), exit 7;
 - a run whose params are the config (dotted keys; the parts that change the result) and the
   recipe applied; whose metrics are every model's latency, throughput, size, memory, accuracy
   and the gate's speedup, interval and accuracy drop per candidate
-  (:mod:`components.publishing.run_record`); whose tags hold the verdict and its summary, the
+  (:mod:`tfopt.components.publishing.run_record`); whose tags hold the verdict and its summary, the
   source URI and digest and the environment fingerprint (``env.*``); whose description is the
   verdict in one line; and whose artifacts are ``report/`` (``report.html``, rendered by
   MLflow's artifact viewer, ``report.md``, ``report.json`` with the candidates table, and the
   charts), ``trace.json`` (the transforms applied, in order) and ``verdict.json`` (every check
   of the gate);
 - the run's models, each an MLflow 3 logged model named after its candidate and holding an
-  MLflow Model in the flavor its format has (:mod:`components.mlflow_models`: a SavedModel in
+  MLflow Model in the flavor its format has (:mod:`tfopt.components.mlflow_models`: a SavedModel in
   the ``tensorflow`` flavor, ONNX in the ``onnx`` flavor, LiteRT and OpenVINO through a pyfunc
   loader shipped with them), with a signature,
   an input example, pinned requirements, ``runtime_settings.json`` as tuned, and the gate's
   metrics of that candidate. On a pass these are every candidate that passed, the chosen one
   first; on a reject, the fastest candidate, for review
-  (:mod:`components.publishing.publication`);
+  (:mod:`tfopt.components.publishing.publication`);
 - on a pass, a version of ``mlflow.registered_model`` made from the chosen candidate's logged
   model, tagged with the verdict, the source, the DAG run, the format and runtime it needs
   (``tfopt.format``, ``tfopt.runtime``), how to load it without MLflow (``tfopt.load``), for an
@@ -35,7 +35,7 @@ What a reviewer finds in the experiment ``mlflow.experiment``, for each pipeline
 
 Idempotent, keyed by the workspace key (source digest, config fingerprint, which leaves out the
 URL MLflow is reached at), the DAG run id and the gate's record it publishes
-(:func:`components.publishing.naming.gate_identity`), on the server that publish asks (the
+(:func:`tfopt.components.publishing.naming.gate_identity`), on the server that publish asks (the
 workspace's record of a finished publish is found by the server's experiment id and creation
 time, so ``localhost`` and ``127.0.0.1`` are one server and two servers sharing a workdir are
 two): the run, its logged models and the version carry that key in the tag
@@ -46,10 +46,10 @@ record and alias move. A rerun of the same DAG run (the same gate record) makes 
 logged model or version, and one killed midway is completed: a run without its ``tfopt.logged``
 tag is logged again, a logged model left ``PENDING`` is uploaded again and finalized, a run
 without a version gets one, a version the alias misses gets the alias. Two publishes of one key
-at once settle on one run and one logged model per candidate (:mod:`components.publishing.
-claims`) and one version (:mod:`components.publishing.registry_protocol`, which also keeps an
+at once settle on one run and one logged model per candidate (:mod:`tfopt.components.publishing.
+claims`) and one version (:mod:`tfopt.components.publishing.registry_protocol`, which also keeps an
 alias from moving back to an older version); racing writes of the same row are retried once
-(:class:`components.publishing.registry_protocol.RaceTolerantClient`).
+(:class:`tfopt.components.publishing.registry_protocol.RaceTolerantClient`).
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from components.artifacts import (
+from tfopt.components.config.pipeline_config import PipelineConfig
+from tfopt.components.pipeline.artifacts import (
     CandidateModel,
     Candidates,
     EvaluationOutput,
@@ -70,26 +71,25 @@ from components.artifacts import (
     PublishOutput,
     PulledModel,
 )
-from components.config import PipelineConfig
-from components.publishing.logged_models import log_model
-from components.publishing.naming import gate_identity, server_identity, step_name
-from components.publishing.publication import publication
-from components.publishing.registry_protocol import RaceTolerantClient, move_alias, register
-from components.publishing.run_logging import experiment_id, log_run
-from components.tracking import mlflow_client
-from components.workspace import Workspace
+from tfopt.components.pipeline.workspace import Workspace
+from tfopt.components.publishing.logged_models import log_model
+from tfopt.components.publishing.naming import gate_identity, server_identity, step_name
+from tfopt.components.publishing.publication import publication
+from tfopt.components.publishing.registry_protocol import RaceTolerantClient, move_alias, register
+from tfopt.components.publishing.run_logging import experiment_id, log_run
+from tfopt.components.tracking import mlflow_client
 
 log = logging.getLogger(__name__)
 
 
 def checked_servable(ws: Workspace, model: CandidateModel, signature: str) -> None:
-    """:func:`optimizer.verify.servability.check_servable` once per model content in a workspace: the
+    """:func:`tfopt.optimizer.verify.servability.check_servable` once per model content in a workspace: the
     verdict is kept in ``servable/``, and publishes of the same candidate at once wait for the
     first one's (a check imports TensorFlow: hundreds of MB per process)."""
     import fcntl
     import json
 
-    from optimizer.verify.servability import NotServableError, check_servable
+    from tfopt.optimizer.verify.servability import NotServableError, check_servable
 
     directory = ws.root / "servable"
     directory.mkdir(parents=True, exist_ok=True)
@@ -116,10 +116,10 @@ def checked_servable(ws: Workspace, model: CandidateModel, signature: str) -> No
 
 
 def from_inputs(call) -> PublishOutput:
-    """The table's entry (components.step_table): everything publish needs comes from the
+    """The table's entry (tfopt.components.pipeline.step_table): everything publish needs comes from the
     gate's record (the evaluation it judged, and in it the candidates measured)."""
-    from components.publishing.publication import PublishInputError
-    from components.step_table import STEP_COSTS_CONTEXT
+    from tfopt.components.pipeline.step_table import STEP_COSTS_CONTEXT
+    from tfopt.components.publishing.publication import PublishInputError
 
     gate = call.output("gate")
     evaluation = EvaluationOutput.from_dict(gate.evaluation) if gate.evaluation else None

@@ -11,10 +11,10 @@ for S3, a hash of endpoint, bucket and listing (key, size and ETag of every obje
 unchanged prefix is reused after one LIST and no download, and a changed one is pulled again;
 for a local path, the digest of its content. The directory is built beside its final place,
 checked to be a SavedModel (parsed within limits and scanned for ops that touch files, the
-network or Python: :mod:`optimizer.model.op_scan`), given its marker (``pulled.json``) last, and
+network or Python: :mod:`tfopt.optimizer.model.op_scan`), given its marker (``pulled.json``) last, and
 renamed into place: a pull killed midway leaves no marker, and the next pull starts over. A
 local directory is checked before anything is copied, first that nothing in it leads out of it
-(no symbolic link, hard link or special file: :mod:`components.storage.model_tree`; with
+(no symbolic link, hard link or special file: :mod:`tfopt.components.storage.model_tree`; with
 ``security.allow_internal_links``, links to its own files are copied as files); a refused
 download leaves nothing.
 """
@@ -31,13 +31,13 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from components.artifacts import PulledModel
-from components.config import PipelineConfig
-from components.storage.archive import extract_archive, is_archive
-from components.storage.digest import file_checksums
-from components.storage.model_tree import check_model_tree, copy_model_tree
-from optimizer.benchmark.environment import model_digest
-from optimizer.errors import (
+from tfopt.components.config.pipeline_config import PipelineConfig
+from tfopt.components.pipeline.artifacts import PulledModel
+from tfopt.components.storage.archive import extract_archive, is_archive
+from tfopt.components.storage.digest import file_checksums
+from tfopt.components.storage.model_tree import check_model_tree, copy_model_tree
+from tfopt.optimizer.benchmark.environment import model_digest
+from tfopt.optimizer.errors import (
     CorruptSavedModelError,
     DangerousOpError,
     DestinationError,
@@ -45,10 +45,15 @@ from optimizer.errors import (
     SourceNotFoundError,
     TfoptError,
 )
-from optimizer.files.atomic import PARTIAL_MARK, atomic_directory, clean_stale_partials, hold_lock
-from optimizer.model.footprint import disk_bytes
-from optimizer.model.op_scan import ScanPolicy
-from optimizer.model.savedmodel import read_saved_model_proto
+from tfopt.optimizer.files.atomic import (
+    PARTIAL_MARK,
+    atomic_directory,
+    clean_stale_partials,
+    hold_lock,
+)
+from tfopt.optimizer.model.footprint import disk_bytes
+from tfopt.optimizer.model.op_scan import ScanPolicy
+from tfopt.optimizer.model.savedmodel import read_saved_model_proto
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +72,12 @@ def pull(config: PipelineConfig, *, s3_client=None, session=None) -> PulledModel
     source = config.source
     sources = Path(config.workdir).absolute() / SOURCES_DIR
     policy = config.security.scan_policy()  # what the source may hold: scanned before a copy
-    # What killed pulls left behind; a pull running now holds its own (optimizer.files.atomic).
+    # What killed pulls left behind; a pull running now holds its own (tfopt.optimizer.files.atomic).
     clean_stale_partials(sources)
     if source.startswith("models:/"):
         return _pull_registry(config, sources, policy)
     if source.startswith("s3://"):
-        from components.storage.s3 import make_client
+        from tfopt.components.storage.s3 import make_client
 
         return _pull_s3(config, sources, s3_client or make_client(config.s3, session), policy)
     if "://" in source:
@@ -82,7 +87,7 @@ def pull(config: PipelineConfig, *, s3_client=None, session=None) -> PulledModel
 
 
 def from_inputs(call) -> PulledModel:
-    """The table's entry (components.step_table): pull needs no earlier output."""
+    """The table's entry (tfopt.components.pipeline.step_table): pull needs no earlier output."""
     return pull(call.config)
 
 
@@ -207,7 +212,7 @@ def _pull_local(source: str, sources: Path, allow_internal_links: bool, policy: 
 
 
 def _pull_s3(config: PipelineConfig, sources: Path, client, policy: ScanPolicy) -> PulledModel:
-    from components.storage import s3
+    from tfopt.components.storage import s3
 
     location = s3.parse_s3_uri(config.source)
     endpoint = s3.endpoint_of(client)
@@ -238,7 +243,7 @@ def _pull_s3(config: PipelineConfig, sources: Path, client, policy: ScanPolicy) 
 
 
 def _pull_registry(config: PipelineConfig, sources: Path, policy: ScanPolicy) -> PulledModel:
-    from components.storage.registry import download_registered_model
+    from tfopt.components.storage.registry import download_registered_model
 
     # The registry says which version an alias names only by downloading it, so the download
     # lands in scratch space and is then filed under its content.
@@ -264,7 +269,11 @@ def _pull_registry(config: PipelineConfig, sources: Path, policy: ScanPolicy) ->
 def _saved_model_in(version_dir: Path, uri: str) -> Path:
     """Where a registry version keeps its SavedModel: inside an MLflow Model (what publish
     registers), the directory its MLmodel names; else the version's files themselves."""
-    from components.mlflow_models.mlmodel import MLMODEL_FILE, artifact_inside, recorded_format
+    from tfopt.components.mlflow_models.mlmodel import (
+        MLMODEL_FILE,
+        artifact_inside,
+        recorded_format,
+    )
 
     mlmodel = version_dir / MLMODEL_FILE
     if not mlmodel.is_file():

@@ -18,8 +18,8 @@ import tarfile
 import zlib
 from pathlib import Path, PurePosixPath
 
-from optimizer.errors import DestinationError, TfoptError
-from optimizer.files.atomic import atomic_directory
+from tfopt.optimizer.errors import DestinationError, TfoptError
+from tfopt.optimizer.files.atomic import atomic_directory
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Checksums of one file, in the forms object stores publish (MD5 ETags, base64 SHA-256).
 
-A model directory's digest is :func:`optimizer.benchmark.environment.model_digest`, the one
+A model directory's digest is :func:`tfopt.optimizer.benchmark.environment.model_digest`, the one
 every benchmark result records, so that a pulled model and the same model measured later carry
 the same digest.
 """

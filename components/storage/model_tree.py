@@ -3,7 +3,7 @@
 A model is copied, uploaded and served as a tree of files. A symbolic link inside it would carry
 whatever it points at (a host file, another model) along with it; a hard link shares its content
 with a file outside the tree; a device or FIFO is no model file at all. Archives are held to the
-same rule member by member (:mod:`components.storage.archive`); a downloaded registry version,
+same rule member by member (:mod:`tfopt.components.storage.archive`); a downloaded registry version,
 a local source directory and every directory publish uploads are held to it here, before
 anything reads them.
 
@@ -22,7 +22,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from optimizer.errors import TfoptError
+from tfopt.optimizer.errors import TfoptError
 
 ALLOW_INTERNAL_LINKS = "security.allow_internal_links"
 

@@ -3,7 +3,7 @@
 A version's files are downloaded into the destination directory all at once (built beside it,
 then renamed into place), so a download killed midway leaves nothing that looks like a model.
 What is downloaded is checked before it is renamed into place: plain files only, no links
-(:mod:`components.storage.model_tree`). Whether it is a SavedModel, a LiteRT file or an MLflow
+(:mod:`tfopt.components.storage.model_tree`). Whether it is a SavedModel, a LiteRT file or an MLflow
 Model is for the caller to read.
 The version is resolved once, before downloading: an alias moved meanwhile cannot mix two
 versions' files. A version's files never change once registered, which is what lets the champion
@@ -18,10 +18,10 @@ import re
 import tempfile
 from pathlib import Path
 
-from components.storage.model_tree import check_model_tree
-from components.tracking import is_missing, mlflow_client
-from optimizer.errors import NotASavedModelError, SourceNotFoundError
-from optimizer.files.atomic import atomic_directory
+from tfopt.components.storage.model_tree import check_model_tree
+from tfopt.components.tracking import is_missing, mlflow_client
+from tfopt.optimizer.errors import NotASavedModelError, SourceNotFoundError
+from tfopt.optimizer.files.atomic import atomic_directory
 
 log = logging.getLogger(__name__)
 

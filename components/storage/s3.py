@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Self
 
-from components.config import S3Config
-from components.storage.digest import file_checksums
-from optimizer.errors import SourceNotFoundError, TfoptError
+from tfopt.components.config.pipeline_config import S3Config
+from tfopt.components.storage.digest import file_checksums
+from tfopt.optimizer.errors import SourceNotFoundError, TfoptError
 
 log = logging.getLogger(__name__)
 

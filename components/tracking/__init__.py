@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from optimizer.errors import TfoptError
+from tfopt.optimizer.errors import TfoptError
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

@@ -13,7 +13,7 @@ records, not guessed from file names:
 
 - an MLflow Model (an ``MLmodel`` file, what publish registers): its ``metadata.tfopt`` block
   (format, runtime and the artifact's path inside the model), else its flavor (``tensorflow``:
-  a SavedModel), read by :mod:`components.mlflow_models.mlmodel`;
+  a SavedModel), read by :mod:`tfopt.components.mlflow_models.mlmodel`;
 - a folder published before versions were MLflow Models: the version's ``tfopt.format`` and
   ``tfopt.runtime`` tags;
 - a version registered by hand with neither: a SavedModel if it is one (the way a team
@@ -25,7 +25,7 @@ what the champion is benchmarked with.
 
 Each version is downloaded once, to ``<workdir>/champions/<name>-v<version>/``, and reused: a
 registered version's files never change. The download gets the guards a source gets: nothing in
-it may be a link or special file (:mod:`components.storage.model_tree`), and a SavedModel is
+it may be a link or special file (:mod:`tfopt.components.storage.model_tree`), and a SavedModel is
 parsed within the size limits and scanned for dangerous ops before anything loads it.
 """
 
@@ -36,18 +36,18 @@ import re
 from pathlib import Path
 from urllib.parse import urlparse
 
-from components.artifacts import ChampionModel
-from components.config import PipelineConfig
-from components.mlflow_models.mlmodel import (
+from tfopt.components.config.pipeline_config import PipelineConfig
+from tfopt.components.mlflow_models.mlmodel import (
     MLMODEL_FILE,
     RUNTIME_SETTINGS_FILE,
     artifact_inside,
     recorded_format,
 )
-from components.storage.model_tree import check_model_tree
-from components.storage.registry import download_version
-from components.tracking import is_missing, mlflow_client
-from optimizer.errors import EXIT_CHAMPION_UNUSABLE, TfoptError, first_line
+from tfopt.components.pipeline.artifacts import ChampionModel
+from tfopt.components.storage.model_tree import check_model_tree
+from tfopt.components.storage.registry import download_version
+from tfopt.components.tracking import is_missing, mlflow_client
+from tfopt.optimizer.errors import EXIT_CHAMPION_UNUSABLE, TfoptError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +112,8 @@ def usable_champion(directory: Path, tags: dict[str, str], *, uri: str, version:
                     where: str, signature: str, policy) -> ChampionModel:
     """The champion in ``directory`` as its version records it, checked to be runnable here (a
     SavedModel scanned under ``policy``, the model scan's)."""
-    from optimizer.benchmark.environment import model_digest
-    from optimizer.runtime import RUNTIMES
+    from tfopt.optimizer.benchmark.environment import model_digest
+    from tfopt.optimizer.runtime import RUNTIMES
 
     try:
         check_model_tree(directory, where)
@@ -149,7 +149,7 @@ def _recorded_format(directory: Path, tags: dict[str, str],
         return recorded_format(mlmodel, where, ChampionUnusableError)
     if tags.get("tfopt.format"):
         return tags["tfopt.format"], tags.get("tfopt.runtime"), None
-    from optimizer.runtime.registry import SAVED_MODEL_FILES
+    from tfopt.optimizer.runtime.registry import SAVED_MODEL_FILES
 
     if any((directory / name).is_file() for name in SAVED_MODEL_FILES):
         return "savedmodel", None, None
@@ -175,8 +175,8 @@ def _artifact_path(directory: Path, artifact: str | None, runtime, where: str) -
 def _check_readable(path: Path, fmt: str, signature: str, where: str, policy) -> None:
     """Parse (and, for a SavedModel, scan) the artifact now: a corrupt champion fails here,
     with the version named, not in the middle of the benchmark."""
-    from optimizer.errors import DangerousOpError
-    from optimizer.runtime import read_signature
+    from tfopt.optimizer.errors import DangerousOpError
+    from tfopt.optimizer.runtime import read_signature
 
     try:
         read_signature(path, signature, format=fmt, policy=policy)

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.records import JsonRecord
-from optimizer.system.cpu_features import cpu_model, isa_support
-from optimizer.system.cpu_threads import AppliedRuntime
+from tfopt.optimizer.records import JsonRecord
+from tfopt.optimizer.system.cpu_features import cpu_model, isa_support
+from tfopt.optimizer.system.cpu_threads import AppliedRuntime
 
 _CHUNK = 1 << 20
 
@@ -76,7 +76,7 @@ class Environment(JsonRecord):
 
 
 def capture_environment(runtime: AppliedRuntime) -> Environment:
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     return Environment(

@@ -3,30 +3,30 @@
 For each model: load time, the RSS it adds, size and digest of its directory. Then, per batch
 size, all models are timed *interleaved in blocks*: per round, ``block_size`` consecutive calls
 of each model after one untimed call, the order rotating every round, after a warm-up, until
-both ``min_runs`` rounds and ``min_seconds`` have passed (:mod:`optimizer.benchmark.interleaved`
+both ``min_runs`` rounds and ``min_seconds`` have passed (:mod:`tfopt.optimizer.benchmark.interleaved`
 says why blocks: a model called once between other models' calls is timed cold, as no serving
 process runs it). Noise on a shared machine (a neighbour's burst, a frequency change) then lands
 on every model alike and cancels in the candidate/baseline ratio, whose confidence interval is a
 paired block bootstrap over rounds, each model's round figure being the median of its block
-(see :mod:`optimizer.benchmark.stats`). Latency is reported as p50/p90/p99/mean and
+(see :mod:`tfopt.optimizer.benchmark.stats`). Latency is reported as p50/p90/p99/mean and
 throughput (items/s) at each batch size.
 
 Quality is measured per model: with labelled data, a metric (``top1`` by default; see
-:mod:`optimizer.verify.evaluation`); always, for each candidate, fidelity to the baseline (top-1
+:mod:`tfopt.optimizer.verify.evaluation`); always, for each candidate, fidelity to the baseline (top-1
 agreement, max absolute and relative output error) on the eval data's inputs, or on inputs
 generated from the signature when there is none.
 
-Generated inputs follow the signature (:func:`optimizer.inputs.generated.make_inputs`); string inputs take
-their tokens from the model's own vocabulary (:mod:`optimizer.inputs.vocabulary`), a quarter of them out
+Generated inputs follow the signature (:func:`tfopt.optimizer.inputs.generated.make_inputs`); string inputs take
+their tokens from the model's own vocabulary (:mod:`tfopt.optimizer.inputs.vocabulary`), a quarter of them out
 of it.
 
 Memory: models share the process, so per model the harness records how much the resident set
 grew, and how far its peak rose, while that model was loaded and called once
-(:mod:`optimizer.benchmark.memory`): the model's increment, not the footprint of a process serving it
+(:mod:`tfopt.optimizer.benchmark.memory`): the model's increment, not the footprint of a process serving it
 alone, which would add the TF runtime (hundreds of MB, loaded before any model and counted in
 none).
 
-Thread settings must be applied before TF starts (:mod:`optimizer.system.cpu_threads`); pass the
+Thread settings must be applied before TF starts (:mod:`tfopt.optimizer.system.cpu_threads`); pass the
 :class:`AppliedRuntime` from ``apply_runtime_settings`` or let the harness apply the defaults.
 """
 
@@ -42,13 +42,13 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.benchmark.environment import capture_environment, model_digest
-from optimizer.benchmark.interleaved import (
+from tfopt.optimizer.benchmark.environment import capture_environment, model_digest
+from tfopt.optimizer.benchmark.interleaved import (
     scaled_block_size,
     time_interleaved,
 )
-from optimizer.benchmark.memory import measure_rss_growth
-from optimizer.benchmark.result import (
+from tfopt.optimizer.benchmark.memory import measure_rss_growth
+from tfopt.optimizer.benchmark.result import (
     BASELINE_ROLES,
     CANDIDATE,
     CHAMPION,
@@ -61,8 +61,8 @@ from optimizer.benchmark.result import (
     Quality,
     TimingRecord,
 )
-from optimizer.benchmark.settings import BenchmarkConfig
-from optimizer.benchmark.stats import (
+from tfopt.optimizer.benchmark.settings import BenchmarkConfig
+from tfopt.optimizer.benchmark.stats import (
     LatencySummary,
     RatioInterval,
     head_to_head_interval,
@@ -71,18 +71,18 @@ from optimizer.benchmark.stats import (
     round_figures,
     tie_unresolved,
 )
-from optimizer.errors import InvalidInputsError
-from optimizer.inputs.generated import OUT_OF_VOCABULARY_SHARE, make_inputs
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.signature import SignatureInfo, contract_difference
-from optimizer.runtime import ModelRunner, load_runner, read_signature
-from optimizer.runtime.registry import model_files
-from optimizer.system.cpu_threads import (
+from tfopt.optimizer.errors import InvalidInputsError
+from tfopt.optimizer.inputs.generated import OUT_OF_VOCABULARY_SHARE, make_inputs
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.signature import SignatureInfo, contract_difference
+from tfopt.optimizer.runtime import ModelRunner, load_runner, read_signature
+from tfopt.optimizer.runtime.registry import model_files
+from tfopt.optimizer.system.cpu_threads import (
     AppliedRuntime,
     apply_runtime_settings,
     default_runtime_settings,
 )
-from optimizer.verify.evaluation import (
+from tfopt.optimizer.verify.evaluation import (
     EVAL_BATCH_SIZE,
     LabelledData,
     evaluate,
@@ -103,9 +103,9 @@ class Subject:
     size and digest are the file's and its companions', such as an OpenVINO IR's ``.bin``), a
     display label and its role. ``format`` (default: what the path looks
     like) and ``num_threads`` (per-model runtimes; default: the CPUs available) say how it
-    runs: :func:`optimizer.runtime.load_runner`. ``precision_rank`` is a candidate's precision
-    as the gate ranks it on a near tie (:func:`optimizer.gate.near_ties.precision_rank` of its
-    record's :attr:`~optimizer.candidates.candidate.Candidate.precision`; 0: float32, lower is
+    runs: :func:`tfopt.optimizer.runtime.load_runner`. ``precision_rank`` is a candidate's precision
+    as the gate ranks it on a near tie (:func:`tfopt.optimizer.gate.near_ties.precision_rank` of its
+    record's :attr:`~tfopt.optimizer.candidates.candidate.Candidate.precision`; 0: float32, lower is
     preferred): timing goes on while the gate's choice between it and a faster, less precise
     candidate is unresolved (:func:`_settled`). None: not known, no such wait. A rank, not the
     precision itself: the candidates' precision order is theirs, and the benchmark sits below
@@ -160,8 +160,8 @@ def _rows(array: np.ndarray, batch_size: int) -> np.ndarray:
 @dataclass(frozen=True)
 class _Generation:
     """What generated inputs draw from: the model's own tokens for inputs that key a table
-    (:mod:`optimizer.inputs.vocabulary`), and ``[0, rows)`` for integer ids that index an
-    embedding (:func:`optimizer.inputs.generated.infer_int_ranges`). Without the rows, ids
+    (:mod:`tfopt.optimizer.inputs.vocabulary`), and ``[0, rows)`` for integer ids that index an
+    embedding (:func:`tfopt.optimizer.inputs.generated.infer_int_ranges`). Without the rows, ids
     would all be 0 or 1: a check on two embedding rows cannot tell an int8 model that keeps
     the top-1 from one that loses it."""
 
@@ -203,12 +203,12 @@ def _generation(subjects: Sequence[Subject], contract: SignatureInfo, signature:
                 generated: bool, policy: ScanPolicy) -> _Generation:
     """How to generate inputs for ``subjects``, read from the SavedModels among them; nothing
     to read when the inputs are supplied or none is an integer or a string. The models are
-    read under ``policy`` (:mod:`optimizer.model.op_scan`)."""
+    read under ``policy`` (:mod:`tfopt.optimizer.model.op_scan`)."""
     if not generated or not any(s.dtype == "string" or s.dtype.startswith(("int", "uint"))
                                 for s in contract.inputs):
         return _Generation()
-    from optimizer.inputs.vocabulary import saved_model_input_draws
-    from optimizer.runtime import detect_format
+    from tfopt.optimizer.inputs.vocabulary import saved_model_input_draws
+    from tfopt.optimizer.runtime import detect_format
 
     paths = [s.path for s in subjects if (s.format or detect_format(s.path)) == "savedmodel"]
     return _Generation(*saved_model_input_draws(paths, signature, contract, policy=policy))
@@ -243,11 +243,11 @@ def _with_serving_threads(subject: Subject, baseline: Subject, signature: str, f
     """``subject`` with the thread count it would be served with, where its runtime takes one
     per model and none was given: a champion's recorded count for the candidates in its runtime
     (like for like with the model as deployed; tuning after the gate finds the winner's own),
-    else a quick choice between 1 thread and all CPUs (:mod:`optimizer.benchmark.thread_choice`).
+    else a quick choice between 1 thread and all CPUs (:mod:`tfopt.optimizer.benchmark.thread_choice`).
     """
 
-    from optimizer.benchmark.thread_choice import choose_threads
-    from optimizer.runtime import detect_format, runtime_for
+    from tfopt.optimizer.benchmark.thread_choice import choose_threads
+    from tfopt.optimizer.runtime import detect_format, runtime_for
 
     fmt = subject.format or detect_format(subject.path)
     if subject.num_threads is not None or not runtime_for(fmt).per_model_threads:
@@ -276,8 +276,8 @@ def _scaled_block_size(models: Sequence[_Loaded], config: BenchmarkConfig, feeds
 def _timing_deadline(models: Sequence[_Loaded], config: BenchmarkConfig, block_size: int,
                      batch_size: int):
     """One batch size's timing under a deadline: every call it may make, plus the time it may
-    go on for (:func:`~optimizer.runtime.call_deadline.timing_deadline`)."""
-    from optimizer.runtime.call_deadline import timing_deadline
+    go on for (:func:`~tfopt.optimizer.runtime.call_deadline.timing_deadline`)."""
+    from tfopt.optimizer.runtime.call_deadline import timing_deadline
 
     return timing_deadline([item.runner.deadline_clock() for item in models],
                            config.warmup + (block_size + 1) * config.min_runs,
@@ -298,8 +298,8 @@ def _settled(config: BenchmarkConfig, block_size: int, baseline: str, candidates
     known? Every candidate's interval is clear of the promotion bound (wholly below it, or
     wholly above), and among those below it the choice is resolved: the fastest against each
     one the near-tie rule would prefer on a tie (a lower ``precision_ranks`` entry) is no
-    longer :func:`~optimizer.benchmark.stats.tie_unresolved` head to head
-    (:func:`~optimizer.benchmark.stats.head_to_head_interval`, the gate's own interval). A
+    longer :func:`~tfopt.optimizer.benchmark.stats.tie_unresolved` head to head
+    (:func:`~tfopt.optimizer.benchmark.stats.head_to_head_interval`, the gate's own interval). A
     candidate that will fail its accuracy budget may keep the timing going: accuracy is
     measured after timing, and that only costs time. Each look that goes on tells ``say`` why.
     ``None`` (no adaptive stopping) without ``settle_speedup`` or ``max_seconds``."""
@@ -377,7 +377,7 @@ def run_benchmark(
     started = time.perf_counter()
     runtime = runtime or apply_runtime_settings(default_runtime_settings())
 
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     tf.constant(0.0) + 1.0  # start TF's runtime now, so no model's RSS growth includes it
@@ -432,7 +432,7 @@ def run_benchmark(
         feeds = _batch_feeds(loaded[0].runner.signature, batch_size, config.seed, inputs,
                              eval_data, generation)
         # one untimed call each under its deadline first: a model that never returns at this
-        # size is stopped here (optimizer.runtime.call_deadline), the bound calls are not
+        # size is stopped here (tfopt.optimizer.runtime.call_deadline), the bound calls are not
         for item in timed_models:
             item.runner(feeds)
         # bound calls: the arguments packed once, as a serving loop with its inputs ready
@@ -487,7 +487,7 @@ def run_benchmark(
             qualities[item.label] = Quality(metric.name, value, metric.higher_is_better,
                                             len(eval_data), eval_data.source)
 
-    from optimizer.verify.equivalence import compare
+    from tfopt.optimizer.verify.equivalence import compare
 
     fidelities: dict[str, Fidelity] = {}
     feeds_list, feeds_source = _fidelity_feeds(ref_item.runner, config.seed, inputs, eval_data,

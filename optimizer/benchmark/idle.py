@@ -13,7 +13,7 @@ cores with that spinning thread, and its time would be charged for another model
 (TensorFlow's BiLSTM, whose loop runs on two inter-op threads, most of all). A server runs one
 model, so after a block of a runner that says it spins (``ModelRunner.spins_after_call``) the
 benchmark waits until no other thread of the process is running
-(:func:`optimizer.benchmark.interleaved.time_interleaved`).
+(:func:`tfopt.optimizer.benchmark.interleaved.time_interleaved`).
 
 How it knows: each thread's state in ``/proc/self/task/*/stat`` (``R``: running), read at once.
 CPU time cannot tell within a millisecond: the kernel adds a running thread's time on another

@@ -19,12 +19,12 @@ round until both a minimum count of rounds and a minimum duration are reached.
 **Idle after a spinning runtime's block.** After a block of a model named in
 ``wait_idle_after`` (a runner whose workers spin on after a call: ONNX Runtime with a pool, for
 ~30 ms) the harness waits until no other thread of the process runs
-(:func:`optimizer.benchmark.idle.wait_for_idle`), or the next model's block would share the cores
+(:func:`tfopt.optimizer.benchmark.idle.wait_for_idle`), or the next model's block would share the cores
 with them. Only after those: looking costs ~0.1 ms of system calls, after which the next block of
 a TensorFlow model ran 10-15% slower (the digits CNN's stock call, 219 us against 195).
 
 Round ``i`` of every model was taken back to back, so rounds stay paired across models: a paired
-statistic (the bootstrap of the latency ratio, :mod:`optimizer.benchmark.stats`) resamples whole
+statistic (the bootstrap of the latency ratio, :mod:`tfopt.optimizer.benchmark.stats`) resamples whole
 rounds, each model's round figure being the median of its block
 (:attr:`LatencySamples.round_figures`). With ``rotate_order`` the order within a round rotates
 every round (A B C, B C A, C A B, ...; for two models A B, B A), so each model runs in each
@@ -50,8 +50,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.benchmark.idle import wait_for_idle
-from optimizer.benchmark.stats import round_figures
+from tfopt.optimizer.benchmark.idle import wait_for_idle
+from tfopt.optimizer.benchmark.stats import round_figures
 
 log = logging.getLogger(__name__)
 
@@ -115,9 +115,9 @@ def time_interleaved(
     ``max_seconds`` have passed.
 
     ``wait_idle_after``: models after whose block, when other models are timed too, the harness
-    waits until no other thread of the process runs (:mod:`optimizer.benchmark.idle`), so that
+    waits until no other thread of the process runs (:mod:`tfopt.optimizer.benchmark.idle`), so that
     no model is timed beside their spinning workers. If the threads do not stop within
-    :data:`~optimizer.benchmark.idle.MAX_WAIT_SECONDS` (a thread of the caller's keeps running),
+    :data:`~tfopt.optimizer.benchmark.idle.MAX_WAIT_SECONDS` (a thread of the caller's keeps running),
     waiting is given up for the rest of the timing, with a warning.
     """
     if block_size < 1:

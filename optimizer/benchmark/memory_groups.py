@@ -1,9 +1,9 @@
 """Benchmark only what fits: baseline and candidates in groups that each fit the memory budget.
 
-The harness loads every model it times into one process (:mod:`optimizer.benchmark.harness`),
+The harness loads every model it times into one process (:mod:`tfopt.optimizer.benchmark.harness`),
 so that their calls interleave and share the machine's noise. When the baseline and all the
-candidates, loaded together, would not fit in the memory budget (:mod:`optimizer.system.memory_budget`;
-the estimates: :mod:`optimizer.model.footprint`), the candidates are split into groups that
+candidates, loaded together, would not fit in the memory budget (:mod:`tfopt.optimizer.system.memory_budget`;
+the estimates: :mod:`tfopt.optimizer.model.footprint`), the candidates are split into groups that
 do, each timed with the baseline, in a process of its own that exits (and gives its memory
 back) before the next group starts. Every candidate's ratio is then still measured against the
 baseline in the same process, on paired interleaved rounds: its group's. The combined result
@@ -11,20 +11,20 @@ holds each candidate's baseline rounds beside it (:attr:`ModelMeasurement.baseli
 which the gate resamples; the baseline's own figures are the first group's.
 
 A group's estimate is what its models keep once loaded and called, plus the largest of their
-loads' transient peaks (:func:`~optimizer.model.footprint.group_bytes`: they load one after
+loads' transient peaks (:func:`~tfopt.optimizer.model.footprint.group_bytes`: they load one after
 another), plus what this process already holds (its tree's resident memory). When everything
 fits (the usual case), the benchmark runs as it always has, in this process, and its result
 is the same.
 
-A big model (:func:`~optimizer.model.footprint.builds_in_workers`) is always benchmarked in
+A big model (:func:`~tfopt.optimizer.model.footprint.builds_in_workers`) is always benchmarked in
 such processes, and its groups fit its working set (twice the estimated by-hand LiteRT
-conversion, :func:`~optimizer.model.footprint.working_set_bytes`) rather than the whole
+conversion, :func:`~tfopt.optimizer.model.footprint.working_set_bytes`) rather than the whole
 budget: a candidate over it beside the baseline alone (XLA from ~100 MB on) is left out like
 one over the budget, unless none fits it, when the budget is the limit.
 
 A candidate that cannot fit beside the baseline even alone is left out, with its estimate and
 the budget in the result's notes (callers list it as skipped): it would be killed by the kernel
-midway. When no candidate fits, :class:`~optimizer.system.memory_budget.MemoryBudgetError` (exit 7)
+midway. When no candidate fits, :class:`~tfopt.optimizer.system.memory_budget.MemoryBudgetError` (exit 7)
 says so in one line.
 """
 
@@ -36,18 +36,18 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from optimizer.errors import TfoptError
-from optimizer.model.footprint import (
+from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.model.footprint import (
     PROCESS_BYTES,
     LoadCost,
     builds_in_workers,
     group_bytes,
     working_set_bytes,
 )
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.system.memory_budget import GIB, MemoryBudget
-from optimizer.system.process_tree import TreeMeter, tree_rss_bytes
-from optimizer.system.worker_process import read_job, run_job
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.system.memory_budget import GIB, MemoryBudget
+from tfopt.optimizer.system.process_tree import TreeMeter, tree_rss_bytes
+from tfopt.optimizer.system.worker_process import read_job, run_job
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def plan_groups(fixed_bytes: int, candidates: Sequence[tuple[object, LoadCost]],
     the reference, in every group) and ``fixed_bytes`` (the processes' own memory), fit the
     limit: ``target_bytes`` (a big model's working set), never more than the budget (one
     group when all fit). A group's models keep what each keeps and peak at the largest
-    transient (:func:`~optimizer.model.footprint.group_bytes`). Those that fit beside the
+    transient (:func:`~tfopt.optimizer.model.footprint.group_bytes`). Those that fit beside the
     baseline within the limit in no group are returned with that estimate."""
     limit = min(target_bytes or budget.bytes, budget.bytes)
     groups: list[list[object]] = []
@@ -91,7 +91,7 @@ def plan_groups(fixed_bytes: int, candidates: Sequence[tuple[object, LoadCost]],
 
 
 def estimate_subject(subject, variant: str | None = None) -> LoadCost:
-    from optimizer.runtime import detect_format
+    from tfopt.optimizer.runtime import detect_format
 
     return LoadCost.of(subject.path, subject.format or detect_format(subject.path), variant)
 
@@ -101,15 +101,15 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
                          runtime=None, eval_data=None, reference=None,
                          progress: Callable[[str], None] | None = None,
                          policy: ScanPolicy = DEFAULT_POLICY, in_new_process=None):
-    """:func:`~optimizer.benchmark.harness.run_benchmark`, in groups that fit ``budget`` when
+    """:func:`~tfopt.optimizer.benchmark.harness.run_benchmark`, in groups that fit ``budget`` when
     the models together do not (each group in its own process). ``variants`` (candidate label
     -> variant, e.g. ``bf16``) sharpens the estimates. ``policy``: the model scan's, part of
     each group's job. ``in_new_process``: thread settings
-    (:class:`~optimizer.system.cpu_threads.RuntimeSettings`) this process's TensorFlow can no
-    longer take (:func:`~optimizer.system.cpu_threads.settings_take_effect_here`), in place of
+    (:class:`~tfopt.optimizer.system.cpu_threads.RuntimeSettings`) this process's TensorFlow can no
+    longer take (:func:`~tfopt.optimizer.system.cpu_threads.settings_take_effect_here`), in place of
     ``runtime``: the benchmark then runs in a process started with them, one group when all
     fit, so that it runs with the settings it records."""
-    from optimizer.benchmark.harness import BenchmarkConfig, run_benchmark
+    from tfopt.optimizer.benchmark.harness import BenchmarkConfig, run_benchmark
 
     config = config or BenchmarkConfig()
     say = progress or (lambda message: log.info("%s", message))
@@ -155,7 +155,7 @@ def run_benchmark_within(budget: MemoryBudget, baseline, candidates: Sequence,
     by_label = {c.label: e for c, e in estimates}
     for n, group in enumerate(groups, 1):
         # the estimate beside the group's measured peak (logged once it is done): what the
-        # factors in optimizer.model.footprint are calibrated against
+        # factors in tfopt.optimizer.model.footprint are calibrated against
         needs = PROCESS_BYTES + group_bytes([*always, *(by_label[s.label] for s in group)])
         say(f"group {n}/{len(groups)}: {', '.join(s.label for s in group)} (estimated "
             f"{needs / GIB:.2f} GiB for its process)")
@@ -202,10 +202,10 @@ def combine_groups(results: Sequence, budget: MemoryBudget):
 
 
 def _run_in_process(baseline, group, config, settings, eval_data, reference, policy):
-    """One group benchmarked by ``python -m optimizer.benchmark.memory_groups``, which applies
+    """One group benchmarked by ``python -m tfopt.optimizer.benchmark.memory_groups``, which applies
     ``settings`` (a ``RuntimeSettings``; None: the defaults) before TensorFlow starts; its
     result once that process has exited."""
-    from optimizer.benchmark.result import BenchmarkResult
+    from tfopt.optimizer.benchmark.result import BenchmarkResult
 
     outcome = run_job(__name__, {
         "baseline": baseline, "candidates": list(group), "config": config,
@@ -226,9 +226,9 @@ def _run_in_process(baseline, group, config, settings, eval_data, reference, pol
 
 def main(argv: Sequence[str]) -> int:
     """The group's process: apply the thread settings, benchmark, write the result."""
-    from optimizer.benchmark.harness import run_benchmark
-    from optimizer.errors import first_line
-    from optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
+    from tfopt.optimizer.benchmark.harness import run_benchmark
+    from tfopt.optimizer.errors import first_line
+    from tfopt.optimizer.system.cpu_threads import apply_runtime_settings, default_runtime_settings
 
     job, write_answer = read_job(argv)
     logging.basicConfig(level=job["log_level"], format="%(message)s", stream=sys.stderr)

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from optimizer.benchmark.environment import Environment
-from optimizer.benchmark.stats import LatencySummary, RatioInterval, round_figures
-from optimizer.errors import BenchmarkResultError
-from optimizer.records import JsonRecord, in_order, record_error_line, record_to_dict
+from tfopt.optimizer.benchmark.environment import Environment
+from tfopt.optimizer.benchmark.stats import LatencySummary, RatioInterval, round_figures
+from tfopt.optimizer.errors import BenchmarkResultError
+from tfopt.optimizer.records import JsonRecord, in_order, record_error_line, record_to_dict
 
 FORMAT_VERSION = 1
 
@@ -33,7 +33,7 @@ CANDIDATE = "candidate"
 REFERENCE = "reference"
 # The baseline loaded a second time and timed like a candidate: an A/A control inside every
 # benchmark, whose discrepancy from the baseline a candidate must beat on top of the margin
-# (optimizer.benchmark.stats.twin_discrepancy).
+# (tfopt.optimizer.benchmark.stats.twin_discrepancy).
 TWIN = "twin"
 BASELINE_ROLES = {CHAMPION: "the current production model (the registry's champion)",
                   UNOPTIMIZED_INPUT: "the unoptimized input model"}
@@ -52,7 +52,7 @@ class Quality(JsonRecord):
 
 @dataclass(frozen=True)
 class Fidelity(JsonRecord):
-    """How far a candidate's outputs are from the baseline's (see optimizer.verify.equivalence)."""
+    """How far a candidate's outputs are from the baseline's (see tfopt.optimizer.verify.equivalence)."""
 
     max_abs_diff: float
     max_rel_diff: float
@@ -65,14 +65,14 @@ class Fidelity(JsonRecord):
 
     @classmethod
     def of(cls, report, inputs: str) -> Fidelity:
-        """From an :class:`~optimizer.verify.equivalence.EquivalenceReport` on ``inputs``."""
+        """From an :class:`~tfopt.optimizer.verify.equivalence.EquivalenceReport` on ``inputs``."""
         return cls(report.max_abs_diff, report.max_rel_diff, report.top1_agreement,
                    report.batches, inputs, report.nan_values, report.inf_values)
 
 
 @dataclass(frozen=True)
 class ModelMeasurement(JsonRecord):
-    """One model's measurements. Memory figures: see optimizer.benchmark.memory."""
+    """One model's measurements. Memory figures: see tfopt.optimizer.benchmark.memory."""
 
     label: str
     role: str
@@ -90,11 +90,11 @@ class ModelMeasurement(JsonRecord):
     quality: Quality | None = None
     # against the accuracy reference (the unoptimized input); None for the reference itself
     fidelity: Fidelity | None = None
-    format: str = "savedmodel"  # what ran it: optimizer.runtime.registry
+    format: str = "savedmodel"  # what ran it: tfopt.optimizer.runtime.registry
     runtime: str = "tensorflow"
     num_threads: int | None = None  # the runtime's own thread count; None: the process's
     # the baseline's samples from the process this candidate was timed in, when the benchmark
-    # ran in groups (optimizer.benchmark.memory_groups); None: the result's baseline's
+    # ran in groups (tfopt.optimizer.benchmark.memory_groups); None: the result's baseline's
     baseline_samples: dict[int, tuple[float, ...]] | None = None
     # timed calls per round in ``samples`` (and ``baseline_samples``); None: the result's
     # settings.block_size (results written before blocks were scaled to the call time)
@@ -125,7 +125,7 @@ _MEASUREMENT_KEYS = (
 @dataclass(frozen=True)
 class TimingRecord(JsonRecord):
     """How the timing was done, as recorded in a result (``settings`` in RESULT.json): the
-    :class:`~optimizer.benchmark.settings.BenchmarkConfig` it ran with, and what the run decided
+    :class:`~tfopt.optimizer.benchmark.settings.BenchmarkConfig` it ran with, and what the run decided
     (the inputs' source, the block size scaled to the call time)."""
 
     batch_sizes: tuple[int, ...]
@@ -208,7 +208,7 @@ class BenchmarkResult(JsonRecord):
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the JSON next to ``path`` first, then rename, so a reader never sees half."""
-        from optimizer.files.atomic import atomic_file
+        from tfopt.optimizer.files.atomic import atomic_file
 
         path = Path(path)
         with atomic_file(path, overwrite=True) as staging:

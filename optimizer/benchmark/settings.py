@@ -1,5 +1,5 @@
 """How the benchmark times and judges, in one place: :class:`BenchmarkConfig` owns each
-setting's default, bound and meaning. The harness (:func:`optimizer.benchmark.harness.run_benchmark`),
+setting's default, bound and meaning. The harness (:func:`tfopt.optimizer.benchmark.harness.run_benchmark`),
 the pipeline config's ``benchmark`` section and ``tfopt benchmark``'s flags all read them from
 here.
 
@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from pydantic import Field, PositiveInt
 
-from optimizer.benchmark.interleaved import DEFAULT_BLOCK_SECONDS, DEFAULT_BLOCK_SIZE
-from optimizer.errors import InvalidInputsError
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.records import Settings
+from tfopt.optimizer.benchmark.interleaved import DEFAULT_BLOCK_SECONDS, DEFAULT_BLOCK_SIZE
+from tfopt.optimizer.errors import InvalidInputsError
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.records import Settings
 
 
 class BenchmarkConfig(Settings):
-    """What :func:`~optimizer.benchmark.harness.run_benchmark` measures and how long; a bad
+    """What :func:`~tfopt.optimizer.benchmark.harness.run_benchmark` measures and how long; a bad
     value is exit 2."""
 
     error = InvalidInputsError
@@ -54,7 +54,7 @@ class BenchmarkConfig(Settings):
                               description="level of the speedup's bootstrap interval")
     resamples: int = Field(2000, ge=1, description="bootstrap resamples per interval")
     metric: str = Field("top1", description="accuracy metric on labelled data "
-                                            "(optimizer.verify.evaluation.METRICS)")
+                                            "(tfopt.optimizer.verify.evaluation.METRICS)")
     signature: str = Field(DEFAULT_SIGNATURE, description="the signature called")
     progress_every: float = Field(5.0, description="seconds between progress lines")
     seed: int = Field(0, description="of generated inputs and the bootstrap")

@@ -3,7 +3,7 @@
 The ratio the gate cares about is how long the candidate takes for what the baseline does in
 one unit of time: below 1 the candidate is faster. It is the **median of the per-round ratios**
 ``candidate's round figure / baseline's round figure`` (one round = one block of consecutive
-calls of every model, back to back; :mod:`optimizer.benchmark.interleaved`): both blocks of a
+calls of every model, back to back; :mod:`tfopt.optimizer.benchmark.interleaved`): both blocks of a
 round saw the same background load, and the load, a factor on both, cancels in their quotient
 before any median is taken. For a steady load it is the ratio of the two p50s.
 
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.records import JsonRecord
+from tfopt.optimizer.records import JsonRecord
 
 DEFAULT_RESAMPLES = 2000
 _CHUNK = 250  # resamples per vectorised batch, so memory stays at _CHUNK x rounds
@@ -193,7 +193,7 @@ def head_to_head_interval(fastest: Sequence[float], other: Sequence[float],
     """Two candidates timed in the same rounds, compared directly: the paired interval of
     ``other / fastest`` per round (their :func:`round_figures`). The load that slows every model
     of a round cancels in it, where each one's interval against the baseline carries the
-    baseline's noise too. The gate's near-tie rule (:mod:`optimizer.gate.near_ties`) and the
+    baseline's noise too. The gate's near-tie rule (:mod:`tfopt.optimizer.gate.near_ties`) and the
     harness's adaptive stopping both read this one interval: :func:`tied`,
     :func:`tie_unresolved`."""
     return p50_ratio_interval(fastest, other, confidence, resamples, seed=seed)

@@ -4,9 +4,9 @@ On a CPU with native bfloat16 (AVX512_BF16 or AMX-BF16), oneDNN runs convolution
 products in bfloat16 at up to twice the float32 rate; measured on ResNet50 (random weights,
 batch 1): frozen float32 21 ms, this candidate 15.7 ms. :func:`bf16_mixed_precision` runs
 Grappler's ``auto_mixed_precision_onednn_bfloat16`` pass offline through the ``grappler``
-transform (:mod:`optimizer.transforms.grappler`) with :data:`BF16_PASSES`, so the artifact
+transform (:mod:`tfopt.optimizer.transforms.grappler`) with :data:`BF16_PASSES`, so the artifact
 itself holds the bfloat16 ops and the Casts around them. The signature does not change: inputs
-and outputs stay float32, and :func:`optimizer.model.export.write_saved_model` writes the result as a
+and outputs stay float32, and :func:`tfopt.optimizer.model.export.write_saved_model` writes the result as a
 SavedModel that ``tf.saved_model.load`` and TF Serving load as usual.
 
 The passes leave out ``remap``: bfloat16 ``_Fused*`` nodes exist only inside a running oneDNN
@@ -52,10 +52,10 @@ from __future__ import annotations
 import contextlib
 import os
 
-from optimizer.graph.functional_control_flow import functional_nodes
-from optimizer.model.frozen import FrozenModel
-from optimizer.transforms.base import TransformRefused
-from optimizer.transforms.grappler import (
+from tfopt.optimizer.graph.functional_control_flow import functional_nodes
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.transforms.base import TransformRefused
+from tfopt.optimizer.transforms.grappler import (
     BF16_OPTIMIZER,
     DEFAULT_OPTIMIZERS,
     bf16_unavailable_reason,
@@ -152,8 +152,8 @@ def bf16_mixed_precision(model: FrozenModel) -> FrozenModel:
     Raises :class:`Bf16Refused` when this CPU or TensorFlow build cannot run bfloat16 natively,
     or when nothing in the graph was converted.
     """
-    from optimizer.transforms.pipeline import run_transforms
-    from optimizer.transforms.registry import make_transform
+    from tfopt.optimizer.transforms.pipeline import run_transforms
+    from tfopt.optimizer.transforms.registry import make_transform
 
     reason = bf16_unavailable_reason()
     if reason:

@@ -5,25 +5,25 @@ source this module derives the others the config's ``targets`` allow:
 
 ``savedmodel`` (TF Serving, ``tf.saved_model.load``)
     ``bf16``: oneDNN bfloat16 automatic mixed precision baked into the graph, only on a CPU with
-    native bfloat16 (:mod:`optimizer.candidates.bf16`); ``xla``: the graph as one function XLA must
-    compile (:mod:`optimizer.candidates.xla`; TF Serving needs ``--xla_cpu_compilation_enabled=true``).
+    native bfloat16 (:mod:`tfopt.optimizer.candidates.bf16`); ``xla``: the graph as one function XLA must
+    compile (:mod:`tfopt.optimizer.candidates.xla`; TF Serving needs ``--xla_cpu_compilation_enabled=true``).
 ``litert`` (the ``ai-edge-litert`` interpreter with XNNPACK)
     ``litert_fp32``, ``litert_fp16`` (float16 weights), ``litert_dynamic_int8`` (dynamic-range
     int8) and ``litert_full_int8`` (int8 calibrated on representative inputs), converted from the
-    source SavedModel by :mod:`optimizer.candidates.litert.convert`; a model with while loops of fixed
+    source SavedModel by :mod:`tfopt.optimizer.candidates.litert.convert`; a model with while loops of fixed
     length (a Keras LSTM or GRU), which the converter cannot lower as loops, from its frozen
-    graph with those loops unrolled (:mod:`optimizer.candidates.litert.unrolled_source`).
+    graph with those loops unrolled (:mod:`tfopt.optimizer.candidates.litert.unrolled_source`).
 ``onnx`` (ONNX Runtime, CPU provider)
     ``onnx_fp32`` (tf2onnx's graph), ``onnx_optimized`` (ONNX Runtime's graph optimizations
     saved into the file), ``onnx_dynamic_int8`` and ``onnx_static_int8`` (QDQ, calibrated),
-    from the source SavedModel by :mod:`optimizer.candidates.onnx.convert`; tf2onnx runs once for all four.
+    from the source SavedModel by :mod:`tfopt.optimizer.candidates.onnx.convert`; tf2onnx runs once for all four.
 ``openvino`` (OpenVINO's CPU plugin)
     ``openvino_fp32``, ``openvino_bf16`` (the same IR compiled with the bf16 precision hint,
     native bfloat16 CPUs only) and ``openvino_int8`` (NNCF, calibrated), from the source
-    SavedModel by :mod:`optimizer.candidates.openvino.convert`; converted once for all three.
+    SavedModel by :mod:`tfopt.optimizer.candidates.openvino.convert`; converted once for all three.
 
 The calibrating flavours (LiteRT full int8, ONNX static int8, OpenVINO int8) all take the same
-:class:`~optimizer.inputs.calibration.Calibration`: the calibration data, else the eval data's inputs,
+:class:`~tfopt.optimizer.inputs.calibration.Calibration`: the calibration data, else the eval data's inputs,
 else inputs generated from the signature. A calibrated candidate says what it was calibrated on
 (:attr:`Candidate.calibration`: ``data`` or ``synthetic``), so that one fitted to generated noise
 is never taken for one fitted to real inputs; the others say nothing (``None``).
@@ -35,7 +35,7 @@ float rewrite's equivalence bound; their accuracy is what the evaluation measure
 budget bounds.
 
 A model with lookup tables is converted from a rewrite with the tables filled from constants and
-the outputs' shapes pinned (:mod:`optimizer.candidates.litert.constant_tables`), which the converter keeps as
+the outputs' shapes pinned (:mod:`tfopt.optimizer.candidates.litert.constant_tables`), which the converter keeps as
 LiteRT's hash-table builtins. Every LiteRT candidate is run once on generated inputs before
 it is listed: a flatbuffer that converts but cannot run here is skipped with the interpreter's
 reason, not found out by the benchmark.
@@ -58,15 +58,15 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.candidates.candidate import Candidate, Skipped
-from optimizer.candidates.litert.unrolled_source import LiteRTSource
-from optimizer.errors import InvalidInputsError, TfoptError, first_line
-from optimizer.inputs.calibration import Calibration, synthetic
-from optimizer.model.footprint import WORKERS_FROM_BYTES, builds_in_workers
-from optimizer.model.frozen import FrozenModel
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.system.memory_budget import MemoryBudget
+from tfopt.optimizer.candidates.candidate import Candidate, Skipped
+from tfopt.optimizer.candidates.litert.unrolled_source import LiteRTSource
+from tfopt.optimizer.errors import InvalidInputsError, TfoptError, first_line
+from tfopt.optimizer.inputs.calibration import Calibration, synthetic
+from tfopt.optimizer.model.footprint import WORKERS_FROM_BYTES, builds_in_workers
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.system.memory_budget import MemoryBudget
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ SKIP_DOMINATED_FROM_BYTES = WORKERS_FROM_BYTES
 def dominated_skips(source: str | os.PathLike, settings: CandidateSettings) -> list[Skipped]:
     """The flavours :data:`DOMINATED` leaves out for ``source`` (none for a small model), with
     their reasons."""
-    from optimizer.model.footprint import disk_bytes
+    from tfopt.optimizer.model.footprint import disk_bytes
 
     if disk_bytes(source) < SKIP_DOMINATED_FROM_BYTES:
         return []
@@ -214,31 +214,31 @@ def derive_candidates(
     """Build every candidate ``settings`` allows under ``workdir`` (one directory each).
 
     ``source`` is the SavedModel the LiteRT converter reads; ``optimized`` is the float32 graph
-    the SavedModel variants start from. ``calibration`` (:mod:`optimizer.inputs.calibration`) feeds the
+    the SavedModel variants start from. ``calibration`` (:mod:`tfopt.optimizer.inputs.calibration`) feeds the
     int8 flavours that calibrate; without it they calibrate on inputs generated from the
     signature and are tagged ``synthetic``.
 
     Each candidate (each shared conversion, see :func:`planned_builds`) is built in a worker
-    process of its own, one at a time (:mod:`optimizer.candidates.worker`): a converter, a
+    process of its own, one at a time (:mod:`tfopt.optimizer.candidates.worker`): a converter, a
     trace or an XLA compilation holds several times the model's size, and TensorFlow does
     not give that memory back to the system while its process lives. The worker exits once
     its artifact is on disk, so the candidates stage costs one build at a time, not their
     sum. ``in_workers=False`` builds them in this process (what a worker itself does); the
-    default, ``None``, uses workers for a model of :data:`~optimizer.model.footprint.WORKERS_FROM_BYTES` or more on disk
+    default, ``None``, uses workers for a model of :data:`~tfopt.optimizer.model.footprint.WORKERS_FROM_BYTES` or more on disk
     (:func:`builds_in_workers`). In workers, the builds keep the memory ``budget`` (default
-    :func:`~optimizer.system.memory_budget.memory_budget`: the cgroup's limit, else the
+    :func:`~tfopt.optimizer.system.memory_budget.memory_budget`: the cgroup's limit, else the
     machine's memory): a flavour estimated not to fit beside what this process holds
-    (:mod:`optimizer.candidates.build_estimates`) is skipped before its worker starts, with
+    (:mod:`tfopt.optimizer.candidates.build_estimates`) is skipped before its worker starts, with
     the estimate, and the others of its group are built; a worker that crosses the budget all
-    the same is stopped by the watchdog (:mod:`optimizer.system.memory_watchdog`) and its
+    the same is stopped by the watchdog (:mod:`tfopt.optimizer.system.memory_watchdog`) and its
     candidates skipped with the figure it reached, never left to the kernel's OOM killer.
-    ``policy``: what ``source`` may hold (:mod:`optimizer.model.op_scan`), applied by every
+    ``policy``: what ``source`` may hold (:mod:`tfopt.optimizer.model.op_scan`), applied by every
     build that reads it, in workers too.
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     if settings.calibrates and calibration is None:
-        from optimizer.model.savedmodel import get_signature
+        from tfopt.optimizer.model.savedmodel import get_signature
 
         calibration = synthetic(get_signature(source, signature, policy=policy),
                                 settings.calibration_samples)
@@ -251,10 +251,10 @@ def derive_candidates(
                                          signature=signature, calibration=calibration,
                                          source_digest=source_digest, policy=policy)
         return made, dominated + skipped
-    from optimizer.candidates.build_estimates import build_bytes
-    from optimizer.candidates.worker import build_in_worker
-    from optimizer.system.memory_budget import GIB, memory_budget
-    from optimizer.system.process_tree import tree_rss_bytes
+    from tfopt.optimizer.candidates.build_estimates import build_bytes
+    from tfopt.optimizer.candidates.worker import build_in_worker
+    from tfopt.optimizer.system.memory_budget import GIB, memory_budget
+    from tfopt.optimizer.system.process_tree import tree_rss_bytes
 
     budget = budget or memory_budget()
     made, skipped = [], list(dominated)
@@ -304,7 +304,7 @@ def build_candidates(
     worker's) logs each flavour's peak, read from the kernel's high-water mark reset before
     it: exact where a sampling thread would be starved, as a converter holding the GIL for
     tens of seconds starves one."""
-    from optimizer.benchmark.memory import read_rss, reset_peak
+    from tfopt.optimizer.benchmark.memory import read_rss, reset_peak
 
     wanted = set(labels)
     makers: list[tuple[str, Callable[[Path], Candidate]]] = []
@@ -347,19 +347,19 @@ def build_candidates(
 
 def _savedmodel_maker(variant: str, optimized: FrozenModel, signature: str):
     def make(dst: Path) -> Candidate:
-        from optimizer.model.export import write_saved_model
-        from optimizer.optimize.worker import full_model
+        from tfopt.optimizer.model.export import write_saved_model
+        from tfopt.optimizer.optimize.worker import full_model
 
         # optimized is an outline when it was optimized in a worker: the full model read from
         # its file is held by the build alone, which lets it go once retyped or traced
         if variant == "bf16":
-            from optimizer.candidates.bf16 import BF16_PROVENANCE, bf16_mixed_precision
+            from tfopt.optimizer.candidates.bf16 import BF16_PROVENANCE, bf16_mixed_precision
 
             retyped = bf16_mixed_precision(full_model(optimized))
             write_saved_model(retyped, dst, overwrite=True, metadata=BF16_PROVENANCE)
             runtime = "tensorflow"
         else:
-            from optimizer.candidates.xla import write_xla_saved_model
+            from tfopt.optimizer.candidates.xla import write_xla_saved_model
 
             write_xla_saved_model(full_model(optimized), dst, overwrite=True)
             runtime = "tensorflow+xla"
@@ -374,17 +374,17 @@ def _savedmodel_maker(variant: str, optimized: FrozenModel, signature: str):
 def _litert_source(source: Path, workdir: Path, signature: str, policy: ScanPolicy
                    ) -> Callable[[], LiteRTSource]:
     """What the converter reads, made once, when the first LiteRT flavour needs it: the source
-    with its lookup tables filled from constants (:mod:`optimizer.candidates.litert.constant_tables`), then
-    with its static loops unrolled (:mod:`optimizer.candidates.litert.unrolled_source`). Its failure skips
+    with its lookup tables filled from constants (:mod:`tfopt.optimizer.candidates.litert.constant_tables`), then
+    with its static loops unrolled (:mod:`tfopt.optimizer.candidates.litert.unrolled_source`). Its failure skips
     every flavour."""
     made: list[LiteRTSource | TfoptError] = []
 
     def source_for_litert() -> LiteRTSource:
         if not made:
-            from optimizer.candidates.litert.constant_tables import (
+            from tfopt.optimizer.candidates.litert.constant_tables import (
                 litert_source as with_constant_tables,
             )
-            from optimizer.candidates.litert.unrolled_source import (
+            from tfopt.optimizer.candidates.litert.unrolled_source import (
                 litert_source as with_loops_unrolled,
             )
 
@@ -402,9 +402,9 @@ def _litert_source(source: Path, workdir: Path, signature: str, policy: ScanPoli
 
 def _smoke_run(path: Path, signature: str) -> None:
     """Run the converted model once on generated inputs; one line when it cannot run."""
-    from optimizer.candidates.litert.convert import LiteRTConversionError
-    from optimizer.inputs.generated import make_inputs
-    from optimizer.runtime import load_runner
+    from tfopt.optimizer.candidates.litert.convert import LiteRTConversionError
+    from tfopt.optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.runtime import load_runner
 
     runner = load_runner(path, signature)
     try:
@@ -419,7 +419,7 @@ def _smoke_run(path: Path, signature: str) -> None:
 def _check_calibration_inputs(feeds: Sequence[Mapping[str, np.ndarray]]) -> None:
     """TFLite's calibrator feeds numeric tensors only: given a string input it fails with
     "basic_string::_M_create" (TF 2.21), so a model with one gets no full_int8 candidate."""
-    from optimizer.candidates.litert.convert import LiteRTConversionError
+    from tfopt.optimizer.candidates.litert.convert import LiteRTConversionError
 
     for key, value in feeds[0].items():
         if np.asarray(value).dtype.kind in "OSU":
@@ -433,8 +433,11 @@ def _litert_maker(flavour: str, converted_from: Callable[[], LiteRTSource], sign
     calibrated = calibration if flavour == "full_int8" else None
 
     def make(dst: Path) -> Candidate:
-        from optimizer.candidates.litert.convert import LiteRTConversionError, convert_to_litert
-        from optimizer.files.atomic import atomic_directory
+        from tfopt.optimizer.candidates.litert.convert import (
+            LiteRTConversionError,
+            convert_to_litert,
+        )
+        from tfopt.optimizer.files.atomic import atomic_directory
 
         if calibrated is not None:
             _check_calibration_inputs(calibrated.feeds)
@@ -468,17 +471,17 @@ def _converter(target: str, source: Path, signature: str, calibration: Calibrati
     """``make(flavour, dst)``: one flavour of ``target`` (onnx or openvino) built into the
     candidate directory ``dst``; every flavour shares one conversion of the source."""
     if target == "onnx":
-        from optimizer.candidates.onnx.convert import OnnxExport as Export
-        from optimizer.candidates.onnx.convert import convert_to_onnx as convert
+        from tfopt.optimizer.candidates.onnx.convert import OnnxExport as Export
+        from tfopt.optimizer.candidates.onnx.convert import convert_to_onnx as convert
         file_name, runtime = ONNX_FILE, "onnxruntime"
     else:
-        from optimizer.candidates.openvino.convert import OpenVINOExport as Export
-        from optimizer.candidates.openvino.convert import convert_to_openvino as convert
+        from tfopt.optimizer.candidates.openvino.convert import OpenVINOExport as Export
+        from tfopt.optimizer.candidates.openvino.convert import convert_to_openvino as convert
         file_name, runtime = OPENVINO_FILE, "openvino"
     export = Export(source, signature)
 
     def make(flavour: str, dst: Path) -> Candidate:
-        from optimizer.files.atomic import atomic_directory
+        from tfopt.optimizer.files.atomic import atomic_directory
 
         with atomic_directory(dst, overwrite=True) as staging:
             staging.mkdir(parents=True, exist_ok=True)

@@ -1,23 +1,23 @@
 """How much memory each candidate's build takes in its worker process, from the model's size.
 
-:func:`optimizer.candidates.build.derive_candidates` skips, before starting its worker, a build
+:func:`tfopt.optimizer.candidates.build.derive_candidates` skips, before starting its worker, a build
 estimated not to fit the memory budget beside what the step's process holds, with the estimate
-in its one-line reason; the watchdog (:mod:`optimizer.system.memory_watchdog`) stops one that
+in its one-line reason; the watchdog (:mod:`tfopt.optimizer.system.memory_watchdog`) stops one that
 does not fit after all. One factor for every build (10x the model's size on disk over the
-runtime, :func:`optimizer.model.footprint.building_bytes`) estimated ResNet50's ONNX build at
+runtime, :func:`tfopt.optimizer.model.footprint.building_bytes`) estimated ResNet50's ONNX build at
 2.5 GiB where tf2onnx's conversion took 7.9-9.3, and its bf16 build at 2.5 where it took 1.8, so
 each flavour has its own.
 
 A build's estimate is a line in the source SavedModel's bytes on disk: a fixed part (the
 worker's runtime and converter, which a small model pays in full) plus a factor times the size.
 The flavours of one target are built in one worker after one shared conversion
-(:func:`optimizer.candidates.build.planned_builds`), so a flavour's line covers that conversion
+(:func:`tfopt.optimizer.candidates.build.planned_builds`), so a flavour's line covers that conversion
 and the flavour itself, and a group's estimate is its largest flavour's. Each line goes through
 the peaks of two models' builds, ``keras.applications.MobileNetV2(weights=None)`` (28.7 MiB on
 disk) and ``ResNet50(weights=None)`` (197.6 MiB), 100 synthetic calibration samples, rounded
 up: a build estimated to fit and stopped costs its time, one skipped needlessly only its
 candidate. The ResNet50 figures are the worker's high-water mark, reset before each flavour
-(logged by :func:`optimizer.candidates.build.build_candidates` in a worker, ``tfopt -v``), and
+(logged by :func:`tfopt.optimizer.candidates.build.build_candidates` in a worker, ``tfopt -v``), and
 its process tree's peak (the watchdog's); ``benchmarks/candidate_builds.py`` prints both per
 build for a family.
 """
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import os
 
-from optimizer.model.footprint import disk_bytes
-from optimizer.system.memory_budget import GIB
+from tfopt.optimizer.model.footprint import disk_bytes
+from tfopt.optimizer.system.memory_budget import GIB
 
 # (GiB whatever the size: the worker's runtime and converter, bytes per byte of the source on
 # disk), through the two models' peaks (GiB, MobileNetV2 / ResNet50), rounded up; each line's

@@ -1,8 +1,8 @@
 """A candidate: a model built from the source to be measured, and what it is.
 
-This is the one candidate record of tfopt. The builders (:mod:`optimizer.candidates.build`)
+This is the one candidate record of tfopt. The builders (:mod:`tfopt.optimizer.candidates.build`)
 make one per model they write; the benchmark measures it, the gate judges it, the pipeline's
-step records (:class:`components.artifacts.CandidateModel`, a candidate with its provenance)
+step records (:class:`tfopt.components.pipeline.artifacts.CandidateModel`, a candidate with its provenance)
 and the published version's tags say it. What it is (``target``, ``variant``, ``format``,
 ``runtime``) is said by its fields, never guessed from its label: how much numeric precision
 it gives up, for instance, is :attr:`Candidate.precision`, read from its variant.
@@ -34,14 +34,14 @@ class Candidate:
     """A model to measure: what it is, where it is, what runs it."""
 
     label: str
-    target: str  # one of optimizer.candidates.build.TARGETS
+    target: str  # one of tfopt.optimizer.candidates.build.TARGETS
     variant: str  # fp32, bf16, xla, or the LiteRT, ONNX or OpenVINO flavour
-    format: str  # savedmodel | tflite | onnx | openvino (optimizer.runtime.registry)
+    format: str  # savedmodel | tflite | onnx | openvino (tfopt.optimizer.runtime.registry)
     runtime: str  # tensorflow | tensorflow+xla | ai-edge-litert | onnxruntime | openvino
     path: str  # the SavedModel directory, or the model file (.tflite, .onnx, .xml)
     how_to_load: str
     calibration: str | None = None  # int8 calibrated on: "data" | "synthetic"; else None
-    # mixed int8: the layers a precision search kept in float (optimizer.search.precision)
+    # mixed int8: the layers a precision search kept in float (tfopt.optimizer.search.precision)
     float_layers: tuple[str, ...] = ()
 
     @property
@@ -55,13 +55,13 @@ class Candidate:
         return VARIANT_PRECISION.get(self.variant, FLOAT32)
 
     def to_dict(self) -> dict:
-        from optimizer.records import record_to_dict
+        from tfopt.optimizer.records import record_to_dict
 
         return record_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> Candidate:
-        from optimizer.records import record_from_dict
+        from tfopt.optimizer.records import record_from_dict
 
         return record_from_dict(cls, data)
 
@@ -74,14 +74,14 @@ class Skipped:
     reason: str
 
     def to_dict(self) -> dict:
-        from optimizer.records import record_to_dict
+        from tfopt.optimizer.records import record_to_dict
 
         return record_to_dict(self)
 
 
 def artifact_dir(path: str | os.PathLike, format: str) -> Path:
     """A model file's directory (it holds the sidecar and companions), or a SavedModel itself."""
-    from optimizer.runtime.registry import runtime_for
+    from tfopt.optimizer.runtime.registry import runtime_for
 
     path = Path(path)
     return path.parent if runtime_for(format).suffix is not None else path

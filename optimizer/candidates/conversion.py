@@ -1,7 +1,7 @@
 """What converting a SavedModel to another runtime's format takes, whatever the runtime.
 
-The ONNX and OpenVINO converters (:mod:`optimizer.candidates.onnx.convert`,
-:mod:`optimizer.candidates.openvino.convert`) share the routine: check the destination before any work,
+The ONNX and OpenVINO converters (:mod:`tfopt.optimizer.candidates.onnx.convert`,
+:mod:`tfopt.optimizer.candidates.openvino.convert`) share the routine: check the destination before any work,
 check the calibration inputs of a flavour that calibrates, run the converter with its output
 captured (:func:`converter_output`: file descriptor 2, Python warnings and the converter's own
 loggers, all logged at DEBUG and kept for the error message), check that the converted model
@@ -9,7 +9,7 @@ presents the SavedModel's signature (:func:`check_contract`), and put the files 
 sidecar last (:func:`install_files`), so that a model without its sidecar is never left behind.
 
 A converter that cannot produce a flavour raises :class:`ConversionError` with one line saying
-why; :func:`optimizer.candidates.build.derive_candidates` lists the candidate as skipped with it.
+why; :func:`tfopt.optimizer.candidates.build.derive_candidates` lists the candidate as skipped with it.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ from typing import TypeVar
 
 import numpy as np
 
-from optimizer.errors import DestinationError, InvalidInputsError, TfoptError, first_line
-from optimizer.files.atomic import check_file_writable
-from optimizer.inputs.calibration import Calibration, checked_feeds
-from optimizer.model.op_scan import ScanPolicy
-from optimizer.model.savedmodel import get_signature
-from optimizer.model.sidecar import Sidecar, sidecar_path, write_sidecar
-from optimizer.model.signature import SignatureInfo, contract_difference
-from optimizer.system.native_output import captured_native_output
+from tfopt.optimizer.errors import DestinationError, InvalidInputsError, TfoptError, first_line
+from tfopt.optimizer.files.atomic import check_file_writable
+from tfopt.optimizer.inputs.calibration import Calibration, checked_feeds
+from tfopt.optimizer.model.op_scan import ScanPolicy
+from tfopt.optimizer.model.savedmodel import get_signature
+from tfopt.optimizer.model.sidecar import Sidecar, sidecar_path, write_sidecar
+from tfopt.optimizer.model.signature import SignatureInfo, contract_difference
+from tfopt.optimizer.system.native_output import captured_native_output
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

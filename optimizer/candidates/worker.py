@@ -5,15 +5,15 @@ for XLA or retyping it for bf16 holds several times the model's size, and Tensor
 keeps what it took until its process ends. Built in the step's process, the candidates would
 pile up: the measured peak of ``tfopt optimize --targets savedmodel,litert`` on a 200 MB MLP
 was 8.9 GiB where converting it by hand took 1.3 GiB. So :func:`build_in_worker` runs
-``python -m optimizer.candidates.worker_main`` for one candidate (or the flavours that share one
+``python -m tfopt.optimizer.candidates.worker_main`` for one candidate (or the flavours that share one
 conversion) and returns once it has written its artifacts and exited: the next build starts
 from the parent's own memory.
 
 The job (the source path, the optimized graph, the settings and the calibration feeds) goes to
-the worker as a pickle in the candidates' work directory (:func:`optimizer.system.worker_process.run_job`).
+the worker as a pickle in the candidates' work directory (:func:`tfopt.optimizer.system.worker_process.run_job`).
 A candidate the worker refuses is skipped with its one-line reason, as in-process. A worker whose
 process tree takes this process's over the memory budget is stopped by the watchdog
-(:mod:`optimizer.system.memory_watchdog`) and its candidates skipped with "stopped at X GiB, over
+(:mod:`tfopt.optimizer.system.memory_watchdog`) and its candidates skipped with "stopped at X GiB, over
 the memory budget of Y GiB"; one killed by a signal all the same (an OOM killer acting on a
 limit tfopt was not told of) skips its candidates with that reason. Neither takes the step
 down.
@@ -27,9 +27,9 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
-from optimizer.errors import TfoptError
-from optimizer.system.memory_budget import GIB, MemoryBudget
-from optimizer.system.worker_process import run_job
+from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.system.memory_budget import GIB, MemoryBudget
+from tfopt.optimizer.system.worker_process import run_job
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +44,13 @@ def build_in_worker(source, optimized, workdir: Path, settings, labels: Sequence
                     signature: str, calibration, source_digest: str | None, policy,
                     budget: MemoryBudget | None = None):
     """``(made, skipped)`` for ``labels``, built by a child process that has exited when this
-    returns (:func:`optimizer.candidates.build.build_candidates` runs there, reading the source
+    returns (:func:`tfopt.optimizer.candidates.build.build_candidates` runs there, reading the source
     under ``policy``, the model scan's, which the job carries). With a memory ``budget``, the
     worker is stopped once this process's tree crosses it
-    (:mod:`optimizer.system.memory_watchdog`), and its candidates skipped with the figure."""
-    from optimizer.candidates.candidate import Candidate, Skipped
+    (:mod:`tfopt.optimizer.system.memory_watchdog`), and its candidates skipped with the figure."""
+    from tfopt.optimizer.candidates.candidate import Candidate, Skipped
 
-    outcome = run_job("optimizer.candidates.worker_main", {
+    outcome = run_job("tfopt.optimizer.candidates.worker_main", {
         "source": str(source), "optimized": optimized, "workdir": str(workdir),
         "settings": settings, "labels": list(labels), "signature": signature,
         "calibration": calibration, "source_digest": source_digest, "policy": policy,

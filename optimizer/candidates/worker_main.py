@@ -1,7 +1,7 @@
-"""The candidate worker process: ``python -m optimizer.candidates.worker_main JOB ANSWER``.
+"""The candidate worker process: ``python -m tfopt.optimizer.candidates.worker_main JOB ANSWER``.
 
-Started by :func:`optimizer.candidates.worker.build_in_worker`, not by people: it builds the
-job's candidates with :func:`optimizer.candidates.build.build_candidates`, as the step's process
+Started by :func:`tfopt.optimizer.candidates.worker.build_in_worker`, not by people: it builds the
+job's candidates with :func:`tfopt.optimizer.candidates.build.build_candidates`, as the step's process
 would, and answers with what it made and what it skipped.
 """
 
@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from optimizer.candidates.build import build_candidates
-from optimizer.system.worker_process import read_job
+from tfopt.optimizer.candidates.build import build_candidates
+from tfopt.optimizer.system.worker_process import read_job
 
 
 def main(argv: Sequence[str]) -> int:

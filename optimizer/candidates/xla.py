@@ -26,11 +26,11 @@ graph's), so this is a candidate like any other: it must win in the benchmark to
 :func:`write_xla_saved_model` compiles and runs the candidate once at batch 1 before writing,
 so a model with an op XLA cannot compile (strings, some lookups) is refused up front with
 :class:`XlaRefused` naming the op, not at serving time. So is a graph with lowered (v1) while
-loops, which XLA cannot compile inside a function; :func:`optimizer.model.freeze.freeze` keeps the
+loops, which XLA cannot compile inside a function; :func:`tfopt.optimizer.model.freeze.freeze` keeps the
 functional ``While`` of an LSTM or GRU by default, and XLA compiles that (an HLO while loop:
 the bidirectional LSTM tagger of benchmarks/recurrent.py ran 2.3-2.8x faster than its stock
 SavedModel). The SavedModel is written by
-:func:`optimizer.model.export.write_saved_model` (TF1-style, atomic: staged, then renamed).
+:func:`tfopt.optimizer.model.export.write_saved_model` (TF1-style, atomic: staged, then renamed).
 
 Serving: ``tf.saved_model.load`` and ``tf.compat.v1.saved_model.loader.load`` + ``Session.run``
 (the path TF Serving takes) both compile the function with XLA, checked in
@@ -48,14 +48,19 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from optimizer.files.atomic import check_writable
-from optimizer.graph.control_flow import ENTER_OPS, EXIT_OPS, LOOP_COND_OPS, NEXT_ITERATION_OPS
-from optimizer.graph.names import node_name_from_input
-from optimizer.inputs.generated import make_inputs
-from optimizer.model.export import write_saved_model
-from optimizer.model.frozen import FrozenModel
-from optimizer.tf_runtime import import_tensorflow
-from optimizer.transforms.base import TransformRefused
+from tfopt.optimizer.files.atomic import check_writable
+from tfopt.optimizer.graph.control_flow import (
+    ENTER_OPS,
+    EXIT_OPS,
+    LOOP_COND_OPS,
+    NEXT_ITERATION_OPS,
+)
+from tfopt.optimizer.graph.names import node_name_from_input
+from tfopt.optimizer.inputs.generated import make_inputs
+from tfopt.optimizer.model.export import write_saved_model
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.transforms.base import TransformRefused
 
 STEP = "xla_jit_compile"
 MUST_COMPILE_ATTR = "_XlaMustCompile"
@@ -243,7 +248,7 @@ def xla_compiled(model: FrozenModel) -> FrozenModel:
 def check_compiles(model: FrozenModel, batch_size: int = 1) -> None:
     """Run ``model`` once on generated inputs; raise :class:`XlaRefused` if XLA fails."""
     tf = import_tensorflow()
-    from optimizer.runtime import load_runner
+    from tfopt.optimizer.runtime import load_runner
 
     runner = load_runner(model)
     try:
@@ -273,7 +278,7 @@ def write_xla_saved_model(
     metadata: dict | None = None,
 ) -> Path:
     """Build the XLA candidate of ``model``, check that XLA compiles it, write it at ``dst``."""
-    from optimizer.system.free_memory import return_freed_memory
+    from tfopt.optimizer.system.free_memory import return_freed_memory
 
     check_writable(dst, overwrite)  # before the compilation, which takes a while
     candidate = xla_compiled(model)

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from optimizer.errors import DestinationError
+from tfopt.optimizer.errors import DestinationError
 
 log = logging.getLogger(__name__)
 

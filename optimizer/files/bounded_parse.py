@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from optimizer.errors import CorruptSavedModelError, OversizedSavedModelError, first_line
+from tfopt.optimizer.errors import CorruptSavedModelError, OversizedSavedModelError, first_line
 
 MIB = 1 << 20
 IN_PROCESS_BYTES = 4 * MIB
@@ -181,12 +181,12 @@ def _message_class(descriptors: bytes, full_name: str):
 
 def _child_command(path: Path, full_name: str, text: bool, max_bytes: int,
                    allowance: int) -> list[str]:
-    return [sys.executable, "-m", "optimizer.files.bounded_parse", str(path), full_name,
+    return [sys.executable, "-m", "tfopt.optimizer.files.bounded_parse", str(path), full_name,
             "text" if text else "binary", str(max_bytes), str(allowance)]
 
 
 def child_main(argv: list[str]) -> int:
-    """``python -m optimizer.files.bounded_parse PATH FULL_NAME text|binary MAX_BYTES ALLOWANCE``,
+    """``python -m tfopt.optimizer.files.bounded_parse PATH FULL_NAME text|binary MAX_BYTES ALLOWANCE``,
     the message's descriptors on stdin; the report on stdout."""
     path, full_name, form, max_bytes, allowance = argv
     message_type = _message_class(sys.stdin.buffer.read(), full_name)
@@ -218,7 +218,7 @@ def _held_messages_exceed(message, most: int) -> bool:
 
 def _parse_in_child(path: Path, message_type, text: bool, label: str, max_bytes: int,
                     allowance: int, size: int) -> None:
-    from optimizer.system.worker_process import child_environment
+    from tfopt.optimizer.system.worker_process import child_environment
 
     env = child_environment()
     env.pop("PYTHONFAULTHANDLER", None)  # a crash is reported here, in one line

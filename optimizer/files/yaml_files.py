@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from optimizer.errors import TfoptError, shown
+from tfopt.optimizer.errors import TfoptError, shown
 
 
 def parse_yaml(text: str, where: str, error: type[TfoptError]) -> Any:

@@ -11,17 +11,17 @@ baseline would each carry the baseline's noise too: on the BERT-style encoder, b
 LiteRT fp32 at 1.54x overlapped against the baseline, and fp32 was served, 15% slower. Candidates
 timed in different rounds (memory groups, each beside the baseline in its own process) are
 compared through their own baselines: the ratio of their two ratios, each group's rounds
-resampled independently (:func:`optimizer.benchmark.stats.unpaired_ratio_interval`), a tie when
+resampled independently (:func:`tfopt.optimizer.benchmark.stats.unpaired_ratio_interval`), a tie when
 it reaches 1. Asking whether their two intervals against the baseline overlap, as the rule did,
 called a tie what either group's rounds already told apart: two 95% intervals overlap until
 their difference is far beyond what either can show. Overlap remains the tie only for a
 candidate with no samples to compare. The benchmark computes the same head-to-head interval
-(:func:`optimizer.benchmark.stats.head_to_head_interval`) while it times, and goes on timing, up to
+(:func:`tfopt.optimizer.benchmark.stats.head_to_head_interval`) while it times, and goes on timing, up to
 its ``max_seconds``, while the tie between the fastest candidate and a more precise one is
-unresolved (:func:`optimizer.benchmark.stats.tie_unresolved`): a tie is then the rule's answer to
+unresolved (:func:`tfopt.optimizer.benchmark.stats.tie_unresolved`): a tie is then the rule's answer to
 a comparison the time allowed could not settle, not to one cut short at the minimums.
 
-What precision a candidate keeps is its record's :attr:`~optimizer.candidates.candidate.Candidate.precision`
+What precision a candidate keeps is its record's :attr:`~tfopt.optimizer.candidates.candidate.Candidate.precision`
 (from its variant). A result judged without its candidates' records (``tfopt gate`` on a result
 file, ``tfopt benchmark`` on model files) has only their labels: :func:`precision_of_label`
 reads the builders' label convention for those.
@@ -32,8 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from optimizer.benchmark.stats import RatioInterval, tied
-from optimizer.candidates.candidate import FLOAT32, INT8, PRECISION_ORDER, REDUCED_FLOAT
+from tfopt.optimizer.benchmark.stats import RatioInterval, tied
+from tfopt.optimizer.candidates.candidate import FLOAT32, INT8, PRECISION_ORDER, REDUCED_FLOAT
 
 # The builders' labels are ``{target}_{variant}`` (``litert_fp16``, ``onnx_static_int8``) or a
 # SavedModel variant (``bf16``).
@@ -64,7 +64,7 @@ HeadToHead = Callable[[str, str], RatioInterval | None]
 
 class Promoted(Protocol):
     """What the rule reads of a promoted candidate's verdict
-    (:class:`optimizer.gate.verdict.Verdict`): its label and its speedup."""
+    (:class:`tfopt.optimizer.gate.verdict.Verdict`): its label and its speedup."""
 
     @property
     def candidate(self) -> str: ...

@@ -1,14 +1,14 @@
 """Choose among candidates: all measured against the baseline in one process, the gate decides.
 
-Every candidate (SavedModel or LiteRT, see :mod:`optimizer.candidates.build`) goes through the same
+Every candidate (SavedModel or LiteRT, see :mod:`tfopt.optimizer.candidates.build`) goes through the same
 benchmark harness as the baseline, interleaved, and through the same evaluation (held-out
 accuracy with labelled data, agreement with the baseline's top-1 without). The gate
-(:mod:`optimizer.gate.verdict`) then promotes the candidates that pass every check, the accuracy budget
-included, and chooses among them with :func:`optimizer.gate.near_ties.choose_among_promoted`. A candidate that breaks the
+(:mod:`tfopt.optimizer.gate.verdict`) then promotes the candidates that pass every check, the accuracy budget
+included, and chooses among them with :func:`tfopt.optimizer.gate.near_ties.choose_among_promoted`. A candidate that breaks the
 budget is therefore never chosen, however fast it is.
 
 Near ties: the fastest promoted candidate is chosen unless another promoted one is
-indistinguishable from it (head to head, :mod:`optimizer.gate.near_ties`) and keeps more of
+indistinguishable from it (head to head, :mod:`tfopt.optimizer.gate.near_ties`) and keeps more of
 the model's numeric precision: float32 before reduced floats (fp16, bf16) before int8. Then the
 most precise of the tied ones is chosen (the fastest of those, if several). A 1% difference the
 benchmark cannot resolve is no reason to serve fewer bits: on the StringLookup classifier the
@@ -29,13 +29,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
-from optimizer.benchmark.result import UNOPTIMIZED_INPUT, BenchmarkResult
-from optimizer.candidates.candidate import Candidate, Skipped
-from optimizer.errors import InvalidInputsError
-from optimizer.gate.near_ties import precision_rank
-from optimizer.gate.verdict import GateConfig, GateDecision, evaluate_gate
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.benchmark.harness import BenchmarkConfig, Subject, run_benchmark
+from tfopt.optimizer.benchmark.result import UNOPTIMIZED_INPUT, BenchmarkResult
+from tfopt.optimizer.candidates.candidate import Candidate, Skipped
+from tfopt.optimizer.errors import InvalidInputsError
+from tfopt.optimizer.gate.near_ties import precision_rank
+from tfopt.optimizer.gate.verdict import GateConfig, GateDecision, evaluate_gate
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class Selection:
                 "chosen": chosen_dict, "candidates": rows}
 
     def write_json(self, path: str | os.PathLike, kept: dict[str, str] | None = None) -> Path:
-        from optimizer.files.atomic import atomic_file
+        from tfopt.optimizer.files.atomic import atomic_file
 
         path = Path(path)
         with atomic_file(path, overwrite=True) as staging:
@@ -152,9 +152,9 @@ def select_candidate(
     policy: ScanPolicy = DEFAULT_POLICY,
 ) -> Selection:
     """Benchmark ``candidates`` against ``baseline`` and let the gate choose. With a memory
-    ``budget`` (:class:`~optimizer.system.memory_budget.MemoryBudget`), in groups that fit it when
-    they do not all fit together (:mod:`optimizer.benchmark.memory_groups`). Every SavedModel is
-    read under ``policy`` (:mod:`optimizer.model.op_scan`)."""
+    ``budget`` (:class:`~tfopt.optimizer.system.memory_budget.MemoryBudget`), in groups that fit it when
+    they do not all fit together (:mod:`tfopt.optimizer.benchmark.memory_groups`). Every SavedModel is
+    read under ``policy`` (:mod:`tfopt.optimizer.model.op_scan`)."""
     if not candidates:
         raise InvalidInputsError("no candidate to choose from"
                                  + (f" ({len(skipped)} skipped: {skipped[0].reason})"
@@ -169,7 +169,7 @@ def select_candidate(
                                runtime=runtime, eval_data=eval_data, progress=progress,
                                policy=policy)
     else:
-        from optimizer.benchmark.memory_groups import run_benchmark_within
+        from tfopt.optimizer.benchmark.memory_groups import run_benchmark_within
 
         result = run_benchmark_within(
             budget, base, subjects, benchmark_config or BenchmarkConfig(),

@@ -1,11 +1,11 @@
 """The quality gate: does a candidate replace the baseline? TFX-Evaluator-style "blessing".
 
-The gate reads a :class:`~optimizer.benchmark.result.BenchmarkResult` and a :class:`GateConfig`
+The gate reads a :class:`~tfopt.optimizer.benchmark.result.BenchmarkResult` and a :class:`GateConfig`
 and returns, per candidate, a verdict listing every check with the measured value, the
 threshold, pass/fail and a one-line reason. A candidate is **promoted only if every check
 passes**; a check that cannot be evaluated (no data for it) fails. Among promoted candidates the
 one with the largest measured speedup is chosen, unless a more precise one is indistinguishable
-from it (:mod:`optimizer.gate.near_ties`).
+from it (:mod:`tfopt.optimizer.gate.near_ties`).
 
 The baseline is what the candidate must beat: the current production model (the registry's
 champion) when there is one, else the unoptimized input model. The result records which.
@@ -31,9 +31,9 @@ Checks, in order:
     ``1 / (min_speedup * D)``. Two
     loads of one model were measured up to 9 % apart, and under contention an A/A interval
     lay wholly below 0.952; the twin measures both effects in the run itself
-    (:func:`optimizer.benchmark.stats.twin_discrepancy`). At least
+    (:func:`tfopt.optimizer.benchmark.stats.twin_discrepancy`). At least
     ``min_rounds`` timed rounds are required (a round is one block of ``block_size``
-    consecutive calls of every model; :mod:`optimizer.benchmark.interleaved`).
+    consecutive calls of every model; :mod:`tfopt.optimizer.benchmark.interleaved`).
 ``latency_batch_<n>``
     At every other measured batch size, the candidate must not be shown slower: the upper bound
     of the ratio's interval must be at most ``max_slowdown`` (1.05 = "not more than 5 % slower").
@@ -62,7 +62,7 @@ Checks, in order:
     ``champion_comparison`` check fails unless ``allow_latency_only_replacement`` is set.
 ``finite_outputs``
     Present only when the candidate answers NaN or Inf where the input's outputs are finite, and
-    then it fails, naming them: NaN never equals NaN (:mod:`optimizer.verify.finite`).
+    then it fails, naming them: NaN never equals NaN (:mod:`tfopt.optimizer.verify.finite`).
 ``differs_from_baseline``
     A candidate whose files are the baseline's (the same digest: the champion's own LiteRT file
     rebuilt by a scheduled run on the same source) is never promoted, however it times:
@@ -84,9 +84,9 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
-from optimizer.benchmark.result import CHAMPION, BenchmarkResult, ModelMeasurement, Quality
-from optimizer.benchmark.settings import BenchmarkConfig
-from optimizer.benchmark.stats import (
+from tfopt.optimizer.benchmark.result import CHAMPION, BenchmarkResult, ModelMeasurement, Quality
+from tfopt.optimizer.benchmark.settings import BenchmarkConfig
+from tfopt.optimizer.benchmark.stats import (
     RatioInterval,
     head_to_head_interval,
     p50_ratio_interval,
@@ -95,15 +95,15 @@ from optimizer.benchmark.stats import (
     twin_discrepancy,
     unpaired_ratio_interval,
 )
-from optimizer.errors import (
+from tfopt.optimizer.errors import (
     EXIT_GATE_REJECTED,
     EXIT_OK,
     GateConfigError,
     validation_error_line,
 )
-from optimizer.gate.near_ties import choose_among_promoted
-from optimizer.records import JsonRecord, field_of, in_order, record_to_dict
-from optimizer.verify.finite import nonfinite_text
+from tfopt.optimizer.gate.near_ties import choose_among_promoted
+from tfopt.optimizer.records import JsonRecord, field_of, in_order, record_to_dict
+from tfopt.optimizer.verify.finite import nonfinite_text
 
 EXIT_PROMOTE = EXIT_OK
 EXIT_REJECT = EXIT_GATE_REJECTED
@@ -161,7 +161,7 @@ def gate_config_from_dict(data: dict | None, source: str = "gate config") -> Gat
 
 def load_gate_config(path: str | os.PathLike) -> GateConfig:
     """A YAML file of :class:`GateConfig` keys (an empty file means all defaults)."""
-    from optimizer.files.yaml_files import read_yaml_file
+    from tfopt.optimizer.files.yaml_files import read_yaml_file
 
     data = read_yaml_file(path, "gate config file", GateConfigError)
     return gate_config_from_dict(data, str(path))
@@ -510,10 +510,10 @@ def _intervals(result: BenchmarkResult, model: ModelMeasurement,
 def _head_to_head(result: BenchmarkResult, batch: int, confidence: float):
     """``other / fastest`` at ``batch``: for two candidates timed in the same rounds (beside the
     same baseline samples) the paired interval per round
-    (:func:`~optimizer.benchmark.stats.head_to_head_interval`, as the harness's adaptive
+    (:func:`~tfopt.optimizer.benchmark.stats.head_to_head_interval`, as the harness's adaptive
     stopping computes it); for two timed in different groups, their ratios to their own
     group's baseline, resampled independently
-    (:func:`~optimizer.benchmark.stats.unpaired_ratio_interval`). None when either was not
+    (:func:`~tfopt.optimizer.benchmark.stats.unpaired_ratio_interval`). None when either was not
     timed at ``batch``."""
     def interval(fastest: str, other: str) -> RatioInterval | None:
         a, b = result.candidate(fastest), result.candidate(other)
@@ -548,8 +548,8 @@ def twin_intervals(result: BenchmarkResult, confidence: float) -> dict[int, Rati
 def evaluate_gate(result: BenchmarkResult, config: GateConfig | None = None, *,
                   precisions: Mapping[str, str] | None = None) -> GateDecision:
     """Each candidate's verdict, and the one to serve among those promoted
-    (:func:`~optimizer.gate.near_ties.choose_among_promoted`, ``precisions``: label -> the
-    candidate record's :attr:`~optimizer.candidates.candidate.Candidate.precision`)."""
+    (:func:`~tfopt.optimizer.gate.near_ties.choose_among_promoted`, ``precisions``: label -> the
+    candidate record's :attr:`~tfopt.optimizer.candidates.candidate.Candidate.precision`)."""
     config = config or GateConfig()
     batch_sizes = sorted(result.settings.batch_sizes)
     batch = config.latency_batch_size or batch_sizes[0]

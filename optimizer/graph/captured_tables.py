@@ -1,9 +1,9 @@
 """The lookup tables a frozen signature captures, folded at freeze time.
 
 Each table the signature only reads is exported from the loaded model and folded into constants
-and stateless ops (:mod:`optimizer.graph.lookup_tables`); then each folded lookup whose only use
+and stateless ops (:mod:`tfopt.optimizer.graph.lookup_tables`); then each folded lookup whose only use
 is to index an embedding is folded into one gather of precomputed rows
-(:mod:`optimizer.graph.lookup_gathers`). What is left is one pure function of the signature's
+(:mod:`tfopt.optimizer.graph.lookup_gathers`). What is left is one pure function of the signature's
 inputs, with no resource input.
 """
 
@@ -13,9 +13,9 @@ import logging
 
 import numpy as np
 
-from optimizer.errors import first_line
-from optimizer.graph.lookup_gathers import fold_lookups_into_gathers
-from optimizer.graph.lookup_tables import (
+from tfopt.optimizer.errors import first_line
+from tfopt.optimizer.graph.lookup_gathers import fold_lookups_into_gathers
+from tfopt.optimizer.graph.lookup_tables import (
     FIND_OP,
     RESOURCE,
     TableContents,
@@ -25,14 +25,14 @@ from optimizer.graph.lookup_tables import (
     fold_tables,
     table_uses,
 )
-from optimizer.graph.names import node_name_from_input
+from tfopt.optimizer.graph.names import node_name_from_input
 
 log = logging.getLogger(__name__)
 
 
 def fold_captured_tables(fn, frozen_fn):
     """``frozen_fn``'s graph with the tables ``fn`` captures folded, and its input tensor names
-    without their resource placeholders: what :func:`optimizer.model.freeze.freeze` continues with."""
+    without their resource placeholders: what :func:`tfopt.optimizer.model.freeze.freeze` continues with."""
     graph_def = frozen_fn.graph.as_graph_def()
     handles = captured_tables(fn, frozen_fn)
     inputs = [t.name for t in frozen_fn.inputs if node_name_from_input(t.name) not in handles]
@@ -46,7 +46,7 @@ def fold_captured_tables(fn, frozen_fn):
         if handle is None:
             raise TableNotFoldable(f"{where} of the frozen graph is not a captured table")
         if finds:
-            from optimizer.tf_runtime import import_tensorflow
+            from tfopt.optimizer.tf_runtime import import_tensorflow
 
             tf = import_tensorflow()
             key_dtype = tf.as_dtype(finds[0].attr["Tin"].type)
@@ -69,7 +69,7 @@ def fold_captured_tables(fn, frozen_fn):
 
 def _size_only(handle, where: str) -> TableContents:
     """A table the signature only measures: its size, as empty placeholder contents."""
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     try:

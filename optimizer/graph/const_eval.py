@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer.graph.consts import resolve_through_identity, values_from_const
-from optimizer.graph.names import is_control_input, node_name_from_input, output_index
-from optimizer.graph.rewrite import graph_with_only
+from tfopt.optimizer.graph.consts import resolve_through_identity, values_from_const
+from tfopt.optimizer.graph.names import is_control_input, node_name_from_input, output_index
+from tfopt.optimizer.graph.rewrite import graph_with_only
 
 # Ops whose output can differ between runs, or that need a frame, a feed or a function library,
 # even when every input is constant.
@@ -120,7 +120,7 @@ def constant_values(graph_def, tensors, nodes_by_name: dict | None = None) -> di
 
 
 def _run(graph_def, tensors: list[str]) -> list[np.ndarray]:
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     graph = tf.Graph()

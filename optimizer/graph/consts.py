@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from optimizer.graph.names import node_name_from_input, output_index
+from tfopt.optimizer.graph.names import node_name_from_input, output_index
 
 # Ops that pass their first input through unchanged at inference time.
 PASS_THROUGH_OPS = frozenset({"Identity", "IdentityN", "Snapshot", "StopGradient"})

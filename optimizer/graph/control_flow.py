@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import heapq
 
-from optimizer.graph.names import (
+from tfopt.optimizer.graph.names import (
     canonical_input,
     is_control_input,
     node_name_from_input,
     output_index,
 )
-from optimizer.graph.validate import InvalidGraphError
+from tfopt.optimizer.graph.validate import InvalidGraphError
 
 SWITCH_OPS = frozenset({"Switch", "RefSwitch", "_SwitchN"})
 MERGE_OPS = frozenset({"Merge", "RefMerge", "_XlaMerge"})

@@ -1,9 +1,9 @@
 """Functional control flow in a frozen GraphDef: ``While``/``If`` nodes whose cond, body and
 branches are functions of the graph's library.
 
-Freezing keeps a model's loops and conds in this form (:mod:`optimizer.model.freeze`) instead of
+Freezing keeps a model's loops and conds in this form (:mod:`tfopt.optimizer.model.freeze`) instead of
 lowering them to Enter/Merge/Switch frames: XLA compiles a functional ``While`` but not a frame,
-a converter or :mod:`optimizer.transforms.unroll_static_loops` can read a loop's trip count and
+a converter or :mod:`tfopt.optimizer.transforms.unroll_static_loops` can read a loop's trip count and
 body as a unit, and a rewrite of the main graph cannot break a frame it does not see. The
 price: the main graph's transforms see each loop as one opaque node and leave its body (a
 library function) as it is.

@@ -3,7 +3,7 @@ constant: one gather of precomputed rows instead of the table's value gather, th
 after it, and the embedding's gather.
 
 A Keras ``StringLookup`` (or ``IntegerLookup``) feeding an ``Embedding`` freezes to the folded
-search of :mod:`optimizer.graph.lookup_tables` (the sorted position of each token, ``position``,
+search of :mod:`tfopt.optimizer.graph.lookup_tables` (the sorted position of each token, ``position``,
 and whether the key there is the token, ``hit``), then
 ``SelectV2(hit, GatherV2(values, position), default)``, then the ``Embedding``'s handling of
 negative ids (``Less``, ``AddV2``, ``SelectV2``), then ``GatherV2(embedding, ids)``. Everything
@@ -31,7 +31,7 @@ then replaced, not copied: ``len(table) + 2`` rows for its ``vocabulary + 1``). 
 the embedding's range is left to fail at run time as before: the pattern is left alone.
 
 The same region after a table that is kept (the SavedModel the LiteRT converter reads,
-:mod:`optimizer.candidates.litert.constant_tables`) folds into the table instead
+:mod:`tfopt.optimizer.candidates.litert.constant_tables`) folds into the table instead
 (:func:`fold_index_map_into_table`): the table's values and the find's default become the
 indices the gathers would have computed from them, and the gathers read the find. LiteRT then
 runs ``HASHTABLE_FIND``, ``GATHER`` instead of ``HASHTABLE_FIND``, ``LESS``, ``ADD``,
@@ -47,11 +47,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.graph.const_eval import constant_subgraph, constant_values
-from optimizer.graph.consts import PASS_THROUGH_OPS, values_from_const
-from optimizer.graph.lookup_tables import FIND_OP, SCOPE, rebuilt_graph
-from optimizer.graph.names import is_control_input, node_name_from_input, output_index
-from optimizer.graph.rewrite import make_const
+from tfopt.optimizer.graph.const_eval import constant_subgraph, constant_values
+from tfopt.optimizer.graph.consts import PASS_THROUGH_OPS, values_from_const
+from tfopt.optimizer.graph.lookup_tables import FIND_OP, SCOPE, rebuilt_graph
+from tfopt.optimizer.graph.names import is_control_input, node_name_from_input, output_index
+from tfopt.optimizer.graph.rewrite import make_const
 
 log = logging.getLogger(__name__)
 
@@ -296,7 +296,7 @@ def fold_index_map_into_table(graph_def, find_name: str, values: np.ndarray,
     ops gone, the gathers reading the find, the find's default replaced by its index, and the
     values the table must hold instead. None when the pattern is not there, an index would
     fall outside its constant, or the table's values are not integers a gather takes."""
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     nodes = {n.name: n for n in graph_def.node}
     find = nodes.get(find_name)

@@ -27,7 +27,7 @@ is folded:
   keys' shape, when a signature input declares it, is a constant instead of a ``Shape``;
 - ``LookupTableSizeV2`` becomes a constant;
 - a find whose result only indexes a constant (``StringLookup -> Embedding``) is then folded
-  into it: one gather of precomputed rows (:mod:`optimizer.graph.lookup_gathers`).
+  into it: one gather of precomputed rows (:mod:`tfopt.optimizer.graph.lookup_gathers`).
 
 The frozen graph stays one pure function: every transform, the equivalence check and TF Serving
 see ordinary ops, and the written SavedModel needs no init op and no asset. The search costs a
@@ -46,12 +46,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.errors import TfoptError, first_line
-from optimizer.graph.consts import PASS_THROUGH_OPS, resolve_through_identity
-from optimizer.graph.control_flow import ENTER_OPS, SWITCH_OPS, nodes_under_control_flow
-from optimizer.graph.functional_control_flow import FUNCTIONAL_CONTROL_FLOW_OPS
-from optimizer.graph.names import is_control_input, node_name_from_input
-from optimizer.graph.rewrite import make_const
+from tfopt.optimizer.errors import TfoptError, first_line
+from tfopt.optimizer.graph.consts import PASS_THROUGH_OPS, resolve_through_identity
+from tfopt.optimizer.graph.control_flow import ENTER_OPS, SWITCH_OPS, nodes_under_control_flow
+from tfopt.optimizer.graph.functional_control_flow import FUNCTIONAL_CONTROL_FLOW_OPS
+from tfopt.optimizer.graph.names import is_control_input, node_name_from_input
+from tfopt.optimizer.graph.rewrite import make_const
 
 FIND_OP = "LookupTableFindV2"
 SIZE_OP = "LookupTableSizeV2"
@@ -69,7 +69,7 @@ TABLE_CREATOR_OPS = frozenset({
 FINGERPRINT_BUCKETS = (1 << 63) - 1
 # The folded subgraph of find ``F`` is named ``F/folded_table/...``; its sorted keys are
 # ``F/folded_table/keys`` and its key comparison ``F/folded_table/hit``, which
-# :mod:`optimizer.inputs.vocabulary` reads to draw test tokens from the table.
+# :mod:`tfopt.optimizer.inputs.vocabulary` reads to draw test tokens from the table.
 SCOPE = "folded_table"
 KEYS_NODE = "keys"
 HIT_NODE = "hit"
@@ -139,7 +139,7 @@ def sorted_contents(keys: np.ndarray, values: np.ndarray, where: str) -> TableCo
     """``keys``/``values`` in search order; refuses duplicate keys (or key fingerprints)."""
     fingerprints = None
     if keys.dtype.kind in "OSU":
-        from optimizer.tf_runtime import import_tensorflow
+        from tfopt.optimizer.tf_runtime import import_tensorflow
 
         tf = import_tensorflow()
         fingerprints = tf.strings.to_hash_bucket_fast(tf.constant(keys, tf.string),
@@ -160,7 +160,7 @@ def export_table(handle, key_dtype, value_dtype, where: str) -> TableContents:
     """The contents of a loaded table, read with ``LookupTableExportV2`` and checked by looking
     each key up again (which also refuses tables whose export holds empty slots, as a
     ``DenseHashTable``'s does)."""
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     try:

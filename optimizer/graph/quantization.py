@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer.graph.rewrite import make_const
+from tfopt.optimizer.graph.rewrite import make_const
 
 QUINT8_STEPS = 255  # distinct gaps between the 256 levels of an 8-bit value
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Container, Iterable, Sequence
 
 import numpy as np
 
-from optimizer.graph.consts import PASS_THROUGH_OPS
-from optimizer.graph.names import is_control_input, node_name_from_input
+from tfopt.optimizer.graph.consts import PASS_THROUGH_OPS
+from tfopt.optimizer.graph.names import is_control_input, node_name_from_input
 
 
 def graph_with_only(graph_def, names: Container[str], *, library: bool = True):

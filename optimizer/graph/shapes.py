@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.tf_runtime import import_tensorflow
 
 Shape = tuple  # of int | None; None for the whole shape when the rank is unknown
 

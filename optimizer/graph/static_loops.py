@@ -23,22 +23,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.errors import first_line
-from optimizer.graph.const_eval import constant_subgraph, constant_values, is_pure
-from optimizer.graph.consts import resolve_through_identity
-from optimizer.graph.functional_control_flow import (
+from tfopt.optimizer.errors import first_line
+from tfopt.optimizer.graph.const_eval import constant_subgraph, constant_values, is_pure
+from tfopt.optimizer.graph.consts import resolve_through_identity
+from tfopt.optimizer.graph.functional_control_flow import (
     WHILE_OPS,
     FunctionGraph,
     function_graph,
     library_by_name,
 )
-from optimizer.graph.names import (
+from tfopt.optimizer.graph.names import (
     canonical_input,
     is_control_input,
     node_name_from_input,
     output_index,
 )
-from optimizer.graph.rewrite import drop_nodes, make_const, remove_unread, unique_name
+from tfopt.optimizer.graph.rewrite import drop_nodes, make_const, remove_unread, unique_name
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ def _run_static_part(graph_def, cond: FunctionGraph, body: FunctionGraph, static
                      initial: dict[int, np.ndarray], max_trips: int) -> list[dict]:
     """Static values at the start of each trip, and after the last one, found by running the
     condition and the static part of the body, one trip at a time."""
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     graph = tf.Graph()
@@ -369,7 +369,7 @@ def _invariant_nodes(body: FunctionGraph, invariant_arguments: set[str]) -> list
 
 
 def _in_execution_order(graph_def) -> list:
-    from optimizer.graph.control_flow import execution_order
+    from tfopt.optimizer.graph.control_flow import execution_order
 
     return [graph_def.node[i] for i in execution_order(graph_def)]
 

@@ -4,7 +4,7 @@ A Keras RNN keeps its per-step inputs and outputs in TensorLists (TensorArrays):
 goes in with ``TensorListFromTensor`` and is read one step at a time with ``TensorListGetItem``;
 the outputs are written with ``TensorListSetItem`` into a ``TensorListReserve`` list and come
 out with ``TensorListStack``. Inside a loop the index is the step counter; once the loop is
-unrolled (:mod:`optimizer.graph.static_loops`) it is a constant per copy, and then
+unrolled (:mod:`tfopt.optimizer.graph.static_loops`) it is a constant per copy, and then
 
 - ``GetItem(FromTensor(t), k)`` is ``t[k]``: a ``StridedSlice`` with ``shrink_axis_mask`` 1;
 - ``Stack(SetItem(...SetItem(Reserve(n), k0, x0)..., kj, xj))``, every index of ``0..n-1``
@@ -22,14 +22,14 @@ import logging
 
 import numpy as np
 
-from optimizer.graph.const_eval import constant_values, is_pure
-from optimizer.graph.names import (
+from tfopt.optimizer.graph.const_eval import constant_values, is_pure
+from tfopt.optimizer.graph.names import (
     canonical_input,
     is_control_input,
     node_name_from_input,
     output_index,
 )
-from optimizer.graph.rewrite import make_const, remove_unread, unique_name
+from tfopt.optimizer.graph.rewrite import make_const, remove_unread, unique_name
 
 log = logging.getLogger(__name__)
 

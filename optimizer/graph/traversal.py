@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Iterable
 
-from optimizer.graph.names import is_control_input, node_name_from_input
+from tfopt.optimizer.graph.names import is_control_input, node_name_from_input
 
 
 def nodes_by_name(graph_def) -> dict:

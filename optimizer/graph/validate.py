@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import collections
 
-from optimizer.graph.functional_control_flow import missing_function_problems
-from optimizer.graph.names import node_name_from_input
+from tfopt.optimizer.graph.functional_control_flow import missing_function_problems
+from tfopt.optimizer.graph.names import node_name_from_input
 
 
 class InvalidGraphError(ValueError):

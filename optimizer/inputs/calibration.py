@@ -12,7 +12,7 @@ Where the inputs come from (:func:`choose_calibration`), first found first:
    TFRecord of ``tf.train.Example`` with the same features (flat, reshaped to the input's
    shape); no labels needed;
 2. the evaluation data's inputs (its ``x``; the labels are not read);
-3. inputs generated from the signature (:func:`optimizer.inputs.generated.make_inputs`: standard-normal
+3. inputs generated from the signature (:func:`tfopt.optimizer.inputs.generated.make_inputs`: standard-normal
    floats). A candidate calibrated on them exists and is measured like any other, but its
    activation ranges fit noise, not the data it will serve: it is tagged
    :data:`SYNTHETIC`, where a calibrated one is tagged :data:`DATA`.
@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.errors import InvalidInputsError
-from optimizer.inputs.data_files import is_tfrecord, read_examples, read_npz, stack_feature
-from optimizer.model.signature import SignatureInfo
+from tfopt.optimizer.errors import InvalidInputsError
+from tfopt.optimizer.inputs.data_files import is_tfrecord, read_examples, read_npz, stack_feature
+from tfopt.optimizer.model.signature import SignatureInfo
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def checked_feeds(signature: SignatureInfo, feeds: Iterable[Mapping[str, np.ndar
 
 def synthetic(signature: SignatureInfo, samples: int, seed: int = 1000) -> Calibration:
     """``samples`` one-row inputs generated from the signature, tagged :data:`SYNTHETIC`."""
-    from optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.inputs.generated import make_inputs
 
     log.warning("calibration: no calibration data; int8 candidates calibrate on %d inputs "
                 "generated from the signature and are tagged %s", samples, SYNTHETIC)

@@ -1,7 +1,7 @@
 """Data files of model inputs: ``.npz`` archives and TFRecord files of ``tf.train.Example``.
 
-Both the labelled evaluation data (:mod:`optimizer.verify.evaluation`: ``x`` and ``y``) and the
-label-free calibration data (:mod:`optimizer.inputs.calibration`: ``x``, or one array per input key)
+Both the labelled evaluation data (:mod:`tfopt.optimizer.verify.evaluation`: ``x`` and ``y``) and the
+label-free calibration data (:mod:`tfopt.optimizer.inputs.calibration`: ``x``, or one array per input key)
 come as one or the other; this module reads them, and each reader checks the names it needs. An
 Example stores every feature as a flat list, so a TFRecord feature is read flat and reshaped to
 the input's shape without the batch dimension (:func:`stack_feature`).
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.errors import InvalidInputsError, first_line, shown
-from optimizer.model.signature import TensorSpecInfo
-from optimizer.system.memory_budget import GIB, MemoryBudget
+from tfopt.optimizer.errors import InvalidInputsError, first_line, shown
+from tfopt.optimizer.model.signature import TensorSpecInfo
+from tfopt.optimizer.system.memory_budget import GIB, MemoryBudget
 
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".record")
 
@@ -76,7 +76,7 @@ def read_npz(path: str | os.PathLike, budget: MemoryBudget | None = None
     """Every array of an ``.npz`` file (never pickled objects); one line when it is not one.
     Sized from its headers against ``budget`` (default: this process's) before any array is
     read (:func:`require_npz_fits`)."""
-    from optimizer.system.memory_budget import memory_budget
+    from tfopt.optimizer.system.memory_budget import memory_budget
 
     if zipfile.is_zipfile(path):
         require_npz_fits(path, budget or memory_budget())
@@ -105,7 +105,7 @@ def _values(feature) -> np.ndarray:
 def read_examples(path: str | os.PathLike) -> list[dict[str, np.ndarray]]:
     """Every record of ``path`` as ``{feature name: flat array}`` (float lists as float32,
     int64 lists as int64); one-line errors for an unreadable or empty file."""
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     records = []

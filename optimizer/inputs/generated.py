@@ -5,7 +5,7 @@ table's range (found in the frozen graph), since out-of-range ids make Gather fa
 other integers are drawn from ``[0, default_int_high)``.
 
 Strings, and integers that are the keys of a lookup table, are tokens: with the input's
-vocabulary (the keys of the tables it feeds, :mod:`optimizer.inputs.vocabulary`) three in four are drawn
+vocabulary (the keys of the tables it feeds, :mod:`tfopt.optimizer.inputs.vocabulary`) three in four are drawn
 from it and the rest are out of it (the empty string among them), so that a check covers both
 the table's hits and its default; without one, every string is a made-up token.
 """
@@ -17,12 +17,16 @@ import itertools
 
 import numpy as np
 
-from optimizer.errors import InvalidInputsError
-from optimizer.graph.consts import const_shape, resolve_through_identity
-from optimizer.graph.names import node_name_from_input
-from optimizer.inputs.sizing import DEFAULT_UNKNOWN_DIM, feed_shape, require_generated_inputs_fit
-from optimizer.model.signature import SignatureInfo
-from optimizer.system.memory_budget import MemoryBudget
+from tfopt.optimizer.errors import InvalidInputsError
+from tfopt.optimizer.graph.consts import const_shape, resolve_through_identity
+from tfopt.optimizer.graph.names import node_name_from_input
+from tfopt.optimizer.inputs.sizing import (
+    DEFAULT_UNKNOWN_DIM,
+    feed_shape,
+    require_generated_inputs_fit,
+)
+from tfopt.optimizer.model.signature import SignatureInfo
+from tfopt.optimizer.system.memory_budget import MemoryBudget
 
 GATHER_OPS = frozenset({"GatherV2", "Gather", "ResourceGather", "GatherNd"})
 DEFAULT_INT_HIGH = 2
@@ -72,9 +76,9 @@ def make_inputs(
     """One batch of inputs; the first unknown dimension is the batch, others ``unknown_dim``.
     ``vocabularies``: input key -> the tokens it expects (strings, or integer table keys).
     Inputs estimated not to fit ``budget`` (default: this process's,
-    :func:`~optimizer.system.memory_budget.memory_budget`) are refused before they are made
-    (:mod:`optimizer.inputs.sizing`)."""
-    from optimizer.system.memory_budget import memory_budget
+    :func:`~tfopt.optimizer.system.memory_budget.memory_budget`) are refused before they are made
+    (:mod:`tfopt.optimizer.inputs.sizing`)."""
+    from tfopt.optimizer.system.memory_budget import memory_budget
 
     # sized before a byte is drawn: a declared [1, 50000, 50000] is refused here, exit 7
     require_generated_inputs_fit(signature, [batch_size], budget or memory_budget(),

@@ -2,10 +2,10 @@
 
 A signature may declare ``[1, 50000, 50000]`` float32 (10 GB) and a config may ask for batch
 400000000: both are sized here against the memory budget
-(:mod:`optimizer.system.memory_budget`) and refused with the estimate, exit 7, before a byte
+(:mod:`tfopt.optimizer.system.memory_budget`) and refused with the estimate, exit 7, before a byte
 is drawn, rather than left to the OOM killer midway.
 
-The estimate is what :func:`optimizer.inputs.generated.make_inputs` holds at its peak: the
+The estimate is what :func:`tfopt.optimizer.inputs.generated.make_inputs` holds at its peak: the
 arrays it returns plus the temporaries it makes them through (integers are drawn as int64 and
 cast; tokens are drawn through several index and object arrays). The model's own working
 memory comes on top, so the estimate is a floor: inputs over the budget can never fit.
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from optimizer.errors import shown
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
-from optimizer.system.memory_budget import MemoryBudget
+from tfopt.optimizer.errors import shown
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.system.memory_budget import MemoryBudget
 
 DEFAULT_UNKNOWN_DIM = 8
 # Bytes per element made on the way, besides the result's own: int64 draws cast to the dtype
 # (integers, booleans), float32 draws cast to float16; for tokens (object arrays), the index,
-# choice and pick arrays of optimizer.inputs.generated.draw_tokens, 8 bytes each.
+# choice and pick arrays of tfopt.optimizer.inputs.generated.draw_tokens, 8 bytes each.
 _INT_DRAW_BYTES = 8
 _TOKEN_BYTES = 6 * 8
 
@@ -64,7 +64,7 @@ def generated_bytes(signature: SignatureInfo, batch_size: int,
 def require_generated_inputs_fit(signature: SignatureInfo, batch_sizes: Iterable[int],
                                  budget: MemoryBudget, what: str = "generated inputs",
                                  unknown_dim: int = DEFAULT_UNKNOWN_DIM) -> None:
-    """Refuse (:class:`~optimizer.system.memory_budget.MemoryBudgetError`, exit 7) inputs
+    """Refuse (:class:`~tfopt.optimizer.system.memory_budget.MemoryBudgetError`, exit 7) inputs
     that would not fit ``budget`` at the largest of ``batch_sizes``, naming the largest
     input and the estimate."""
     batch = max(batch_sizes)

@@ -1,9 +1,9 @@
 """The tokens a model's inputs expect: the keys of the lookup tables each input feeds.
 
-Inputs generated for the equivalence check and the benchmark (:func:`optimizer.inputs.generated.
+Inputs generated for the equivalence check and the benchmark (:func:`tfopt.optimizer.inputs.generated.
 make_inputs`) must hit a table as well as miss it: random strings would only ever test the
 out-of-vocabulary path. The keys come from the frozen graph, where every table the signature
-reads is folded into a sorted constant (:mod:`optimizer.graph.lookup_tables`); an input's
+reads is folded into a sorted constant (:mod:`tfopt.optimizer.graph.lookup_tables`); an input's
 vocabulary is the keys of every folded table of its kind (strings for a string input, integers
 for an integer one) that it reaches.
 
@@ -22,12 +22,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from optimizer.errors import TfoptError
-from optimizer.graph.consts import resolve_through_identity, values_from_const
-from optimizer.graph.lookup_tables import HIT_NODE, SCOPE
-from optimizer.graph.names import node_name_from_input
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.signature import SignatureInfo
+from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.graph.consts import resolve_through_identity, values_from_const
+from tfopt.optimizer.graph.lookup_tables import HIT_NODE, SCOPE
+from tfopt.optimizer.graph.names import node_name_from_input
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.signature import SignatureInfo
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +94,9 @@ def saved_model_input_draws(paths: Sequence[str | os.PathLike], signature_name: 
     serving graph shows it (one tfopt wrote is frozen already), else from the first one frozen,
     frozen only when a string input has no vocabulary or an integer input no range. {} for
     what no model shows: generated strings then all miss the tables, generated ids stay 0 and
-    1. The models are read under ``policy`` (:mod:`optimizer.model.op_scan`)."""
-    from optimizer.inputs.generated import infer_int_ranges
-    from optimizer.model.savedmodel import read_saved_model_proto, serving_meta_graph
+    1. The models are read under ``policy`` (:mod:`tfopt.optimizer.model.op_scan`)."""
+    from tfopt.optimizer.inputs.generated import infer_int_ranges
+    from tfopt.optimizer.model.savedmodel import read_saved_model_proto, serving_meta_graph
 
     def ranges_needed(vocabularies: dict) -> bool:
         return any(s.dtype.startswith(("int", "uint")) and s.key not in vocabularies
@@ -120,7 +120,7 @@ def saved_model_input_draws(paths: Sequence[str | os.PathLike], signature_name: 
     no_vocabulary = not vocabularies and any(s.dtype == "string" for s in signature.inputs)
     no_ranges = not without_vocabularies(ranges, vocabularies) and ranges_needed(vocabularies)
     if paths and (no_vocabulary or no_ranges):
-        from optimizer.model.freeze import freeze
+        from tfopt.optimizer.model.freeze import freeze
 
         try:
             frozen = freeze(paths[0], signature_name, policy=policy)

@@ -3,7 +3,7 @@
 ``InitializeTableFromTextFile[V2]`` fills a lookup table from a text file, one key a line. Keras'
 ``StringLookup`` given a vocabulary file, TF Transform's ``tft.vocabulary`` and every TFX
 preprocessing graph export it that way, with the file among the SavedModel's assets; the same op
-pointed at ``/etc/passwd`` reads that file instead. The model scan (:mod:`optimizer.model.op_scan`)
+pointed at ``/etc/passwd`` reads that file instead. The model scan (:mod:`tfopt.optimizer.model.op_scan`)
 therefore accepts the op only when :meth:`ModelAssets.own_asset` proves the file name it reads is
 one of the model's own assets:
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from optimizer.graph.names import node_name_from_input, tensor_name
+from tfopt.optimizer.graph.names import node_name_from_input, tensor_name
 
 # Text-file table initializers -> the position of their file name input.
 TEXT_FILE_TABLE_OPS = {"InitializeTableFromTextFile": 1, "InitializeTableFromTextFileV2": 1}

@@ -13,11 +13,11 @@ import json
 import os
 from pathlib import Path
 
-from optimizer.errors import DestinationError
-from optimizer.files.atomic import atomic_directory
-from optimizer.model.frozen import FrozenModel
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo, dtype_enum
-from optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.errors import DestinationError
+from tfopt.optimizer.files.atomic import atomic_directory
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo, dtype_enum
+from tfopt.optimizer.tf_runtime import import_tensorflow
 
 PROVENANCE_FILE = "assets.extra/tfopt.json"
 

@@ -1,7 +1,7 @@
 """How much memory a model takes once loaded and called, estimated from its size on disk.
 
 The benchmark must know before it loads anything whether baseline and candidates fit in the
-memory budget together (:mod:`optimizer.benchmark.memory_groups`), and a model too big to load
+memory budget together (:mod:`tfopt.optimizer.benchmark.memory_groups`), and a model too big to load
 at all is refused before any work (:func:`require_fits_alone`). Loading is what costs, not the
 file: TensorFlow builds its graph, keeps the constants and runs Grappler at the first call;
 XLA compiles; a bf16 graph gets bf16 copies of its weights. So each format (and the variants
@@ -14,12 +14,12 @@ dense MLPs (200 MB on disk, tree RSS of a fresh process that loads the model and
   whole measured ~1.4x the sum of former estimates);
 - a frozen SavedModel (tfopt's optimized graph: the weights are constants in the graph) costs
   far more than its weights, because a load copies the graph several times over
-  (benchmarks/load_memory.py; :class:`optimizer.runtime.tensorflow.SignatureFunction` lets
+  (benchmarks/load_memory.py; :class:`tfopt.optimizer.runtime.tensorflow.SignatureFunction` lets
   most copies go before the first call): its peak over the running process ~11.3x its size
   (0.27 GiB for a 24 MiB MLP, 1.07 for a 95 MiB one), of which it keeps ~4.3x
   (:data:`FROZEN_FACTOR`);
 - its bf16 variant, the factor applied to the bf16 model's own size (its weights 2 bytes a
-  value, :func:`optimizer.candidates.bf16.pack_bfloat16_constants`): 18-20x (0.22 GiB for
+  value, :func:`tfopt.optimizer.candidates.bf16.pack_bfloat16_constants`): 18-20x (0.22 GiB for
   12 MiB, 0.86 for 48 MiB; ResNet50's 49 MiB 0.93), keeping ~6-8x; its XLA variant: ~21x (0.49 GiB for 24 MiB, 1.94 for
   95 MiB; XLA's compiled constants stay: it keeps ~16x). Both lines run through ~0 at size 0:
   no fixed cost of their own (:data:`VARIANT_FIXED_BYTES`);
@@ -29,7 +29,7 @@ dense MLPs (200 MB on disk, tree RSS of a fresh process that loads the model and
   GiB where 2.3 were estimated, mlp_100mb's group of the optimized model and 4 LiteRT
   flavours): the SavedModel and LiteRT factors below are raised to match it;
 - freezing and transforming (the optimize stage): ~14x, and the process keeps ~6x after it;
-  in the optimize worker that big models get (:mod:`optimizer.optimize.worker`), ~9x.
+  in the optimize worker that big models get (:mod:`tfopt.optimizer.optimize.worker`), ~9x.
 
 Each load has two figures (:class:`LoadCost`): its peak over the process and what it keeps
 once called; a benchmark group's models load one after another, so the group holds what they
@@ -54,7 +54,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.system.memory_budget import GIB, MemoryBudget
+from tfopt.optimizer.system.memory_budget import GIB, MemoryBudget
 
 PROCESS_BYTES = int(0.6 * GIB)
 # A model's load has two figures: its peak over the process (the load and the first call:
@@ -98,11 +98,11 @@ BUILD_FACTOR = 10.0
 # freezing and transforming hold the SavedModel, its frozen GraphDef and rewrites of it: the
 # optimize stage of tfopt optimize peaked at 1.2 GiB for a 48 MiB MLP (13x over the runtime)
 OPTIMIZE_FACTOR = 14.0
-# the optimize worker (optimizer.optimize.worker), which lets the original and every
+# the optimize worker (tfopt.optimizer.optimize.worker), which lets the original and every
 # intermediate graph go and checks one model at a time: 2.2 GiB for a 191 MiB MLP (8.2x)
 OPTIMIZE_WORKER_FACTOR = 9.0
 # the step's process while its workers optimize, build and time a big model: it never starts
-# TensorFlow (it reads the protos it needs without it, optimizer.model.tf_protos)
+# TensorFlow (it reads the protos it needs without it, tfopt.optimizer.model.tf_protos)
 STEP_PROCESS_BYTES = int(0.1 * GIB)
 # what the process that optimized keeps afterwards (its runtime, caches, freed but unreturned
 # heap): 0.9 GiB for the same MLP
@@ -183,7 +183,7 @@ def conversion_bytes(path: str | os.PathLike) -> int:
 
 def working_set_bytes(path: str | os.PathLike) -> int:
     """What a big model's benchmark groups aim to hold, the step's process included
-    (:mod:`optimizer.benchmark.memory_groups`)."""
+    (:mod:`tfopt.optimizer.benchmark.memory_groups`)."""
     return int(WORKING_SET_RATIO * conversion_bytes(path))
 
 

@@ -3,14 +3,14 @@
 Uses TensorFlow's own ``convert_variables_to_constants_v2``, which also inlines the signature's
 function calls. Functional control flow (``While``/``If`` from RNN layers and conds) stays
 functional, its cond and body functions in the graph's library
-(:mod:`optimizer.graph.functional_control_flow`), marked to be lowered to a frame by the runtime
+(:mod:`tfopt.optimizer.graph.functional_control_flow`), marked to be lowered to a frame by the runtime
 that loads the graph, as tf.function marks it: XLA compiles such a loop and
 ``unroll_static_loops`` can unroll it, where the lowered v1 form (Enter/Exit/Switch/Merge) is
 opaque to both. ``lower_control_flow=True`` lowers it at freezing time instead, the old
 behaviour; so does a model whose lookup tables are read inside a branch or loop body, since
 folding reaches only the top-level graph. Nodes the signature's outputs do not need (training ops, savers, initializers) are
 dropped. Lookup tables the signature only reads are folded into constants
-(:mod:`optimizer.graph.lookup_tables`), so the frozen graph has no resource input.
+(:mod:`tfopt.optimizer.graph.lookup_tables`), so the frozen graph has no resource input.
 """
 
 from __future__ import annotations
@@ -18,20 +18,20 @@ from __future__ import annotations
 import logging
 import os
 
-from optimizer.errors import CorruptSavedModelError, UnknownSignatureError, first_line
-from optimizer.graph.captured_tables import fold_captured_tables
-from optimizer.graph.functional_control_flow import lower_at_load
-from optimizer.graph.lookup_tables import TableReadInFunction, check_no_graph_tables
-from optimizer.graph.names import node_name_from_input
-from optimizer.model.frozen import FrozenModel
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import (
+from tfopt.optimizer.errors import CorruptSavedModelError, UnknownSignatureError, first_line
+from tfopt.optimizer.graph.captured_tables import fold_captured_tables
+from tfopt.optimizer.graph.functional_control_flow import lower_at_load
+from tfopt.optimizer.graph.lookup_tables import TableReadInFunction, check_no_graph_tables
+from tfopt.optimizer.graph.names import node_name_from_input
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import (
     DEFAULT_SIGNATURE,
     get_signature,
     read_saved_model_proto,
     serving_meta_graph,
 )
-from optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.tf_runtime import import_tensorflow
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def freeze(
     policy: ScanPolicy = DEFAULT_POLICY,
 ) -> FrozenModel:
     """The signature ``signature_name`` of the SavedModel at ``path``, frozen; the model is
-    scanned under ``policy`` (:mod:`optimizer.model.op_scan`) before TensorFlow loads it."""
+    scanned under ``policy`` (:mod:`tfopt.optimizer.model.op_scan`) before TensorFlow loads it."""
     # read and scanned before TensorFlow is imported: a refused or broken model costs no runtime
     signature = get_signature(path, signature_name, policy=policy)
     from tensorflow.python.framework.convert_to_constants import (

@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field, replace
 
-from optimizer.model.signature import SignatureInfo
+from tfopt.optimizer.model.signature import SignatureInfo
 
 
 @dataclass(frozen=True)
@@ -25,18 +25,18 @@ class FrozenModel:
 
     @property
     def input_node_names(self) -> list[str]:
-        from optimizer.graph.names import node_name_from_input
+        from tfopt.optimizer.graph.names import node_name_from_input
 
         return [node_name_from_input(s.tensor_name) for s in self.signature.inputs]
 
     @property
     def output_node_names(self) -> list[str]:
-        from optimizer.graph.names import node_name_from_input
+        from tfopt.optimizer.graph.names import node_name_from_input
 
         return [node_name_from_input(s.tensor_name) for s in self.signature.outputs]
 
     def op_counts(self) -> collections.Counter:
-        from optimizer.model.savedmodel import op_histogram
+        from tfopt.optimizer.model.savedmodel import op_histogram
 
         return op_histogram(self.graph_def)
 

@@ -20,7 +20,7 @@ cluster this process is not part of), ``Print`` (stderr only), the string-only S
 ``ShardedFilename`` (string arithmetic).
 
 A vocabulary table initialized from a text file (``InitializeTableFromTextFile[V2]``) is not a
-finding when the file is provably one of the model's own assets (:mod:`optimizer.model.assets`:
+finding when the file is provably one of the model's own assets (:mod:`tfopt.optimizer.model.assets`:
 an ``assets/`` file of this SavedModel, resolved without following links out of it); read from
 any other path, or scanned without the model's directory, it is refused.
 
@@ -32,7 +32,7 @@ tensor. The same op anywhere else, or writing to a path of the model's choosing,
 
 :class:`ScanPolicy` says what is accepted: ``allow_ops`` lifts the refusal of named op types
 (``security.allow_ops`` / ``--allow-op``), ``extra_denied_ops`` adds site-specific ones, and
-the byte limits bound what :mod:`optimizer.files.bounded_parse` will parse at all. The policy is an
+the byte limits bound what :mod:`tfopt.optimizer.files.bounded_parse` will parse at all. The policy is an
 argument of every function that reads a model, from the entry points down (the CLI builds it
 from its flags, a pipeline step from the config's ``security``), and part of the request of
 every worker process that reads one; a reader given none applies :data:`DEFAULT_POLICY`, the
@@ -46,9 +46,9 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from optimizer.errors import DangerousOpError, TfoptError, shown
-from optimizer.graph.functional_control_flow import called_functions
-from optimizer.model.assets import TEXT_FILE_TABLE_OPS, ModelAssets
+from tfopt.optimizer.errors import DangerousOpError, TfoptError, shown
+from tfopt.optimizer.graph.functional_control_flow import called_functions
+from tfopt.optimizer.model.assets import TEXT_FILE_TABLE_OPS, ModelAssets
 
 GIB = 1 << 30
 MIB = 1 << 20

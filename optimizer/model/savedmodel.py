@@ -11,16 +11,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.errors import (
+from tfopt.optimizer.errors import (
     CorruptSavedModelError,
     NotASavedModelError,
     SourceNotFoundError,
     UnknownSignatureError,
 )
-from optimizer.files.bounded_parse import parse_file
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy, check_saved_model
-from optimizer.model.signature import SignatureInfo
-from optimizer.records import JsonRecord
+from tfopt.optimizer.files.bounded_parse import parse_file
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy, check_saved_model
+from tfopt.optimizer.model.signature import SignatureInfo
+from tfopt.optimizer.records import JsonRecord
 
 DEFAULT_SIGNATURE = "serving_default"
 SERVE_TAG = "serve"
@@ -31,11 +31,11 @@ def read_saved_model_proto(path: str | os.PathLike, policy: ScanPolicy = DEFAULT
     """Parse ``saved_model.pb`` (or ``.pbtxt``) under ``path`` and scan it; typed errors.
 
     Every reader of a model comes through here before TensorFlow touches it, so the bounded
-    parse (:mod:`optimizer.files.bounded_parse`) and the op scan (:mod:`optimizer.model.op_scan`),
+    parse (:mod:`tfopt.optimizer.files.bounded_parse`) and the op scan (:mod:`tfopt.optimizer.model.op_scan`),
     both under ``policy``, guard every entry point: inspect, freeze, optimize, benchmark, the
     pipeline's pull and every load after it.
     """
-    from optimizer.model.tf_protos import saved_model_class
+    from tfopt.optimizer.model.tf_protos import saved_model_class
 
     root = Path(path)
     if not root.exists():
@@ -44,7 +44,7 @@ def read_saved_model_proto(path: str | os.PathLike, policy: ScanPolicy = DEFAULT
         raise NotASavedModelError(f"{root} is a file, not a SavedModel directory")
     pb, pbtxt = root / "saved_model.pb", root / "saved_model.pbtxt"
     # without TensorFlow until it is imported: the step's process reading a signature does not
-    # start a 0.65 GiB runtime beside its workers (:mod:`optimizer.model.tf_protos`)
+    # start a 0.65 GiB runtime beside its workers (:mod:`tfopt.optimizer.model.tf_protos`)
     proto = saved_model_class()()
     if pb.is_file():
         file, text = pb, False

@@ -7,11 +7,11 @@ measured (an OpenVINO precision hint, an ONNX Runtime optimization level). The s
 ``*.onnx`` or ``*.xml`` skips it), records the format and flavour, every file of the model with
 its SHA-256, the source SavedModel's path, digest and signature, the converter and its options,
 the calibration data's size and origin, the runtime options its runner applies
-(:mod:`optimizer.runtime`), and a Python snippet that loads and calls it. The snippet names the
+(:mod:`tfopt.optimizer.runtime`), and a Python snippet that loads and calls it. The snippet names the
 files relative to the directory holding them, since they travel together (workspace, registry,
 serving image).
 
-:mod:`optimizer.candidates.litert.manifest` is the LiteRT flavour of the same idea, older and with its own
+:mod:`tfopt.optimizer.candidates.litert.manifest` is the LiteRT flavour of the same idea, older and with its own
 keys; it shares the helpers here.
 """
 
@@ -24,9 +24,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.errors import TfoptError
-from optimizer.files.atomic import atomic_file
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.files.atomic import atomic_file
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
 
 SIDECAR_SUFFIX = ".json"
 SIDECAR_VERSION = 1

@@ -12,7 +12,7 @@ from typing import Annotated
 import numpy as np
 from pydantic import ConfigDict, Field, model_serializer
 
-from optimizer.records import JsonRecord, in_order
+from tfopt.optimizer.records import JsonRecord, in_order
 
 # DataType enum values from tensorflow/core/framework/types.proto, so that reading a signature
 # does not need TensorFlow imported.

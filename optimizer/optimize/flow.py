@@ -3,7 +3,7 @@
 1. freeze one signature of the source into a :class:`FrozenModel`;
 2. make a candidate from it: a recipe's transforms run in order (by this package or by TF's
    native GTT, each step traced), or a graph-substitution search (``greedy`` or ``relaxed``, see
-   :mod:`optimizer.search.search`) finds the cheapest equivalent graph, traced substitution by
+   :mod:`tfopt.optimizer.search.search`) finds the cheapest equivalent graph, traced substitution by
    substitution;
 3. run the *source SavedModel* and the candidate on the same inputs and compare the outputs;
 4. write the candidate only if it stays within the tolerance.
@@ -20,21 +20,21 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.errors import EquivalenceError
-from optimizer.inputs.generated import infer_int_ranges, make_inputs
-from optimizer.inputs.vocabulary import infer_vocabularies
-from optimizer.model.frozen import FrozenModel
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.optimize.recipe import BACKENDS, Recipe
-from optimizer.optimize.recipe_building import build_transforms
-from optimizer.optimize.worker import copy_written, optimize_in_worker
-from optimizer.search.settings import SearchSettings
-from optimizer.transforms.base import TransformConfigError
-from optimizer.transforms.pipeline import run_transforms
-from optimizer.verify.equivalence import EquivalenceReport, compare
-from optimizer.verify.finite import refuse_nonfinite_source
-from optimizer.verify.tolerance import Tolerance
+from tfopt.optimizer.errors import EquivalenceError
+from tfopt.optimizer.inputs.generated import infer_int_ranges, make_inputs
+from tfopt.optimizer.inputs.vocabulary import infer_vocabularies
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.optimize.recipe import BACKENDS, Recipe
+from tfopt.optimizer.optimize.recipe_building import build_transforms
+from tfopt.optimizer.optimize.worker import copy_written, optimize_in_worker
+from tfopt.optimizer.search.settings import SearchSettings
+from tfopt.optimizer.transforms.base import TransformConfigError
+from tfopt.optimizer.transforms.pipeline import run_transforms
+from tfopt.optimizer.verify.equivalence import EquivalenceReport, compare
+from tfopt.optimizer.verify.finite import refuse_nonfinite_source
+from tfopt.optimizer.verify.tolerance import Tolerance
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +53,12 @@ SEARCH_MAX_QUEUE = 64
 class OptimizedGraph:
     """The frozen original after a recipe or a search, and how it was made: what
     :func:`optimize` checks against the source (not yet a candidate of the pipeline's,
-    :class:`optimizer.candidates.candidate.Candidate`, which is a model on disk to measure).
+    :class:`tfopt.optimizer.candidates.candidate.Candidate`, which is a model on disk to measure).
 
     For a recipe, ``recipe`` is its GTT text and ``trace`` holds one
-    :class:`~optimizer.transforms.pipeline.TransformStep` per transform. For a search, ``recipe``
+    :class:`~tfopt.optimizer.transforms.pipeline.TransformStep` per transform. For a search, ``recipe``
     describes the search (``relaxed(alpha=1.05)``), ``backend`` is ``search``, ``trace`` holds
-    one :class:`~optimizer.search.search.SubstitutionStep` (substitution, cost after it) per
+    one :class:`~tfopt.optimizer.search.search.SubstitutionStep` (substitution, cost after it) per
     applied substitution, and ``search`` the whole :meth:`SearchResult.to_dict` (stats, which
     graph was returned, the end-to-end re-measurements). Both kinds of step have ``to_dict``.
     """
@@ -135,7 +135,7 @@ def check_recipe(recipe: Recipe, backend: str | None = None) -> None:
     if resolve_backend(recipe, backend) == "python":
         build_transforms(recipe.transforms)
     else:
-        from optimizer.optimize.native_gtt import native_transforms
+        from tfopt.optimizer.optimize.native_gtt import native_transforms
 
         native_transforms(recipe.transforms)
 
@@ -147,7 +147,7 @@ def apply_recipe(model: FrozenModel, recipe: Recipe, backend: str | None = None)
     if chosen == "python":
         optimized, trace = run_transforms(model, build_transforms(recipe.transforms))
     else:
-        from optimizer.optimize.native_gtt import run_native_transforms
+        from tfopt.optimizer.optimize.native_gtt import run_native_transforms
 
         optimized, trace = run_native_transforms(model, recipe.transforms)
     return OptimizedGraph(model=optimized, recipe=recipe.text, backend=chosen, trace=tuple(trace))
@@ -169,7 +169,7 @@ def search_candidate(model: FrozenModel, tolerance: Tolerance | None = None,
     returned graph when it is measured faster with confidence (the cost model can misrank
     graphs). A relaxed search with re-measurement runs greedy
     first and keeps greedy's graph unless its own is measured faster with confidence (see
-    :func:`optimizer.search.remeasure.remeasure`).
+    :func:`tfopt.optimizer.search.remeasure.remeasure`).
     """
     return _search(model, SearchSettings(**settings), tolerance or Tolerance(), cost_cache)
 
@@ -192,9 +192,9 @@ GREEDY_SHARE_OF_TIME = 0.5
 
 def _search(model: FrozenModel, settings: SearchSettings, tolerance: Tolerance,
             cost_cache=None) -> OptimizedGraph:
-    from optimizer.search.cost import MeasuredCost, OpCostModel
-    from optimizer.search.remeasure import remeasure
-    from optimizer.search.search import SubstitutionStep, continued_from, relaxed_search
+    from tfopt.optimizer.search.cost import MeasuredCost, OpCostModel
+    from tfopt.optimizer.search.remeasure import remeasure
+    from tfopt.optimizer.search.search import SubstitutionStep, continued_from, relaxed_search
 
     cost = OpCostModel(cache_path=cost_cache) if settings.cost == "model" else MeasuredCost(model)
     input_cost = cost.cost(model.graph_def)
@@ -309,13 +309,13 @@ def optimize(
     ``None``) and the search's candidate is checked the same way. Nothing is written; see
     :func:`write_optimized`.
 
-    A model of :data:`~optimizer.model.footprint.WORKERS_FROM_BYTES` or more on disk is optimized in
-    a worker process (``in_worker``, default by size; :mod:`optimizer.optimize.worker`): freezing
+    A model of :data:`~tfopt.optimizer.model.footprint.WORKERS_FROM_BYTES` or more on disk is optimized in
+    a worker process (``in_worker``, default by size; :mod:`tfopt.optimizer.optimize.worker`): freezing
     and transforming hold several copies of the weights, which TensorFlow does not give back
     to the system while its process lives. The result is then the same, but its graphs are
     outlines (no weights) and the optimized model is kept on disk until the result is gone.
 
-    ``policy``: what the source may hold (:mod:`optimizer.model.op_scan`), applied to every
+    ``policy``: what the source may hold (:mod:`tfopt.optimizer.model.op_scan`), applied to every
     read of it, in this process or the worker.
     """
     if search is not None:
@@ -328,7 +328,7 @@ def optimize(
         check_recipe(recipe, backend)
         tolerance = tolerance or recipe.tolerance or Tolerance()
     if in_worker is None:
-        from optimizer.model.footprint import builds_in_workers
+        from tfopt.optimizer.model.footprint import builds_in_workers
 
         in_worker = builds_in_workers(source)
     if in_worker:
@@ -344,13 +344,13 @@ def optimize_here(source: str | os.PathLike, recipe: Recipe | None, signature_na
     """:func:`optimize` in this process, its settings resolved. ``on_frozen(original)``, when
     given, returns what the result keeps of the original (an outline, say): the frozen
     original is then let go before the candidate is checked."""
-    from optimizer.model.freeze import freeze
+    from tfopt.optimizer.model.freeze import freeze
 
     original = freeze(source, signature_name, policy=policy)
     inputs = equivalence_inputs(original)
     kept = original
     if on_frozen is not None:
-        from optimizer.system.free_memory import return_freed_memory
+        from tfopt.optimizer.system.free_memory import return_freed_memory
 
         kept = on_frozen(original)
         # freezing's copies (the loaded SavedModel, the converter's graphs) are garbage now:
@@ -362,7 +362,7 @@ def optimize_here(source: str | os.PathLike, recipe: Recipe | None, signature_na
     if on_frozen is None:
         return check_equivalence(source, kept, inputs, candidate, tolerance, signature_name,
                                  policy=policy)
-    from optimizer.runtime.tensorflow import frozen_session_runner
+    from tfopt.optimizer.runtime.tensorflow import frozen_session_runner
 
     return_freed_memory()  # the original and every intermediate graph, before the check
     # the graph imported into a session holds about two copies of the weights less than
@@ -374,7 +374,7 @@ def optimize_here(source: str | os.PathLike, recipe: Recipe | None, signature_na
 def write_optimized(result: OptimizeResult, dst: str | os.PathLike,
                     overwrite: bool = False) -> Path:
     """Write the candidate as a SavedModel with the source's signature, if it was accepted."""
-    from optimizer.model.export import write_saved_model
+    from tfopt.optimizer.model.export import write_saved_model
 
     if not result.accepted:
         raise EquivalenceError(result.divergence())

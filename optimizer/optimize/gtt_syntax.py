@@ -23,7 +23,7 @@ import string
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from optimizer.transforms.base import TransformConfigError
+from tfopt.optimizer.transforms.base import TransformConfigError
 
 NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_")
 # GTT's LETTER_DIGIT_DASH_DOT_SLASH_UNDERSCORE; values outside it are quoted when formatting.

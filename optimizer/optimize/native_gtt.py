@@ -9,7 +9,7 @@ private symbol: :func:`is_available` says whether this TensorFlow has it.
 
 This backend is the reference the Python transforms are measured against, and the fallback for
 GTT transforms this package has not ported. Recipes are parsed with
-:mod:`optimizer.optimize.gtt_syntax` first (GTT's own parser accepts some malformed strings, e.g. an unclosed ``(`` silently drops
+:mod:`tfopt.optimizer.optimize.gtt_syntax` first (GTT's own parser accepts some malformed strings, e.g. an unclosed ``(`` silently drops
 the transform) and handed to GTT one transform at a time, so that the trace shows each step.
 A GTT transform that hits a ``CHECK`` aborts the process; GTT offers no way to guard that.
 """
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from optimizer.errors import TfoptError, first_line
-from optimizer.model.frozen import FrozenModel
-from optimizer.optimize.gtt_syntax import TransformSpec, format_transforms, parse_transforms
-from optimizer.transforms.base import Transform, TransformConfigError, TransformContext
-from optimizer.transforms.pipeline import TransformFailed, TransformStep, run_transforms
+from tfopt.optimizer.errors import TfoptError, first_line
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.optimize.gtt_syntax import TransformSpec, format_transforms, parse_transforms
+from tfopt.optimizer.transforms.base import Transform, TransformConfigError, TransformContext
+from tfopt.optimizer.transforms.pipeline import TransformFailed, TransformStep, run_transforms
 
 BINDING_MODULE = "tensorflow.python.util._pywrap_transform_graph"
 
@@ -50,7 +50,7 @@ class NativeGttError(TfoptError):
 def _binding():
     import importlib
 
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     import_tensorflow()
     try:
@@ -138,7 +138,7 @@ def _check_signature_nodes(before: FrozenModel, after: FrozenModel) -> None:
 
 def run_native_transforms(model: FrozenModel, specs: Iterable[TransformSpec]
                           ) -> tuple[FrozenModel, list[TransformStep]]:
-    """Like :func:`optimizer.transforms.pipeline.run_transforms`, with GTT doing each step."""
+    """Like :func:`tfopt.optimizer.transforms.pipeline.run_transforms`, with GTT doing each step."""
     result, trace = run_transforms(model, native_transforms(specs))
     _check_signature_nodes(model, result)
     return result, trace

@@ -1,18 +1,18 @@
 """Transform recipes: the named ones, the default, and :class:`Recipe`, what a flow applies.
 
-A recipe is spelled as GTT's ``--transforms`` string (:mod:`optimizer.optimize.gtt_syntax`) or as
-a YAML list or recipe file (:mod:`optimizer.optimize.recipe_yaml`); both give the same
-:class:`~optimizer.optimize.gtt_syntax.TransformSpec` steps, which
-:mod:`optimizer.optimize.recipe_building` turns into transforms (or
-:mod:`optimizer.optimize.native_gtt` hands to TF's own Graph Transform Tool).
+A recipe is spelled as GTT's ``--transforms`` string (:mod:`tfopt.optimizer.optimize.gtt_syntax`) or as
+a YAML list or recipe file (:mod:`tfopt.optimizer.optimize.recipe_yaml`); both give the same
+:class:`~tfopt.optimizer.optimize.gtt_syntax.TransformSpec` steps, which
+:mod:`tfopt.optimizer.optimize.recipe_building` turns into transforms (or
+:mod:`tfopt.optimizer.optimize.native_gtt` hands to TF's own Graph Transform Tool).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optimizer.optimize.gtt_syntax import TransformSpec, format_transforms, parse_transforms
-from optimizer.verify.tolerance import Tolerance
+from tfopt.optimizer.optimize.gtt_syntax import TransformSpec, format_transforms, parse_transforms
+from tfopt.optimizer.verify.tolerance import Tolerance
 
 # GTT's "Optimizing for Deployment" recipe (graph_transforms/README.md), without its
 # Inception-specific ``type=float, shape="1,299,299,3"``: a frozen SavedModel signature already

@@ -11,8 +11,8 @@ import difflib
 import logging
 from collections.abc import Iterable
 
-from optimizer.optimize.gtt_syntax import TransformSpec
-from optimizer.transforms.base import Param, Transform, TransformConfigError
+from tfopt.optimizer.optimize.gtt_syntax import TransformSpec
+from tfopt.optimizer.transforms.base import Param, Transform, TransformConfigError
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class IgnoringErrors(Transform):
 
 
 def build_transform(spec: TransformSpec) -> Transform:
-    from optimizer.transforms import registry
+    from tfopt.optimizer.transforms import registry
 
     valid = registry.transform_names()
     if spec.name not in valid:

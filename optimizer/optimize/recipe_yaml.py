@@ -1,7 +1,7 @@
 """The YAML spelling of a recipe, and recipe files.
 
 A YAML recipe is a list whose items are ``fold_constants`` (a string in GTT's syntax,
-:mod:`optimizer.optimize.gtt_syntax`), ``{name: remove_nodes, op: [Identity, CheckNumerics]}`` or
+:mod:`tfopt.optimizer.optimize.gtt_syntax`), ``{name: remove_nodes, op: [Identity, CheckNumerics]}`` or
 ``{fold_constants: {ignore_errors: true}}``. A recipe file is that list, or a mapping with
 ``transforms:`` and optionally ``tolerance: {atol, rtol, min_top1}`` and
 ``backend: python|native``.
@@ -13,16 +13,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from optimizer.errors import TfoptError, shown
-from optimizer.files.yaml_files import parse_yaml, read_yaml_file
-from optimizer.optimize.gtt_syntax import (
+from tfopt.optimizer.errors import TfoptError, shown
+from tfopt.optimizer.files.yaml_files import parse_yaml, read_yaml_file
+from tfopt.optimizer.optimize.gtt_syntax import (
     NAME_CHARS,
     RecipeSyntaxError,
     TransformSpec,
     parse_transforms,
 )
-from optimizer.optimize.recipe import BACKENDS, RECIPE_FILE_KEYS, Recipe
-from optimizer.verify.tolerance import Tolerance
+from tfopt.optimizer.optimize.recipe import BACKENDS, RECIPE_FILE_KEYS, Recipe
+from tfopt.optimizer.verify.tolerance import Tolerance
 
 
 class RecipeFileError(TfoptError):

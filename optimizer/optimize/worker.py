@@ -6,23 +6,23 @@ transform's output, the graphs TensorFlow imports to run both sides of the check
 191 MiB MLP the stage peaked at 2.9 GiB, and glibc and TensorFlow keep what they took while the
 process lives, so the step's process carried ~2 GiB into the candidate builds and the
 benchmark, beside their own workers. :func:`optimize_in_worker` runs the stage in
-``python -m optimizer.optimize.worker_main`` instead, which:
+``python -m tfopt.optimizer.optimize.worker_main`` instead, which:
 
 1. freezes the source and makes the equivalence inputs from the frozen original;
 2. keeps only an *outline* of the original (its graph without the constants' values: what the
    report reads) and transforms (or searches);
 3. checks the candidate against the source, one model loaded at a time
-   (:func:`optimizer.verify.equivalence.compare`), the check unchanged;
+   (:func:`tfopt.optimizer.verify.equivalence.compare`), the check unchanged;
 4. writes the accepted candidate as a SavedModel, and its frozen graph for the candidates
    built from it (bf16, XLA), into a scratch directory; then exits.
 
-The caller gets the same :class:`~optimizer.optimize.flow.OptimizeResult`, whose original and
+The caller gets the same :class:`~tfopt.optimizer.optimize.flow.OptimizeResult`, whose original and
 candidate graphs are :class:`OutlinedModel` s: node for node the same graphs, without the
-weights. :func:`~optimizer.optimize.flow.write_optimized` copies the written SavedModel's files, and
+weights. :func:`~tfopt.optimizer.optimize.flow.write_optimized` copies the written SavedModel's files, and
 :func:`full_model` reads the candidate's full graph back where one is needed. The scratch
 directory goes when the candidate's outline is garbage collected (or at exit).
 
-An outline is pickled as its graph's bytes and read back with :mod:`optimizer.model.tf_protos`, so
+An outline is pickled as its graph's bytes and read back with :mod:`tfopt.optimizer.model.tf_protos`, so
 the caller, which only reports on it and hands it to the candidate workers, never imports
 TensorFlow for it: the step's process stays at ~0.1 GiB beside its workers.
 """
@@ -38,9 +38,9 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.errors import TfoptError
-from optimizer.model.frozen import FrozenModel
-from optimizer.system.worker_process import run_job
+from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.system.worker_process import run_job
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class OutlinedModel(FrozenModel):
 def _outline_from_bytes(graph: bytes, signature, source: str, history: tuple[str, ...],
                         graph_bytes: int, stored: str | None, written: str | None
                         ) -> OutlinedModel:
-    from optimizer.model.tf_protos import graph_def_from_bytes
+    from tfopt.optimizer.model.tf_protos import graph_def_from_bytes
 
     return OutlinedModel(graph_def=graph_def_from_bytes(graph), signature=signature,
                          source=source, history=history, graph_bytes=graph_bytes,
@@ -120,7 +120,7 @@ def full_model(model: FrozenModel) -> FrozenModel:
 def copy_written(written: str | os.PathLike, dst: str | os.PathLike,
                  overwrite: bool = False) -> Path:
     """The SavedModel the worker wrote, copied file for file to ``dst`` (atomically)."""
-    from optimizer.files.atomic import atomic_directory
+    from tfopt.optimizer.files.atomic import atomic_directory
 
     with atomic_directory(dst, overwrite=overwrite) as staging:
         shutil.copytree(written, staging)
@@ -129,12 +129,12 @@ def copy_written(written: str | os.PathLike, dst: str | os.PathLike,
 
 def optimize_in_worker(source, recipe, signature_name: str, tolerance, backend,
                        search, *, policy):
-    """:func:`optimizer.optimize.flow.optimize_here` in a child process that has exited when this
+    """:func:`tfopt.optimizer.optimize.flow.optimize_here` in a child process that has exited when this
     returns; the result's graphs are outlines. ``policy``, the model scan's, is part of the job:
     the child reads the source under it."""
     scratch = Path(tempfile.mkdtemp(prefix="tfopt-optimize-"))
     try:
-        outcome = run_job("optimizer.optimize.worker_main", {
+        outcome = run_job("tfopt.optimizer.optimize.worker_main", {
             "source": str(source), "recipe": recipe, "signature": signature_name,
             "tolerance": tolerance, "backend": backend, "search": search, "policy": policy,
             "scratch": str(scratch), "log_level": logging.getLogger().getEffectiveLevel()},

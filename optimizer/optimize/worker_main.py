@@ -1,9 +1,9 @@
-"""The optimize worker process: ``python -m optimizer.optimize.worker_main JOB ANSWER``.
+"""The optimize worker process: ``python -m tfopt.optimizer.optimize.worker_main JOB ANSWER``.
 
-Started by :func:`optimizer.optimize.worker.optimize_in_worker`, not by people: it optimizes
-the model as :func:`optimizer.optimize.flow.optimize_here` does, keeping outlines of its
+Started by :func:`tfopt.optimizer.optimize.worker.optimize_in_worker`, not by people: it optimizes
+the model as :func:`tfopt.optimizer.optimize.flow.optimize_here` does, keeping outlines of its
 graphs, and writes the result and the accepted candidate into the job's scratch directory. The
-classes pickled for the parent are :mod:`optimizer.optimize.worker`'s, which this module
+classes pickled for the parent are :mod:`tfopt.optimizer.optimize.worker`'s, which this module
 imports under their own name.
 """
 
@@ -16,20 +16,20 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from optimizer.errors import TfoptError
-from optimizer.optimize.flow import optimize_here
-from optimizer.optimize.worker import (
+from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.optimize.flow import optimize_here
+from tfopt.optimizer.optimize.worker import (
     GRAPH_FILE,
     RESULT_FILE,
     SAVEDMODEL_DIR,
     OptimizeWorkerError,
     outline,
 )
-from optimizer.system.worker_process import read_job
+from tfopt.optimizer.system.worker_process import read_job
 
 
 def _optimize(job: dict):
-    from optimizer.system.free_memory import return_freed_memory
+    from tfopt.optimizer.system.free_memory import return_freed_memory
 
     scratch = Path(job["scratch"])
     result = optimize_here(job["source"], job["recipe"], job["signature"], job["tolerance"],
@@ -38,7 +38,7 @@ def _optimize(job: dict):
     candidate = result.candidate.model
     stored = written = None
     if result.accepted:
-        from optimizer.model.export import write_saved_model
+        from tfopt.optimizer.model.export import write_saved_model
 
         return_freed_memory()
         written = write_saved_model(candidate, scratch / SAVEDMODEL_DIR,
@@ -56,7 +56,7 @@ def _optimize(job: dict):
 def _portable(error: TfoptError) -> bytes:
     """``error`` pickled, or, where its class cannot be rebuilt from its arguments, its line
     and exit code in an :class:`OptimizeWorkerError`."""
-    from optimizer.errors import first_line
+    from tfopt.optimizer.errors import first_line
 
     try:
         data = pickle.dumps(error)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from optimizer.benchmark.result import BenchmarkResult
-from optimizer.benchmark.stats import RatioInterval
+from tfopt.optimizer.benchmark.result import BenchmarkResult
+from tfopt.optimizer.benchmark.stats import RatioInterval
 
 
 def _pyplot():
@@ -114,7 +114,7 @@ def pareto_chart(rows, path: str | os.PathLike, baseline_p50: float | None = Non
                  baseline_accuracy: float | None = None,
                  accuracy_budget: float | None = None) -> Path:
     """Latency against accuracy, one point per measured candidate (rows of
-    :func:`optimizer.gate.selection.candidate_rows`): the promoted one starred, the others that
+    :func:`tfopt.optimizer.gate.selection.candidate_rows`): the promoted one starred, the others that
     passed filled, the ones the gate rejected hollow (each named in the legend), the Pareto front (no other candidate both faster and more accurate) as a
     line, the baseline and the lowest accuracy the budget allows as dashed lines."""
     plt = _pyplot()

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optimizer.benchmark.result import CHAMPION, BenchmarkResult
-from optimizer.benchmark.stats import RatioInterval
+from tfopt.optimizer.benchmark.result import CHAMPION, BenchmarkResult
+from tfopt.optimizer.benchmark.stats import RatioInterval
 
-CHAMPION_LABEL_PREFIX = "champion-v"  # components.artifacts.ChampionModel.label
+CHAMPION_LABEL_PREFIX = "champion-v"  # tfopt.components.pipeline.artifacts.ChampionModel.label
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from optimizer.benchmark.result import BenchmarkResult, ModelMeasurement
-from optimizer.benchmark.stats import RatioInterval, promotion_bound, twin_discrepancy
-from optimizer.report.heading import ReportTitle, gate_interval, heading_lines, speedup_text
-from optimizer.report.profile import OpProfile
+from tfopt.optimizer.benchmark.result import BenchmarkResult, ModelMeasurement
+from tfopt.optimizer.benchmark.stats import RatioInterval, promotion_bound, twin_discrepancy
+from tfopt.optimizer.report.heading import ReportTitle, gate_interval, heading_lines, speedup_text
+from tfopt.optimizer.report.profile import OpProfile
 
 
 def human_bytes(n: float | None) -> str:
@@ -228,9 +228,9 @@ def render_markdown(result: BenchmarkResult, decision=None,
                     top_ops: int = 12, candidate_rows: Sequence[dict] = (),
                     step_costs: Mapping[str, Mapping] | None = None,
                     title: ReportTitle | None = None) -> str:
-    """The whole report. ``decision`` is an optional :class:`optimizer.gate.verdict.GateDecision`;
-    ``candidate_rows`` (:func:`optimizer.gate.selection.candidate_rows`) adds the candidates table;
-    ``step_costs`` (step -> :meth:`optimizer.system.process_tree.Cost.to_dict`) the cost of each
+    """The whole report. ``decision`` is an optional :class:`tfopt.optimizer.gate.verdict.GateDecision`;
+    ``candidate_rows`` (:func:`tfopt.optimizer.gate.selection.candidate_rows`) adds the candidates table;
+    ``step_costs`` (step -> :meth:`tfopt.optimizer.system.process_tree.Cost.to_dict`) the cost of each
     pipeline step so far; ``title`` the title block and the next steps (load, serve, roll back).
     The verdict and the title come first: they are what a reviewer decides on."""
     lines = heading_lines(result, decision, title)

@@ -8,7 +8,7 @@ became, and averaged over the traced runs.
 
 The graph comes from: a :class:`FrozenModel` as is; a TF1-style SavedModel (what tfopt writes)
 through ``tf.compat.v1.saved_model.loader.load``; a stock TF2 SavedModel through
-:func:`optimizer.model.freeze.freeze`, since its serving graph is one opaque function call whose inside
+:func:`tfopt.optimizer.model.freeze.freeze`, since its serving graph is one opaque function call whose inside
 step stats do not show. For a stock model the profile is therefore of its frozen graph: the same
 kernels, without the variable reads and call overhead the benchmark also timed. Tracing slows
 every op a little; read the shares, not the absolute microseconds.
@@ -24,10 +24,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.model.frozen import FrozenModel
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE, read_saved_model_proto, serving_meta_graph
-from optimizer.records import JsonRecord
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import (
+    DEFAULT_SIGNATURE,
+    read_saved_model_proto,
+    serving_meta_graph,
+)
+from tfopt.optimizer.records import JsonRecord
 
 _LABEL_OP = re.compile(r"^\S+ = ([A-Za-z0-9_]+)\(")
 
@@ -79,14 +83,14 @@ def _session_config(tf):
 def _open_session(model, signature_name: str, policy: ScanPolicy):
     """``(session, feed tensor names by key, fetch tensor names, how the graph was obtained)``;
     a SavedModel is read under ``policy``."""
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     source = "frozen graph"
     if not isinstance(model, FrozenModel):
         meta_graph = serving_meta_graph(read_saved_model_proto(model, policy), model)
         if len(meta_graph.object_graph_def.nodes):
-            from optimizer.model.freeze import freeze
+            from tfopt.optimizer.model.freeze import freeze
 
             model = freeze(model, signature_name, policy=policy)
             source = "stock SavedModel, frozen to profile"
@@ -113,8 +117,8 @@ def profile_ops(model: FrozenModel | str | os.PathLike, feeds: Mapping[str, np.n
                 signature_name: str = DEFAULT_SIGNATURE, *,
                 policy: ScanPolicy = DEFAULT_POLICY) -> OpProfile:
     """Trace ``runs`` runs of the model on ``feeds`` (``{signature key: array}``); a SavedModel
-    is scanned under ``policy`` (:mod:`optimizer.model.op_scan`) before it loads."""
-    from optimizer.tf_runtime import import_tensorflow
+    is scanned under ``policy`` (:mod:`tfopt.optimizer.model.op_scan`) before it loads."""
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     session, feed_names, fetches, source = _open_session(model, signature_name, policy)

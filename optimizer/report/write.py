@@ -3,7 +3,7 @@
 ``report.json`` holds the whole benchmark result, the gate decision and the op profiles, so a
 machine reading it needs nothing else; ``report.md`` links the charts by relative name, so the
 directory can be moved or attached as a whole; ``report.html`` is the same page with the charts
-embedded, one file that MLflow's artifact viewer renders (:mod:`optimizer.report.html`).
+embedded, one file that MLflow's artifact viewer renders (:mod:`tfopt.optimizer.report.html`).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.benchmark.result import BenchmarkResult
-from optimizer.errors import DestinationError
-from optimizer.report.heading import ReportTitle
-from optimizer.report.html import render_html
-from optimizer.report.markdown import render_markdown
-from optimizer.report.profile import OpProfile
+from tfopt.optimizer.benchmark.result import BenchmarkResult
+from tfopt.optimizer.errors import DestinationError
+from tfopt.optimizer.report.heading import ReportTitle
+from tfopt.optimizer.report.html import render_html
+from tfopt.optimizer.report.markdown import render_markdown
+from tfopt.optimizer.report.profile import OpProfile
 
 LATENCY_CHART = "latency_distribution.png"
 SPEEDUP_CHART = "speedup.png"
@@ -46,10 +46,10 @@ def write_report(result: BenchmarkResult, directory: str | os.PathLike, decision
                  profiles: Sequence[OpProfile] = (), charts: bool = True,
                  candidate_rows: Sequence[dict] = (), step_costs: dict | None = None,
                  title: ReportTitle | None = None) -> ReportFiles:
-    """``candidate_rows`` (:func:`optimizer.gate.selection.candidate_rows`) add the candidates table
+    """``candidate_rows`` (:func:`tfopt.optimizer.gate.selection.candidate_rows`) add the candidates table
     and, with a decision, the latency-vs-accuracy Pareto chart; ``step_costs`` the wall time
     and peak memory of each pipeline step so far; ``title`` the title block and next steps
-    (:class:`optimizer.report.heading.ReportTitle`).
+    (:class:`tfopt.optimizer.report.heading.ReportTitle`).
 
     When a write fails (a full disk), the files this call added are removed again, and so is
     ``directory`` if this call made it: no half report is left for a reader to trust.
@@ -74,7 +74,11 @@ def _write_report(result: BenchmarkResult, directory: Path, decision, profiles: 
                   charts: bool, candidate_rows: Sequence[dict],
                   step_costs: dict | None = None, title: ReportTitle | None = None
                   ) -> ReportFiles:
-    from optimizer.report.charts import latency_distribution_chart, pareto_chart, speedup_chart
+    from tfopt.optimizer.report.charts import (
+        latency_distribution_chart,
+        pareto_chart,
+        speedup_chart,
+    )
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

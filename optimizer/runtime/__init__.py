@@ -1,8 +1,8 @@
 """Run a model in this process, whatever its format, behind one interface.
 
-:func:`load_runner` gives a :class:`~optimizer.runtime.base.ModelRunner` for a SavedModel
-directory, a :class:`~optimizer.model.frozen.FrozenModel`, or a model file of any format in
-:data:`~optimizer.runtime.registry.RUNTIMES`; each format's runtime is one module of this
+:func:`load_runner` gives a :class:`~tfopt.optimizer.runtime.base.ModelRunner` for a SavedModel
+directory, a :class:`~tfopt.optimizer.model.frozen.FrozenModel`, or a model file of any format in
+:data:`~tfopt.optimizer.runtime.registry.RUNTIMES`; each format's runtime is one module of this
 package (:mod:`.tensorflow`, :mod:`.litert`, :mod:`.onnx`, :mod:`.openvino`), imported when
 first needed. The benchmark, the equivalence check, the evaluation and runtime tuning go
 through here only.
@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import os
 
-from optimizer.model.frozen import FrozenModel
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.model.signature import SignatureInfo
-from optimizer.runtime.base import (
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.model.signature import SignatureInfo
+from tfopt.optimizer.runtime.base import (
     CorruptModelError,
     ModelRunner,
     RuntimeUnavailableError,
     UnknownFormatError,
 )
-from optimizer.runtime.registry import RUNTIMES, Runtime, detect_format, runtime_for
+from tfopt.optimizer.runtime.registry import RUNTIMES, Runtime, detect_format, runtime_for
 
 Model = str | os.PathLike | FrozenModel | ModelRunner
 
@@ -35,13 +35,13 @@ def load_runner(model: Model, signature_name: str = DEFAULT_SIGNATURE, *,
                 format: str | None = None, num_threads: int | None = None,
                 policy: ScanPolicy = DEFAULT_POLICY) -> ModelRunner:
     """A runner for ``model``; ``format`` defaults to what the path looks like
-    (:func:`~optimizer.runtime.registry.detect_format`). ``num_threads`` applies where the
+    (:func:`~tfopt.optimizer.runtime.registry.detect_format`). ``num_threads`` applies where the
     runtime sets threads per model; None takes the CPUs this process may use. ``policy``: what
-    a SavedModel may hold (:mod:`optimizer.model.op_scan`), scanned before TensorFlow loads it."""
+    a SavedModel may hold (:mod:`tfopt.optimizer.model.op_scan`), scanned before TensorFlow loads it."""
     if isinstance(model, ModelRunner):
         return model
     if isinstance(model, FrozenModel):
-        from optimizer.runtime.tensorflow import frozen_runner
+        from tfopt.optimizer.runtime.tensorflow import frozen_runner
 
         return frozen_runner(model)
     runtime = runtime_for(format or detect_format(model))

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from optimizer.errors import InvalidInputsError, TfoptError
-from optimizer.model.signature import SignatureInfo
+from tfopt.optimizer.errors import InvalidInputsError, TfoptError
+from tfopt.optimizer.model.signature import SignatureInfo
 
 
 class RuntimeUnavailableError(TfoptError):
@@ -30,8 +30,8 @@ class CorruptModelError(TfoptError):
 
 def default_threads() -> int:
     """The CPUs this process may really use (affinity and cgroup quota): a per-model runtime's
-    thread count when none is given (:mod:`optimizer.system.cpu_threads`)."""
-    from optimizer.system.cpu_threads import available_cpus
+    thread count when none is given (:mod:`tfopt.optimizer.system.cpu_threads`)."""
+    from tfopt.optimizer.system.cpu_threads import available_cpus
 
     return available_cpus().available
 
@@ -47,7 +47,7 @@ def thread_count(num_threads: int | None) -> int:
 class ModelRunner:
     """Calls one signature of one model.
 
-    ``format`` and ``runtime`` say what runs it (see :mod:`optimizer.runtime.registry`);
+    ``format`` and ``runtime`` say what runs it (see :mod:`tfopt.optimizer.runtime.registry`);
     ``num_threads`` is the runtime's own thread count for this model, or None where threads are
     the process's (TensorFlow sizes its pools once per process).
     """
@@ -56,7 +56,7 @@ class ModelRunner:
     runtime = ""
     num_threads: int | None = None
     # its runtime's workers spin on after a call (ONNX Runtime with a pool): whoever times it
-    # interleaved with other models waits for them (optimizer.benchmark.idle)
+    # interleaved with other models waits for them (tfopt.optimizer.benchmark.idle)
     spins_after_call = False
 
     def __init__(self, signature: SignatureInfo, fn, by_keyword: bool, description: str):
@@ -101,13 +101,13 @@ class ModelRunner:
 
     def __call__(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The outputs for ``feeds``, the call under its deadline: one that never returns
-        stops this process, exit 9 (:mod:`optimizer.runtime.call_deadline`)."""
+        stops this process, exit 9 (:mod:`tfopt.optimizer.runtime.call_deadline`)."""
         with self.deadline_clock().call():
             return self.outputs(self.call(self.to_tensors(feeds)))
 
     def deadline_clock(self):
-        """This model's :class:`~optimizer.runtime.call_deadline.FirstCallClock`."""
-        from optimizer.runtime.call_deadline import FirstCallClock
+        """This model's :class:`~tfopt.optimizer.runtime.call_deadline.FirstCallClock`."""
+        from tfopt.optimizer.runtime.call_deadline import FirstCallClock
 
         clock = self.__dict__.get("_deadline_clock")
         if clock is None:

@@ -4,10 +4,10 @@ A model's call runs in its runtime's native code (TensorFlow's executor, LiteRT'
 ONNX Runtime, OpenVINO), which Python cannot interrupt: a ``tf.while_loop`` whose condition
 never turns false never gives the thread back. So the deadline is kept by a watchdog thread,
 and a call past it ends the process that made it, the only thing that stops it: the watchdog
-writes one line to stderr and exits with :class:`~optimizer.errors.ModelCallTimeoutError`'s
+writes one line to stderr and exits with :class:`~tfopt.optimizer.errors.ModelCallTimeoutError`'s
 code (``os._exit``: the stuck call holds the interpreter's frames, nothing can unwind them).
 A worker that ends so is reported by its parent as that error
-(:mod:`optimizer.system.worker_process`), so a run ends with one line and exit 9 whichever
+(:mod:`tfopt.optimizer.system.worker_process`), so a run ends with one line and exit 9 whichever
 process the call was in, and no later step (publish) runs.
 
 How long a call may take (:class:`CallDeadline`): ``min_seconds`` (the config's
@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable, Iterator
 
 from pydantic import Field
 
-from optimizer.errors import InvalidInputsError, ModelCallTimeoutError
-from optimizer.records import Settings
+from tfopt.optimizer.errors import InvalidInputsError, ModelCallTimeoutError
+from tfopt.optimizer.records import Settings
 
 # Carries this process's deadline to the workers it starts (child_environment copies it).
 ENV = "TFOPT_MODEL_CALL_DEADLINE"
@@ -89,7 +89,7 @@ def report_as(prefix: str, before_exit: Callable[[], None] | None = None) -> Non
     """What this process writes before the line when a call passes its deadline: the CLI's
     ``tfopt: error: ``, so that it reads as its other errors; ``before_exit`` is called once
     the line is written (the CLI's stderr filter passes it on). A worker writes the bare line,
-    which its parent reports (:mod:`optimizer.system.worker_process`)."""
+    which its parent reports (:mod:`tfopt.optimizer.system.worker_process`)."""
     _report.update(prefix=prefix, before_exit=before_exit)
 
 

@@ -4,7 +4,7 @@ The interpreter is ``ai_edge_litert``'s, whose default op resolver applies the X
 when tensors are first allocated; :class:`LiteRTRunner` allocates at load and records whether a
 delegate node appeared, so a result never claims XNNPACK when the model ran on the builtin
 kernels. Threads default to the CPUs this process really has (affinity and cgroup quota, see
-:mod:`optimizer.system.cpu_threads`): the interpreter's own default is one thread.
+:mod:`tfopt.optimizer.system.cpu_threads`): the interpreter's own default is one thread.
 
 Calls go through :class:`SignatureCall`, not the interpreter's ``SignatureRunner``: the same
 native calls (set each input, invoke, copy each output out) with the tensor indices resolved
@@ -31,16 +31,16 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.errors import (
+from tfopt.optimizer.errors import (
     InvalidInputsError,
     SourceNotFoundError,
     UnknownSignatureError,
     first_line,
 )
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
-from optimizer.runtime.base import (
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.runtime.base import (
     CorruptModelError,
     ModelRunner,
     RuntimeUnavailableError,

@@ -2,23 +2,23 @@
 of a SavedModel's runner.
 
 Signature: an ONNX graph has named inputs and outputs but no signature name; a model tfopt
-converted names them by the SavedModel signature's keys (:mod:`optimizer.candidates.onnx.convert`), so the
+converted names them by the SavedModel signature's keys (:mod:`tfopt.optimizer.candidates.onnx.convert`), so the
 signature here is the graph's inputs and outputs under the name asked for, keyed like the
 SavedModel's and sorted the same way.
 
-Session options: the model's sidecar (:mod:`optimizer.model.sidecar`) may say how it must run, e.g.
+Session options: the model's sidecar (:mod:`tfopt.optimizer.model.sidecar`) may say how it must run, e.g.
 the optimization level a model saved already optimized is loaded with; a model without one runs
 with ONNX Runtime's defaults (every graph optimization at load).
 
 Threads: ``intra_op_num_threads`` per session, default the CPUs this process really has
-(affinity and cgroup quota, :mod:`optimizer.system.cpu_threads`); one inter-op thread and
+(affinity and cgroup quota, :mod:`tfopt.optimizer.system.cpu_threads`); one inter-op thread and
 sequential execution, as a latency-bound server runs it. With more than one thread the pool's
 workers spin between calls, as ONNX Runtime's default has them do: a worker put to sleep after
 every call is woken for each of the next call's ops, which costs more than the second thread
 saves on a small model. Measured on the BiLSTM tagger at batch 1, each setting alone in a quiet
 process: 2 threads spinning 93 us a call, 1 thread 118 us, 2 threads not spinning 162 us. After
 a call a spinning worker runs on for ~30 ms, so the benchmark waits for it to stop before the
-next model's block (``spins_after_call``, :mod:`optimizer.benchmark.idle`), and runtime tuning
+next model's block (``spins_after_call``, :mod:`tfopt.optimizer.benchmark.idle`), and runtime tuning
 measures each thread count in a process of its own, where a count that only spins on a busy
 machine loses. A server that must not spend CPU between requests sets
 ``session.intra_op.allow_spinning`` to 0.
@@ -32,12 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.errors import SourceNotFoundError, first_line
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.model.sidecar import runtime_options
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
-from optimizer.runtime.base import CorruptModelError, ModelRunner, thread_count
+from tfopt.optimizer.errors import SourceNotFoundError, first_line
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.model.sidecar import runtime_options
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.runtime.base import CorruptModelError, ModelRunner, thread_count
 
 FORMAT = "onnx"
 PROVIDER = "CPUExecutionProvider"

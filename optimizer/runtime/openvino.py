@@ -2,10 +2,10 @@
 interface of a SavedModel's runner.
 
 Signature: the IR's inputs and outputs by tensor name; a model tfopt converted keeps the
-SavedModel signature's keys as those names (:mod:`optimizer.candidates.openvino.convert`), sorted the same
+SavedModel signature's keys as those names (:mod:`tfopt.optimizer.candidates.openvino.convert`), sorted the same
 way as a SavedModel's.
 
-Compile options: the model's sidecar (:mod:`optimizer.model.sidecar`) says what the CPU plugin must
+Compile options: the model's sidecar (:mod:`tfopt.optimizer.model.sidecar`) says what the CPU plugin must
 be told, and the runner passes exactly that; above all ``INFERENCE_PRECISION_HINT``, which
 decides whether float ops run in float32 or bfloat16. The IR cannot carry it: the plugin does
 not read a precision from the model's ``rt_info`` (tried with 2026.4), and on a CPU with native
@@ -13,7 +13,7 @@ bfloat16 its default is bf16, so an IR compiled without the hint would not run a
 candidate that was measured. An IR without a sidecar runs with the plugin's defaults.
 
 Threads: ``INFERENCE_NUM_THREADS`` per compiled model, default the CPUs this process really has
-(affinity and cgroup quota, :mod:`optimizer.system.cpu_threads`), with the ``LATENCY``
+(affinity and cgroup quota, :mod:`tfopt.optimizer.system.cpu_threads`), with the ``LATENCY``
 performance hint (one stream), as a server answering one request at a time runs it; the count
 in effect is read back from the compiled model.
 """
@@ -26,13 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.errors import SourceNotFoundError
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.model.sidecar import runtime_options
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo
-from optimizer.runtime.base import CorruptModelError, ModelRunner, thread_count
-from optimizer.system.native_output import captured_native_output
+from tfopt.optimizer.errors import SourceNotFoundError
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.model.sidecar import runtime_options
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo
+from tfopt.optimizer.runtime.base import CorruptModelError, ModelRunner, thread_count
+from tfopt.optimizer.system.native_output import captured_native_output
 
 FORMAT = "openvino"
 DEVICE = "CPU"

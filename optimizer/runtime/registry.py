@@ -2,7 +2,7 @@
 
 One :class:`Runtime` per format, each implemented by one module of this package that defines
 ``load_runner(path, signature, num_threads, policy)`` and ``read_signature(path, signature,
-policy)``; ``policy`` is the model scan's (:mod:`optimizer.model.op_scan`), which only a runtime
+policy)``; ``policy`` is the model scan's (:mod:`tfopt.optimizer.model.op_scan`), which only a runtime
 that loads SavedModels (programs) applies. The
 module is imported only when a model of its format is loaded, so a runtime that is not
 installed costs nothing until it is needed, and then fails with one line naming the package.
@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.runtime.base import RuntimeUnavailableError, UnknownFormatError
+from tfopt.optimizer.runtime.base import RuntimeUnavailableError, UnknownFormatError
 
 SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 
@@ -60,13 +60,13 @@ class Runtime:
 
 RUNTIMES: dict[str, Runtime] = {
     "savedmodel": Runtime("savedmodel", "tensorflow", "tensorflow-cpu",
-                          "optimizer.runtime.tensorflow", "tensorflow", False, None),
-    "tflite": Runtime("tflite", "ai-edge-litert", "ai-edge-litert", "optimizer.runtime.litert",
+                          "tfopt.optimizer.runtime.tensorflow", "tensorflow", False, None),
+    "tflite": Runtime("tflite", "ai-edge-litert", "ai-edge-litert", "tfopt.optimizer.runtime.litert",
                       "ai_edge_litert.interpreter", True, ".tflite",
                       thread_option="num_threads"),
-    "onnx": Runtime("onnx", "onnxruntime", "onnxruntime", "optimizer.runtime.onnx",
+    "onnx": Runtime("onnx", "onnxruntime", "onnxruntime", "tfopt.optimizer.runtime.onnx",
                     "onnxruntime", True, ".onnx", thread_option="intra_op_num_threads"),
-    "openvino": Runtime("openvino", "openvino", "openvino", "optimizer.runtime.openvino",
+    "openvino": Runtime("openvino", "openvino", "openvino", "tfopt.optimizer.runtime.openvino",
                         "openvino", True, ".xml", companions=(".bin",),
                         thread_option="INFERENCE_NUM_THREADS"),
 }
@@ -97,7 +97,7 @@ def detect_format(path: str | os.PathLike) -> str:
     SavedModel directory (whose loader then says what is wrong with it).
 
     For models this package made or was given as a path; a registry version's format is read
-    from what the version records (:mod:`components.tracking.champion`), not from here.
+    from what the version records (:mod:`tfopt.components.tracking.champion`), not from here.
     """
     suffix = Path(path).suffix
     for runtime in RUNTIMES.values():

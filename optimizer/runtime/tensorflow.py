@@ -1,7 +1,7 @@
 """TensorFlow: a SavedModel signature, or a :class:`FrozenModel` graph, called in this process.
 
 Thread pools are the process's (TensorFlow sizes them once, when its runtime starts; see
-:mod:`optimizer.system.cpu_threads`), so ``num_threads`` cannot be set per model: a SavedModel
+:mod:`tfopt.optimizer.system.cpu_threads`), so ``num_threads`` cannot be set per model: a SavedModel
 tuned to other pool sizes runs here with this process's, and a caller that must honour them
 runs it in a process of its own.
 
@@ -22,12 +22,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from optimizer.model.frozen import FrozenModel
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE, get_signature
-from optimizer.model.signature import SignatureInfo
-from optimizer.runtime.base import ModelRunner
-from optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE, get_signature
+from tfopt.optimizer.model.signature import SignatureInfo
+from tfopt.optimizer.runtime.base import ModelRunner
+from tfopt.optimizer.tf_runtime import import_tensorflow
 
 
 class TensorFlowRunner(ModelRunner):
@@ -116,7 +116,7 @@ class SignatureFunction:
     def release_load_copies(self) -> None:
         """Let go of everything but the runtime's definition of the function (a model whose
         calls read no variable)."""
-        from optimizer.system.free_memory import return_freed_memory
+        from tfopt.optimizer.system.free_memory import return_freed_memory
 
         self._owner = None
         self._atomic._cached_graph = None
@@ -176,7 +176,7 @@ class SignatureFunction:
         if self._released:
             # the first call instantiated the function: Grappler's and the instantiation's
             # copies are garbage now (0.1 GiB of a 24 MiB MLP's 0.2 GiB kept, handed back)
-            from optimizer.system.free_memory import return_freed_memory
+            from tfopt.optimizer.system.free_memory import return_freed_memory
 
             self._released = False
             return_freed_memory()
@@ -205,7 +205,7 @@ def frozen_session_runner(model: FrozenModel) -> ModelRunner:
     """A runner for ``model``'s graph in a v1 Session: the graph imported once. The
     :func:`frozen_runner` (a pruned wrapped function) copies the graph into a function library
     and traces it again, holding about twice the weights more: the optimize worker's
-    equivalence check (:mod:`optimizer.optimize.worker`) runs big graphs this way."""
+    equivalence check (:mod:`tfopt.optimizer.optimize.worker`) runs big graphs this way."""
     tf = import_tensorflow()
     graph = tf.Graph()
     with graph.as_default():
@@ -235,7 +235,7 @@ class SessionRunner(ModelRunner):
 def load_runner(path: str | os.PathLike, signature_name: str = DEFAULT_SIGNATURE,
                 num_threads: int | None = None, policy: ScanPolicy = DEFAULT_POLICY
                 ) -> TensorFlowRunner:
-    from optimizer.model.freeze import load_signature_function
+    from tfopt.optimizer.model.freeze import load_signature_function
 
     signature = get_signature(path, signature_name, policy=policy)
     fn = _signature_function(load_signature_function(path, signature_name, policy=policy))

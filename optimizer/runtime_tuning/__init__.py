@@ -6,8 +6,8 @@ so every setting of the grid (:func:`thread_grid`: intra-op in {1, 2, CPUs} x in
 model whose runtime takes a thread count per model, only that count in {1, 2, CPUs}: a LiteRT
 interpreter's ``num_threads``, ONNX Runtime's ``intra_op_num_threads``, OpenVINO's
 ``INFERENCE_NUM_THREADS``) gets a worker process of its own
-(``python -m optimizer.runtime_tuning.worker``) that applies the setting before TensorFlow
-starts, loads the model through :func:`optimizer.runtime.load_runner` (with ``num_threads`` for
+(``python -m tfopt.optimizer.runtime_tuning.worker``) that applies the setting before TensorFlow
+starts, loads the model through :func:`tfopt.optimizer.runtime.load_runner` (with ``num_threads`` for
 a per-model runtime), calls it once, and reports back the setting in effect as the runtime reads
 it (``tf.config.threading.get_*_parallelism_threads``, or the runner's own count).
 
@@ -15,7 +15,7 @@ Method (:func:`search_threads`): all workers start up front and stay alive, idle
 only one process runs the model at any time. Rounds interleave the settings: in each round every
 worker in turn (order rotating by round) times batch-1 calls for ``seconds_per_probe`` and
 reports their median. Within a round each setting's p50 is divided by the p50 of the
-*reference* setting (what :func:`optimizer.system.cpu_threads.default_runtime_settings` runs:
+*reference* setting (what :func:`tfopt.optimizer.system.cpu_threads.default_runtime_settings` runs:
 intra-op = CPUs, inter-op = 1) measured a moment before or after; a setting's score is the
 median of those ratios over the rounds. Many short rounds (default 6 of 0.3 s, :class:`TuningSettings`) pair the
 measurements closely in time, so load that drifts more slowly than a round hits every setting
@@ -45,7 +45,7 @@ Modules: :mod:`.grid` (settings, grid, serving env), :mod:`.probes` (the probe p
 recommendation), :mod:`.record` (the JSON and tags), :mod:`.tune` (all of it).
 """
 
-from optimizer.runtime_tuning.batch import (
+from tfopt.optimizer.runtime_tuning.batch import (
     DEFAULT_BATCH_SIZES,
     BatchCurve,
     BatchPoint,
@@ -53,26 +53,26 @@ from optimizer.runtime_tuning.batch import (
     measure_batch_curve,
     recommend_batch,
 )
-from optimizer.runtime_tuning.checks import RuntimeTuningError
-from optimizer.runtime_tuning.grid import (
+from tfopt.optimizer.runtime_tuning.checks import RuntimeTuningError
+from tfopt.optimizer.runtime_tuning.grid import (
     ThreadSetting,
     reference_setting,
     serving_env,
     thread_grid,
 )
-from optimizer.runtime_tuning.record import (
+from tfopt.optimizer.runtime_tuning.record import (
     RUNTIME_SETTINGS_FILE,
     TAG_PREFIX,
     TunedRuntimeSettings,
 )
-from optimizer.runtime_tuning.settings import TuningSettings
-from optimizer.runtime_tuning.threads import (
+from tfopt.optimizer.runtime_tuning.settings import TuningSettings
+from tfopt.optimizer.runtime_tuning.threads import (
     ThreadProbe,
     ThreadSearch,
     choose_setting,
     search_threads,
 )
-from optimizer.runtime_tuning.tune import tune_runtime
+from tfopt.optimizer.runtime_tuning.tune import tune_runtime
 
 __all__ = [
     "DEFAULT_BATCH_SIZES", "RUNTIME_SETTINGS_FILE", "TAG_PREFIX", "BatchCurve", "BatchPoint",

@@ -16,14 +16,20 @@ from dataclasses import dataclass
 
 from pydantic import computed_field
 
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.records import JsonRecord
-from optimizer.runtime_tuning.checks import ProbeStopped, RuntimeTuningError, positive
-from optimizer.runtime_tuning.grid import ThreadSetting, has_per_model_threads, validate_grid
-from optimizer.runtime_tuning.probes import PROBE_MIN_RUNS, PROBE_WARMUP, Probe, Probes, Progress
-from optimizer.runtime_tuning.settings import DEFAULT_TIME_BUDGET_SECONDS
-from optimizer.runtime_tuning.threads import prepare
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.records import JsonRecord
+from tfopt.optimizer.runtime_tuning.checks import ProbeStopped, RuntimeTuningError, positive
+from tfopt.optimizer.runtime_tuning.grid import ThreadSetting, has_per_model_threads, validate_grid
+from tfopt.optimizer.runtime_tuning.probes import (
+    PROBE_MIN_RUNS,
+    PROBE_WARMUP,
+    Probe,
+    Probes,
+    Progress,
+)
+from tfopt.optimizer.runtime_tuning.settings import DEFAULT_TIME_BUDGET_SECONDS
+from tfopt.optimizer.runtime_tuning.threads import prepare
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ thread search sizes them against the memory budget in two steps:
    left of the budget beside the tree as it is now (the reference included), each counted at
    that peak plus :data:`PROBE_MARGIN` (:func:`probes_beside`).
 
-Every probe also runs under a :class:`~optimizer.system.memory_watchdog.MemoryWatchdog`
+Every probe also runs under a :class:`~tfopt.optimizer.system.memory_watchdog.MemoryWatchdog`
 (:mod:`.probes`), which stops one that takes the tree over the budget all the same.
 """
 
@@ -24,8 +24,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.runtime_tuning.checks import RuntimeTuningError
-from optimizer.system.memory_budget import GIB, MemoryBudget
+from tfopt.optimizer.runtime_tuning.checks import RuntimeTuningError
+from tfopt.optimizer.system.memory_budget import GIB, MemoryBudget
 
 # Over the reference's measured peak, per probe. The other settings run no more threads than
 # the reference (all CPUs), so they peak at or below it; the margin covers a load's
@@ -36,16 +36,16 @@ PROBE_MARGIN = 0.15
 def probe_bytes(model: str | os.PathLike) -> int:
     """The estimated peak of one probe process holding ``model``: a process's runtime plus
     the model's load (what it keeps, and its load's transient), as a benchmark group of one
-    model is estimated (:mod:`optimizer.benchmark.memory_groups`)."""
-    from optimizer.model.footprint import PROCESS_BYTES, LoadCost, group_bytes
-    from optimizer.runtime.registry import detect_format
+    model is estimated (:mod:`tfopt.optimizer.benchmark.memory_groups`)."""
+    from tfopt.optimizer.model.footprint import PROCESS_BYTES, LoadCost, group_bytes
+    from tfopt.optimizer.runtime.registry import detect_format
 
     return PROCESS_BYTES + group_bytes([LoadCost.of(model, detect_format(model))])
 
 
 def _room(budget: MemoryBudget) -> int:
     """What is left of ``budget`` beside this process tree now."""
-    from optimizer.system.process_tree import tree_rss_bytes
+    from tfopt.optimizer.system.process_tree import tree_rss_bytes
 
     return budget.bytes - (tree_rss_bytes() or 0)
 
@@ -62,7 +62,7 @@ def require_one_probe(model: str | os.PathLike, budget: MemoryBudget) -> None:
 
 def process_peak_bytes(pid: int) -> int | None:
     """``VmHWM`` of process ``pid``: the most it has held; None where ``/proc`` is missing."""
-    from optimizer.benchmark.memory import read_rss
+    from tfopt.optimizer.benchmark.memory import read_rss
 
     reading = read_rss(Path(f"/proc/{pid}/status"))
     return reading.peak_bytes if reading else None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from optimizer.errors import TfoptError
+from tfopt.optimizer.errors import TfoptError
 
 
 class RuntimeTuningError(TfoptError):

@@ -2,9 +2,9 @@
 
 A TensorFlow model is tuned over its two thread pools (intra-op: threads one op may use;
 inter-op: ops run at once); a model whose runtime takes a count per model (LiteRT, ONNX
-Runtime, OpenVINO: :mod:`optimizer.runtime.registry`) only over that ``num_threads``. The
+Runtime, OpenVINO: :mod:`tfopt.optimizer.runtime.registry`) only over that ``num_threads``. The
 grid is bounded by the CPUs this process may really use (affinity and cgroup quota,
-:func:`optimizer.system.cpu_threads.available_cpus`).
+:func:`tfopt.optimizer.system.cpu_threads.available_cpus`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from optimizer.records import JsonRecord
-from optimizer.runtime_tuning.checks import RuntimeTuningError, positive
+from tfopt.optimizer.records import JsonRecord
+from tfopt.optimizer.runtime_tuning.checks import RuntimeTuningError, positive
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class ThreadSetting(JsonRecord):
 def has_per_model_threads(model: str | os.PathLike) -> bool:
     """Whether the model's runtime takes a thread count per model (LiteRT, ONNX Runtime,
     OpenVINO): tuned over that instead of TensorFlow's two process-wide pools."""
-    from optimizer.runtime import detect_format, runtime_for
+    from tfopt.optimizer.runtime import detect_format, runtime_for
 
     return runtime_for(detect_format(model)).per_model_threads
 
@@ -75,8 +75,8 @@ def reference_setting(cpus: int, per_model: bool = False) -> ThreadSetting:
 
 def cpu_facts() -> tuple[int, float | None, str]:
     """``(CPUs available to this process, cgroup CPU quota or None, CPU model name)``."""
-    from optimizer.system.cpu_features import cpu_model
-    from optimizer.system.cpu_threads import available_cpus
+    from tfopt.optimizer.system.cpu_features import cpu_model
+    from tfopt.optimizer.system.cpu_threads import available_cpus
 
     cpus = available_cpus()
     return cpus.available, cpus.quota_cpus, cpu_model()

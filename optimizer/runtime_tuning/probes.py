@@ -1,15 +1,15 @@
 """Probe processes: one per thread setting, each holding the model loaded under its setting.
 
 TensorFlow fixes its thread pools when its runtime starts, so a setting can only be measured in
-a process started for it. :class:`Probes` starts one ``python -m optimizer.runtime_tuning.worker``
+a process started for it. :class:`Probes` starts one ``python -m tfopt.optimizer.runtime_tuning.worker``
 per setting, waits until each has loaded the model, called it once and reported the setting in
 effect, and refuses a probe whose setting did not take. Then ``probe.measure(batch_size,
 seconds)`` asks one process for the p50 of timed calls; the others stay idle on their pipe, so
-only one runs the model at a time (the protocol: :mod:`optimizer.system.worker_process`).
+only one runs the model at a time (the protocol: :mod:`tfopt.optimizer.system.worker_process`).
 
 The probes keep the memory budget (:mod:`.budget`): the reference starts alone, and the others
 (concurrently: loading is the slow part) only as many as fit beside it by its measured peak.
-All of them run under a :class:`~optimizer.system.memory_watchdog.MemoryWatchdog`: a probe that
+All of them run under a :class:`~tfopt.optimizer.system.memory_watchdog.MemoryWatchdog`: a probe that
 takes the process tree over the budget is killed, and its setting left out with "stopped at X
 GiB, over the memory budget of Y GiB" (the reference's: tuning is refused in that line).
 """
@@ -20,20 +20,20 @@ import json
 import time
 from collections.abc import Callable, Sequence
 
-from optimizer.model.op_scan import ScanPolicy
-from optimizer.records import record_to_dict
-from optimizer.runtime_tuning.budget import probes_beside, process_peak_bytes
-from optimizer.runtime_tuning.checks import ProbeStopped, RuntimeTuningError
-from optimizer.runtime_tuning.grid import ThreadSetting, serving_env
-from optimizer.system.memory_budget import GIB, MemoryBudget
-from optimizer.system.memory_watchdog import MemoryWatchdog
-from optimizer.system.worker_process import WorkerProcess
+from tfopt.optimizer.model.op_scan import ScanPolicy
+from tfopt.optimizer.records import record_to_dict
+from tfopt.optimizer.runtime_tuning.budget import probes_beside, process_peak_bytes
+from tfopt.optimizer.runtime_tuning.checks import ProbeStopped, RuntimeTuningError
+from tfopt.optimizer.runtime_tuning.grid import ThreadSetting, serving_env
+from tfopt.optimizer.system.memory_budget import GIB, MemoryBudget
+from tfopt.optimizer.system.memory_watchdog import MemoryWatchdog
+from tfopt.optimizer.system.worker_process import WorkerProcess
 
 # Generous: loading ResNet50 in several processes at once on two busy cores takes minutes.
 WORKER_START_TIMEOUT = 600.0
 PROBE_WARMUP = 2
 PROBE_MIN_RUNS = 3
-WORKER_MODULE = "optimizer.runtime_tuning.worker"
+WORKER_MODULE = "tfopt.optimizer.runtime_tuning.worker"
 
 Progress = Callable[[str], None]
 
@@ -98,14 +98,14 @@ class Probes:
     """``with Probes(...) as running``: ``running`` maps each setting that started to its probe,
     loaded and ready, in the order of ``settings``. The ``reference`` (default: the first)
     starts alone; the others, in their order, as many as fit ``budget`` (default
-    :func:`~optimizer.system.memory_budget.memory_budget`) by its measured peak
+    :func:`~tfopt.optimizer.system.memory_budget.memory_budget`) by its measured peak
     (:mod:`.budget`), the rest named in one line; a probe the watchdog stops is left out,
     named with its figure."""
 
     def __init__(self, model: str, signature: str, settings: Sequence[ThreadSetting],
                  say: Progress, policy: ScanPolicy, budget: MemoryBudget | None = None, *,
                  reference: ThreadSetting | None = None):
-        from optimizer.system.memory_budget import memory_budget
+        from tfopt.optimizer.system.memory_budget import memory_budget
 
         self.model, self.signature, self.settings, self.say = model, signature, settings, say
         self.policy, self.budget = policy, budget or memory_budget()

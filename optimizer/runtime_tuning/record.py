@@ -16,11 +16,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from optimizer.records import record_error_line, record_from_dict, record_to_dict
-from optimizer.runtime_tuning.batch import BatchPoint
-from optimizer.runtime_tuning.checks import RuntimeTuningError
-from optimizer.runtime_tuning.grid import ThreadSetting, serving_env
-from optimizer.runtime_tuning.threads import ThreadProbe
+from tfopt.optimizer.records import record_error_line, record_from_dict, record_to_dict
+from tfopt.optimizer.runtime_tuning.batch import BatchPoint
+from tfopt.optimizer.runtime_tuning.checks import RuntimeTuningError
+from tfopt.optimizer.runtime_tuning.grid import ThreadSetting, serving_env
+from tfopt.optimizer.runtime_tuning.threads import ThreadProbe
 
 RUNTIME_SETTINGS_FILE = "runtime_settings.json"
 TAG_PREFIX = "tfopt.runtime."
@@ -31,7 +31,7 @@ _DEFAULT_THREADS = "len(os.sched_getaffinity(0))"  # the thread count in every l
 class TunedRuntimeSettings:
     """What to serve ``model`` with, and the measurements behind it.
 
-    Not :class:`optimizer.system.cpu_threads.RuntimeSettings` (what one benchmark run asks of
+    Not :class:`tfopt.optimizer.system.cpu_threads.RuntimeSettings` (what one benchmark run asks of
     TensorFlow); :meth:`benchmark_settings` converts to it.
     """
 
@@ -60,7 +60,7 @@ class TunedRuntimeSettings:
     def serving(self) -> dict:
         """How to apply the settings when serving, for the JSON's readers."""
         if self.num_threads is not None:
-            from optimizer.runtime import detect_format, runtime_for
+            from tfopt.optimizer.runtime import detect_format, runtime_for
 
             runtime = runtime_for(detect_format(self.model))
             return {runtime.name: {runtime.thread_option: self.num_threads},
@@ -93,8 +93,8 @@ class TunedRuntimeSettings:
                 f"{self.inter_op_threads}); {first}" + (f"\n{rest}" if rest else ""))
 
     def benchmark_settings(self):
-        """These threads as :class:`optimizer.system.cpu_threads.RuntimeSettings`, or None."""
-        from optimizer.system.cpu_threads import RuntimeSettings
+        """These threads as :class:`tfopt.optimizer.system.cpu_threads.RuntimeSettings`, or None."""
+        from tfopt.optimizer.system.cpu_threads import RuntimeSettings
 
         if self.intra_op_threads is None:
             return None
@@ -116,7 +116,7 @@ class TunedRuntimeSettings:
     def to_json(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
         """Write the record to ``path`` (conventionally :data:`RUNTIME_SETTINGS_FILE` next to
         the artifact) in one rename."""
-        from optimizer.files.atomic import atomic_file
+        from tfopt.optimizer.files.atomic import atomic_file
 
         with atomic_file(path, overwrite=overwrite) as staging:
             staging.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")

@@ -1,5 +1,5 @@
 """How long runtime tuning measures, in one place: :class:`TuningSettings` owns each setting's
-default, bound and meaning. :func:`~optimizer.runtime_tuning.tune.tune_runtime`, the pipeline
+default, bound and meaning. :func:`~tfopt.optimizer.runtime_tuning.tune.tune_runtime`, the pipeline
 config's ``tuning`` section and ``tfopt optimize --tune`` all read them from here.
 
 Light to import: the CLI and the config read these defaults while they build.
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from optimizer.records import Settings, default_of
-from optimizer.runtime_tuning.checks import RuntimeTuningError
+from tfopt.optimizer.records import Settings, default_of
+from tfopt.optimizer.runtime_tuning.checks import RuntimeTuningError
 
 
 class TuningSettings(Settings):

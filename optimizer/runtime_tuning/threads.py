@@ -3,7 +3,7 @@
 Rounds interleave the settings (order rotating by round); each setting's p50 is divided by the
 reference's p50 from the same round, and a setting's score is the median ratio over rounds. A
 setting replaces the reference only if it is faster by ``min_gain`` and in enough rounds to
-pass a one-sided sign test at 5% (see :mod:`optimizer.runtime_tuning`).
+pass a one-sided sign test at 5% (see :mod:`tfopt.optimizer.runtime_tuning`).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from pathlib import Path
 
 from pydantic import computed_field
 
-from optimizer.errors import SourceNotFoundError
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.records import JsonRecord
-from optimizer.runtime_tuning.checks import ProbeStopped, check_min_gain, positive
-from optimizer.runtime_tuning.grid import (
+from tfopt.optimizer.errors import SourceNotFoundError
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.records import JsonRecord
+from tfopt.optimizer.runtime_tuning.checks import ProbeStopped, check_min_gain, positive
+from tfopt.optimizer.runtime_tuning.grid import (
     ThreadSetting,
     cpu_facts,
     has_per_model_threads,
@@ -31,8 +31,8 @@ from optimizer.runtime_tuning.grid import (
     thread_grid,
     validate_grid,
 )
-from optimizer.runtime_tuning.probes import Probe, Probes, Progress
-from optimizer.runtime_tuning.settings import (
+from tfopt.optimizer.runtime_tuning.probes import Probe, Probes, Progress
+from tfopt.optimizer.runtime_tuning.settings import (
     DEFAULT_MIN_GAIN,
     DEFAULT_ROUNDS,
     DEFAULT_SECONDS_PER_PROBE,
@@ -141,7 +141,7 @@ def run_search(running: dict[ThreadSetting, Probe], reference: ThreadSetting, ro
 def prepare(model, signature: str, grid, reference, policy: ScanPolicy
             ) -> tuple[str, list[ThreadSetting], ThreadSetting, int]:
     """Check everything that can be checked here, before starting any probe process."""
-    from optimizer.runtime import read_signature
+    from tfopt.optimizer.runtime import read_signature
 
     if not Path(model).exists():
         raise SourceNotFoundError(f"no such model: {model}")

@@ -10,27 +10,27 @@ import logging
 import os
 from collections.abc import Sequence
 
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.runtime_tuning.batch import (
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.runtime_tuning.batch import (
     DEFAULT_BATCH_SIZES,
     measure_curve,
     recommend_batch,
     validate_batch_sizes,
 )
-from optimizer.runtime_tuning.budget import require_one_probe
-from optimizer.runtime_tuning.checks import check_min_gain, positive
-from optimizer.runtime_tuning.grid import ThreadSetting, cpu_facts
-from optimizer.runtime_tuning.probes import Probes, Progress, close_all
-from optimizer.runtime_tuning.record import TunedRuntimeSettings
-from optimizer.runtime_tuning.settings import (
+from tfopt.optimizer.runtime_tuning.budget import require_one_probe
+from tfopt.optimizer.runtime_tuning.checks import check_min_gain, positive
+from tfopt.optimizer.runtime_tuning.grid import ThreadSetting, cpu_facts
+from tfopt.optimizer.runtime_tuning.probes import Probes, Progress, close_all
+from tfopt.optimizer.runtime_tuning.record import TunedRuntimeSettings
+from tfopt.optimizer.runtime_tuning.settings import (
     DEFAULT_MIN_GAIN,
     DEFAULT_ROUNDS,
     DEFAULT_SECONDS_PER_PROBE,
     DEFAULT_TIME_BUDGET_SECONDS,
 )
-from optimizer.runtime_tuning.threads import SIGN_TEST_LEVEL, prepare, run_search
-from optimizer.system.memory_budget import MemoryBudget, memory_budget
+from tfopt.optimizer.runtime_tuning.threads import SIGN_TEST_LEVEL, prepare, run_search
+from tfopt.optimizer.system.memory_budget import MemoryBudget, memory_budget
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def tune_runtime(
     ``rounds x settings x seconds_per_probe`` plus start-up). Every probe reads ``model``
     under ``policy``, the model scan's. The probes hold the model at once, one process each,
     within the memory ``budget`` (default
-    :func:`~optimizer.system.memory_budget.memory_budget`): refused up front when not even one
+    :func:`~tfopt.optimizer.system.memory_budget.memory_budget`): refused up front when not even one
     fits by its load estimate; then the reference starts alone and only as many others as
     fit by its measured peak, all under the memory watchdog (:mod:`.budget`, :mod:`.probes`)."""
     say = progress or (lambda message: log.info("%s", message))

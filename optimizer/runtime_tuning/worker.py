@@ -1,7 +1,7 @@
-"""The probe process: ``python -m optimizer.runtime_tuning.worker CONFIG_JSON``.
+"""The probe process: ``python -m tfopt.optimizer.runtime_tuning.worker CONFIG_JSON``.
 
-Started by :mod:`optimizer.runtime_tuning.probes`, not by people. It applies its thread setting
-before TensorFlow starts (:func:`optimizer.system.cpu_threads.apply_runtime_settings`), loads the
+Started by :mod:`tfopt.optimizer.runtime_tuning.probes`, not by people. It applies its thread setting
+before TensorFlow starts (:func:`tfopt.optimizer.system.cpu_threads.apply_runtime_settings`), loads the
 model, calls it once at batch 1, and reports ``{"ready": true, "intra_op_threads": ...,
 "inter_op_threads": ...}`` as TensorFlow reads them back (or ``num_threads`` for LiteRT). Then,
 for each ``{"batch_size", "seconds", "min_runs", "warmup"}`` line on stdin, it times calls on
@@ -15,16 +15,16 @@ import json
 import os
 import sys
 
-from optimizer.runtime_tuning.grid import ThreadSetting
-from optimizer.system.worker_process import serve
+from tfopt.optimizer.runtime_tuning.grid import ThreadSetting
+from tfopt.optimizer.system.worker_process import serve
 
 _MAX_RUNS = 100_000
 
 
 def _load_for_setting(model: str, signature: str, setting: ThreadSetting, policy: dict):
-    from optimizer.model.op_scan import ScanPolicy
-    from optimizer.records import record_from_dict
-    from optimizer.runtime import load_runner
+    from tfopt.optimizer.model.op_scan import ScanPolicy
+    from tfopt.optimizer.records import record_from_dict
+    from tfopt.optimizer.runtime import load_runner
 
     return load_runner(model, signature, num_threads=setting.num_threads,
                        policy=record_from_dict(ScanPolicy, policy))
@@ -33,7 +33,7 @@ def _load_for_setting(model: str, signature: str, setting: ThreadSetting, policy
 def _in_effect(setting: ThreadSetting, runner) -> dict:
     reported = {}
     if setting.intra_op_threads is not None:
-        from optimizer.tf_runtime import import_tensorflow
+        from tfopt.optimizer.tf_runtime import import_tensorflow
 
         threading = import_tensorflow().config.threading
         reported["intra_op_threads"] = threading.get_intra_op_parallelism_threads()
@@ -44,8 +44,8 @@ def _in_effect(setting: ThreadSetting, runner) -> dict:
 
 
 def _time_calls(runner, tensors, seconds: float, min_runs: int, warmup: int) -> dict:
-    from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.runtime.call_deadline import timing_deadline
+    from tfopt.optimizer.benchmark.interleaved import time_interleaved
+    from tfopt.optimizer.runtime.call_deadline import timing_deadline
 
     # One model per process: its calls are consecutive, as a server makes them, so one call per
     # "round" already times it warm; blocks (and their untimed call) would add nothing.
@@ -61,13 +61,13 @@ def _start(config_text: str):
     config = json.loads(config_text)
     setting = ThreadSetting.from_dict(config["setting"])
     if setting.intra_op_threads is not None:
-        from optimizer.system.cpu_threads import RuntimeSettings, apply_runtime_settings
+        from tfopt.optimizer.system.cpu_threads import RuntimeSettings, apply_runtime_settings
 
         apply_runtime_settings(RuntimeSettings(setting.intra_op_threads,
                                                setting.inter_op_threads,
                                                setting.intra_op_threads))
     runner = _load_for_setting(config["model"], config["signature"], setting, config["policy"])
-    from optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.inputs.generated import make_inputs
 
     tensors = {}
 
@@ -89,6 +89,6 @@ def _start(config_text: str):
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m optimizer.runtime_tuning.worker CONFIG_JSON "
-                 "(started by optimizer.runtime_tuning; not a command for people)")
+        sys.exit("usage: python -m tfopt.optimizer.runtime_tuning.worker CONFIG_JSON "
+                 "(started by tfopt.optimizer.runtime_tuning; not a command for people)")
     sys.exit(serve(lambda: _start(sys.argv[1])))

@@ -9,7 +9,7 @@ orders graphs the way their real latency does. Two costs share one interface (``
 - :class:`OpCostModel` is TASO's cost model: every op is timed once, alone, per key (op type,
   input shapes and dtypes, attrs, the values of small constant inputs) in a graph holding just
   that op, and a graph costs the sum over its ops. A While loop whose trip count the graph's
-  constants fix (:mod:`optimizer.graph.static_loops`) costs what its body's copies cost once
+  constants fix (:mod:`tfopt.optimizer.graph.static_loops`) costs what its body's copies cost once
   unrolled: the model does not see a loop's per-trip machinery, so unrolling alone is about
   even in it (what unrolling enables later is not). Keys are cached in a JSON file, so a graph
   made by a substitution costs only its new keys' timings plus one shape inference. It ignores
@@ -29,14 +29,14 @@ from typing import Protocol
 
 import numpy as np
 
-from optimizer.graph.consts import resolve_through_identity
-from optimizer.graph.functional_control_flow import WHILE_OPS
-from optimizer.graph.names import is_control_input, node_name_from_input, output_index
-from optimizer.inputs.generated import infer_int_ranges, make_inputs
-from optimizer.model.frozen import FrozenModel
-from optimizer.search.op_timer import MAX_CHAINED_COPIES, shared_timer
-from optimizer.search.timing_cache import TimingCache
-from optimizer.transforms.timing import median_run_seconds
+from tfopt.optimizer.graph.consts import resolve_through_identity
+from tfopt.optimizer.graph.functional_control_flow import WHILE_OPS
+from tfopt.optimizer.graph.names import is_control_input, node_name_from_input, output_index
+from tfopt.optimizer.inputs.generated import infer_int_ranges, make_inputs
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.search.op_timer import MAX_CHAINED_COPIES, shared_timer
+from tfopt.optimizer.search.timing_cache import TimingCache
+from tfopt.optimizer.transforms.timing import median_run_seconds
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class OpCostModel:
     ``fallback_seconds``, logged at debug level and not written to the cache.
 
     Ops are timed in a worker process running ``threads`` intra-op threads (0: TensorFlow's
-    default, all cores; see :mod:`optimizer.search.op_timer` for why a process, and why one
+    default, all cores; see :mod:`tfopt.optimizer.search.op_timer` for why a process, and why one
     thread by default); the thread count is part of the cache's machine fingerprint. The
     worker starts at the first cache miss and is shared by every model of the process.
     """
@@ -165,19 +165,19 @@ class OpCostModel:
         return costs
 
     def _loop_cost(self, graph_def, node) -> float:
-        """What the loop's unrolled copies cost (:mod:`optimizer.graph.static_loops`): in a
+        """What the loop's unrolled copies cost (:mod:`tfopt.optimizer.graph.static_loops`): in a
         copy of the body the shapes are known, where the body function's are not (its
         TensorList reads say no shape); the fallback when the trip count is not fixed."""
         from tensorflow.core.framework import graph_pb2
 
-        from optimizer.graph.static_loops import (
+        from tfopt.optimizer.graph.static_loops import (
             UNROLLED_SCOPE,
             NotStatic,
             analyse_loop,
             loop_key,
             unroll_loop,
         )
-        from optimizer.graph.tensor_lists import simplify_tensor_lists
+        from tfopt.optimizer.graph.tensor_lists import simplify_tensor_lists
 
         key = loop_key(graph_def, node)
         if key not in self._loops:
@@ -255,7 +255,7 @@ class OpCostModel:
     def _time_alone(self, node, inputs: list[str], consts: list, specs: dict) -> float:
         from tensorflow.core.framework import graph_pb2
 
-        from optimizer.graph.rewrite import make_const
+        from tfopt.optimizer.graph.rewrite import make_const
 
         tf = _tf()
         rng = np.random.default_rng(self.seed)
@@ -327,7 +327,7 @@ class OpCostModel:
         return self._cache.load()
 
     def save(self) -> None:
-        """Write the cache (:class:`~optimizer.search.timing_cache.TimingCache`), merged with
+        """Write the cache (:class:`~tfopt.optimizer.search.timing_cache.TimingCache`), merged with
         what another process may have written meanwhile; entries timed here win."""
         self._seconds = self._cache.save(self._seconds)
         self._unsaved = False
@@ -363,13 +363,13 @@ def _average_ranks(values: np.ndarray) -> np.ndarray:
 
 
 def _tf():
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     return import_tensorflow()
 
 
 def _machine_fingerprint() -> str:
-    from optimizer.system.cpu_features import cpu_model
+    from tfopt.optimizer.system.cpu_features import cpu_model
 
     return f"{cpu_model() or 'unknown cpu'}; {os.cpu_count()} cpus; tf {_tf().__version__}"
 

@@ -1,6 +1,6 @@
 """The search's canonical graph hash: one digest per graph whatever its node order, so the
-search (:mod:`optimizer.search.search`) skips a graph it reached before by another path, and
-the re-measurement (:mod:`optimizer.search.remeasure`) times each distinct graph once.
+search (:mod:`tfopt.optimizer.search.search`) skips a graph it reached before by another path, and
+the re-measurement (:mod:`tfopt.optimizer.search.remeasure`) times each distinct graph once.
 """
 
 from __future__ import annotations

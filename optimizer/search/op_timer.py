@@ -1,6 +1,6 @@
-"""Time one op alone, in a process of its own: ``python -m optimizer.search.op_timer THREADS``.
+"""Time one op alone, in a process of its own: ``python -m tfopt.optimizer.search.op_timer THREADS``.
 
-The op cost model (:class:`optimizer.search.cost.OpCostModel`) times each op in a graph of its
+The op cost model (:class:`tfopt.optimizer.search.cost.OpCostModel`) times each op in a graph of its
 own. It does so in a child process because TensorFlow sizes its thread pools once per process:
 a session's ``intra_op_parallelism_threads`` does not change the pools of a process where
 TensorFlow already ran (measured: after an eager op, a session asking for 1 thread timed a
@@ -12,7 +12,7 @@ us over 12 fresh timings under load, 58 to 84 us quiet, while on one thread it s
 3 of 23 runs of its test on two threads, and in none of 14 on one.
 
 :class:`OpTimer` starts the worker on first use; :func:`shared_timer` gives the one a process
-shares per thread count. Protocol (:mod:`optimizer.system.worker_process`): the
+shares per thread count. Protocol (:mod:`tfopt.optimizer.system.worker_process`): the
 worker answers ``{"ready": true, "intra_op_threads": n}``, then for each
 ``{"graph": base64 GraphDef, "runs": r, "warmup": w}`` line answers ``{"seconds": s}``: the fastest
 of ``r`` timed runs of the chain of copies, less the fastest empty run, per copy.
@@ -25,8 +25,8 @@ import sys
 import time
 import weakref
 
-from optimizer.errors import TfoptError, first_line
-from optimizer.system.worker_process import WorkerProcess, serve
+from tfopt.optimizer.errors import TfoptError, first_line
+from tfopt.optimizer.system.worker_process import WorkerProcess, serve
 
 # An op is timed as a chain of copies (at most MAX_CHAINED_COPIES) lasting about CHAIN_SECONDS.
 # It never costs less than MIN_OP_SECONDS (timing noise can take the difference below 0).
@@ -68,7 +68,7 @@ class OpTimer:
         if self._worker is not None and self._worker.process.poll() is not None:
             self.close()  # it died (an op crashed it): the next op gets a new one
         if self._worker is None:
-            worker = WorkerProcess("optimizer.search.op_timer", [str(self.threads)],
+            worker = WorkerProcess("tfopt.optimizer.search.op_timer", [str(self.threads)],
                                    name=f"op timer ({self.threads or 'all'} threads)",
                                    error=OpTimingError)
             self._finalizer = weakref.finalize(self, worker.close)
@@ -105,7 +105,7 @@ def fastest_op_seconds(graph_def, runs: int, warmup: int, threads: int = 0) -> f
     microseconds multiplies its time (a 1x1 conv's median moved 15 -> 80 us under load, its
     minimum 23 -> 28 us), and the least disturbed run is the op's own cost.
     """
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     graph = tf.Graph()
@@ -145,7 +145,7 @@ def fastest_op_seconds(graph_def, runs: int, warmup: int, threads: int = 0) -> f
 def _start(threads: int):
     from tensorflow.core.framework import graph_pb2
 
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     threading = import_tensorflow().config.threading
     threading.set_intra_op_parallelism_threads(threads)
@@ -164,6 +164,6 @@ def _start(threads: int):
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or not sys.argv[1].isdigit():
-        sys.exit("usage: python -m optimizer.search.op_timer THREADS "
+        sys.exit("usage: python -m tfopt.optimizer.search.op_timer THREADS "
                  "(started by the op cost model; not a command for people)")
     sys.exit(serve(lambda: _start(int(sys.argv[1]))))

@@ -10,10 +10,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 
-from optimizer.model.frozen import FrozenModel
-from optimizer.search.hashing import canonical_hash
-from optimizer.search.search import SearchResult, check_equivalence
-from optimizer.verify.tolerance import Tolerance
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.search.hashing import canonical_hash
+from tfopt.optimizer.search.search import SearchResult, check_equivalence
+from tfopt.optimizer.verify.tolerance import Tolerance
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +41,10 @@ def remeasure(result: SearchResult, original: FrozenModel, top_k: int = 3,
     relaxed search given greedy's result as the
     incumbent is therefore never measured slower than greedy, up to the interval's error.
     """
-    from optimizer.benchmark.interleaved import time_interleaved
-    from optimizer.benchmark.stats import p50_ratio_interval
-    from optimizer.inputs.generated import infer_int_ranges, make_inputs
-    from optimizer.runtime import load_runner
+    from tfopt.optimizer.benchmark.interleaved import time_interleaved
+    from tfopt.optimizer.benchmark.stats import p50_ratio_interval
+    from tfopt.optimizer.inputs.generated import infer_int_ranges, make_inputs
+    from tfopt.optimizer.runtime import load_runner
 
     tolerance = tolerance or Tolerance()
     # name -> (model, model cost, trace); one entry per distinct graph

@@ -15,11 +15,11 @@ whose cost stays below ``alpha`` times the best found so far:
 Every queued candidate carries its trace (the substitutions that made it, with the cost after
 each), so the best graph's history is known. Rules are trusted to be equivalences, but the
 search never returns a graph whose outputs differ from the input's beyond the tolerance: the
-best is checked with :func:`optimizer.verify.equivalence.compare`, then the next best kept candidates,
+best is checked with :func:`tfopt.optimizer.verify.equivalence.compare`, then the next best kept candidates,
 and finally the input itself is returned.
 
-The canonical hash is :mod:`optimizer.search.hashing`; timing the best candidates end to end,
-when the cost model may misrank them, is :mod:`optimizer.search.remeasure`.
+The canonical hash is :mod:`tfopt.optimizer.search.hashing`; timing the best candidates end to end,
+when the cost model may misrank them, is :mod:`tfopt.optimizer.search.remeasure`.
 
 Deterministic for a fixed seed with a deterministic cost (the fake costs of the tests, the op
 cost model with a warm cache): rules list matches in a fixed order, ties in the queue are broken
@@ -35,15 +35,19 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 
-from optimizer.graph.validate import InvalidGraphError, validate_graph
-from optimizer.model.frozen import FrozenModel
-from optimizer.records import record_to_dict
-from optimizer.search.cost import CostFunction
-from optimizer.search.hashing import canonical_hash
-from optimizer.search.settings import DEFAULT_ALPHA, DEFAULT_BUDGET, DEFAULT_TIME_BUDGET_SECONDS
-from optimizer.search.substitution import Substitution
-from optimizer.transforms.pipeline import context_for
-from optimizer.verify.tolerance import Tolerance
+from tfopt.optimizer.graph.validate import InvalidGraphError, validate_graph
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.records import record_to_dict
+from tfopt.optimizer.search.cost import CostFunction
+from tfopt.optimizer.search.hashing import canonical_hash
+from tfopt.optimizer.search.settings import (
+    DEFAULT_ALPHA,
+    DEFAULT_BUDGET,
+    DEFAULT_TIME_BUDGET_SECONDS,
+)
+from tfopt.optimizer.search.substitution import Substitution
+from tfopt.optimizer.transforms.pipeline import context_for
+from tfopt.optimizer.verify.tolerance import Tolerance
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +69,7 @@ class SubstitutionStep:
 class QueuedGraph:
     """A graph the search reached and queued: its cost, the substitutions that led to it from
     the input, its canonical hash, and when it was found. Not a candidate of the pipeline's
-    (:class:`optimizer.candidates.candidate.Candidate`): the search's frontier entry."""
+    (:class:`tfopt.optimizer.candidates.candidate.Candidate`): the search's frontier entry."""
 
     graph_def: object = field(repr=False)
     cost: float
@@ -110,7 +114,7 @@ class SearchResult:
     ``returned`` says which graph ``model`` holds: ``"best"`` (the cheapest found),
     ``"fallback"`` (the best failed the equivalence check; the next best that passed),
     ``"input"`` (nothing cheaper passed), ``"remeasured"``
-    (:func:`optimizer.search.remeasure.remeasure` found another candidate faster end to end),
+    (:func:`tfopt.optimizer.search.remeasure.remeasure` found another candidate faster end to end),
     or the name of the incumbent ``remeasure`` was given (e.g. ``"greedy"``: nothing measured
     faster than greedy's graph). ``rejected`` lists the candidates that failed the check, with
     the gap. ``kept`` are the cheapest few graphs kept (the returned one among them unless it is
@@ -171,7 +175,7 @@ def relaxed_search(
     if alpha < 1:
         raise ValueError(f"alpha must be >= 1, got {alpha}")
     if rules is None:
-        from optimizer.search.rules import all_rules
+        from tfopt.optimizer.search.rules import all_rules
 
         rules = all_rules()
     tolerance = tolerance or Tolerance()
@@ -254,7 +258,7 @@ def relaxed_search(
 def stop_reason(queue, expansions: int, budget: int, out_of_time: Callable[[], bool]) -> str:
     """Why a queue search stops now (``""``: it goes on): an empty queue (``"exhausted"``),
     ``budget`` expansions made, or its time up (``"time_budget"``). The substitution search and
-    the precision search (:mod:`optimizer.search.precision.search`) stop alike."""
+    the precision search (:mod:`tfopt.optimizer.search.precision.search`) stop alike."""
     if not queue:
         return "exhausted"
     if expansions >= budget:
@@ -333,7 +337,7 @@ def check_equivalence(model: FrozenModel, graph_def, tolerance: Tolerance,
                  seed: int) -> tuple[str, str]:
     """(the comparison's summary, what it broke: empty when within tolerance). A candidate
     that cannot even run counts as broken."""
-    from optimizer.verify.equivalence import compare
+    from tfopt.optimizer.verify.equivalence import compare
 
     try:
         report = compare(model, model.with_graph(graph_def), seed=seed)

@@ -1,5 +1,5 @@
 """How the substitution search searches, in one place: :class:`SearchSettings` owns each
-setting's default, bound and meaning. The search flow (:func:`optimizer.optimize.flow.optimize`),
+setting's default, bound and meaning. The search flow (:func:`tfopt.optimizer.optimize.flow.optimize`),
 the pipeline config (``optimize.alpha``, ``optimize.budget``, ``optimize.time_budget_seconds``,
 ``optimize.cost``) and ``tfopt optimize``'s flags all read them from here.
 
@@ -12,15 +12,15 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from optimizer.records import Settings, default_of
-from optimizer.transforms.base import TransformConfigError
+from tfopt.optimizer.records import Settings, default_of
+from tfopt.optimizer.transforms.base import TransformConfigError
 
 SEARCH_STRATEGIES = ("greedy", "relaxed")
 SEARCH_COSTS = ("model", "measured")
 
 
 class SearchSettings(Settings):
-    """How :func:`optimizer.optimize.flow.search_candidate` searches; a bad value is exit 2."""
+    """How :func:`tfopt.optimizer.optimize.flow.search_candidate` searches; a bad value is exit 2."""
 
     error = TransformConfigError
     subject = "search"

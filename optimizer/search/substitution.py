@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from optimizer.transforms.base import TransformContext
+from tfopt.optimizer.transforms.base import TransformContext
 
 
 @dataclass(frozen=True)

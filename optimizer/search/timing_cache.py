@@ -1,6 +1,6 @@
 """A per-machine JSON file of timings by key, shared by the cost models that time parts of a
-model once and reuse them: the op cost model (:class:`optimizer.search.cost.OpCostModel`) and
-the precision search's layer costs (:mod:`optimizer.search.precision.onnx_runtime`).
+model once and reuse them: the op cost model (:class:`tfopt.optimizer.search.cost.OpCostModel`) and
+the precision search's layer costs (:mod:`tfopt.optimizer.search.precision.onnx_runtime`).
 
 A file made on another machine (its fingerprint differs) or by another version of the keys is
 not reused: timings are only comparable on the CPU, thread count and runtime that took them.

@@ -29,8 +29,13 @@ from pathlib import Path
 
 from pydantic import computed_field
 
-from optimizer.records import JsonRecord
-from optimizer.system.cgroup import CGROUP_ROOT, PROC_SELF_CGROUP, own_cgroup_paths, with_ancestors
+from tfopt.optimizer.records import JsonRecord
+from tfopt.optimizer.system.cgroup import (
+    CGROUP_ROOT,
+    PROC_SELF_CGROUP,
+    own_cgroup_paths,
+    with_ancestors,
+)
 
 log = logging.getLogger(__name__)
 
@@ -196,10 +201,10 @@ def settings_take_effect_here(settings: RuntimeSettings) -> bool:
     """Whether :func:`apply_runtime_settings` can still give this process ``settings``: TF not
     yet imported, or its pools not yet sized (or sized as asked) and oneDNN as asked. When not
     (a step after others that ran models in this process), they take effect only in a process
-    started with them (:mod:`optimizer.system.worker_process`). Warns of nothing."""
+    started with them (:mod:`tfopt.optimizer.system.worker_process`). Warns of nothing."""
     if "tensorflow" not in sys.modules:
         return True
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     threading = import_tensorflow().config.threading
     try:  # a setter given the value in force returns; once the pools exist, another raises
@@ -216,7 +221,7 @@ def apply_runtime_settings(settings: RuntimeSettings,
     """Export the env vars, then size TF's thread pools; record what is actually in effect."""
     notes = export_env(settings)
 
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     threading = tf.config.threading

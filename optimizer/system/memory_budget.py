@@ -14,8 +14,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.errors import EXIT_OVER_MEMORY_BUDGET, TfoptError
-from optimizer.system.cgroup import CGROUP_ROOT, PROC_SELF_CGROUP, own_cgroup_paths, with_ancestors
+from tfopt.optimizer.errors import EXIT_OVER_MEMORY_BUDGET, TfoptError
+from tfopt.optimizer.system.cgroup import (
+    CGROUP_ROOT,
+    PROC_SELF_CGROUP,
+    own_cgroup_paths,
+    with_ancestors,
+)
 
 GIB = 2**30
 PROC_MEMINFO = Path("/proc/meminfo")

@@ -1,6 +1,6 @@
 """Stop a worker process before it takes the process tree over the memory budget.
 
-An estimate made before a worker starts (:mod:`optimizer.model.footprint`) sees the model's size
+An estimate made before a worker starts (:mod:`tfopt.optimizer.model.footprint`) sees the model's size
 on disk, not what a converter, a calibrator or a compiler will make of it: ONNX Runtime's static
 quantization of ResNet50 took 5.9 GiB in a worker where 2.5 were estimated. In a pod the kernel
 kills the whole container the moment its cgroup crosses its limit, with no word of why; without
@@ -18,11 +18,11 @@ is gone, so that one crossing does not cost two workers.
 
 The limit is crossed by at most what the workers allocate in one interval, so it is set at the
 budget itself: a pod's limit leaves no room above it, and a spike shorter than the interval is
-missed (as :class:`~optimizer.system.process_tree.TreeMeter` misses it).
+missed (as :class:`~tfopt.optimizer.system.process_tree.TreeMeter` misses it).
 
-Generic: the candidate builds use it (:mod:`optimizer.candidates.worker` through
-:func:`optimizer.system.worker_process.run_job`), and so do runtime tuning's probes
-(:mod:`optimizer.runtime_tuning.probes`); any worker started in its own process group
+Generic: the candidate builds use it (:mod:`tfopt.optimizer.candidates.worker` through
+:func:`tfopt.optimizer.system.worker_process.run_job`), and so do runtime tuning's probes
+(:mod:`tfopt.optimizer.runtime_tuning.probes`); any worker started in its own process group
 (``start_new_session`` or ``process_group=0``) can be watched.
 """
 
@@ -32,14 +32,14 @@ import os
 import signal
 import threading
 
-from optimizer.system.process_tree import SAMPLE_SECONDS, TreeMeter, tree_rss_bytes
+from tfopt.optimizer.system.process_tree import SAMPLE_SECONDS, TreeMeter, tree_rss_bytes
 
 
 class MemoryWatchdog(TreeMeter):
     """``with MemoryWatchdog(worker_pid, limit_bytes): worker.wait()``; then
     :attr:`stopped_at` (the tree's bytes when the worker was killed, None if it never was),
     :attr:`worker_peak` (the worker's own tree's peak, None where ``/proc`` is missing) and,
-    as a :class:`~optimizer.system.process_tree.TreeMeter` of ``root``, ``peak`` and ``cost``.
+    as a :class:`~tfopt.optimizer.system.process_tree.TreeMeter` of ``root``, ``peak`` and ``cost``.
 
     ``worker_pid`` None watches no worker yet: :meth:`watch` adds each one as it starts, and
     :meth:`stopped_at_of` / :meth:`peak_of` say what became of it. Every worker must lead its own

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from optimizer.records import JsonRecord
+from tfopt.optimizer.records import JsonRecord
 
 PROC = Path("/proc")
 SAMPLE_SECONDS = 0.2
@@ -85,7 +85,7 @@ class TreeMeter:
 
     def _sample(self) -> int | None:
         """One reading of the tree, kept in :attr:`peak`; returned for subclasses that act on
-        it (:class:`~optimizer.system.memory_watchdog.MemoryWatchdog`)."""
+        it (:class:`~tfopt.optimizer.system.memory_watchdog.MemoryWatchdog`)."""
         reading = tree_rss_bytes(self.pid)
         if reading is not None:
             self.peak = reading if self.peak is None else max(self.peak, reading)

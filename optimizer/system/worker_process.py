@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.errors import ModelCallTimeoutError, TfoptError, first_line
+from tfopt.optimizer.errors import ModelCallTimeoutError, TfoptError, first_line
 
 
 def child_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -58,13 +58,13 @@ def run_job(module: str, job: object, directory: str | os.PathLike | None = None
     exited. Returns when the child is gone, so its memory is back. The job file goes in
     ``directory`` (default: the system's temporary directory; give one on disk for a large
     job, as a tmpfs is memory). With ``memory_limit`` (bytes), a
-    :class:`~optimizer.system.memory_watchdog.MemoryWatchdog` kills the child (SIGKILL, its
+    :class:`~tfopt.optimizer.system.memory_watchdog.MemoryWatchdog` kills the child (SIGKILL, its
     process group) once this process's tree crosses it: the outcome says at what figure. A
     child whose model call passed its deadline (exit 9) is raised as
-    :class:`~optimizer.errors.ModelCallTimeoutError` with its last line."""
+    :class:`~tfopt.optimizer.errors.ModelCallTimeoutError` with its last line."""
     import pickle
 
-    from optimizer.system.memory_watchdog import MemoryWatchdog
+    from tfopt.optimizer.system.memory_watchdog import MemoryWatchdog
 
     with tempfile.TemporaryDirectory(prefix=".tfopt-job-", dir=directory) as scratch:
         job_path, answer = Path(scratch) / "job.pickle", Path(scratch) / "answer"
@@ -90,7 +90,7 @@ def run_job(module: str, job: object, directory: str | os.PathLike | None = None
             stderr.seek(0)
             errors = stderr.read().decode(errors="replace")
         if code == ModelCallTimeoutError.exit_code:
-            # the child's model call passed its deadline (optimizer.runtime.call_deadline):
+            # the child's model call passed its deadline (tfopt.optimizer.runtime.call_deadline):
             # its last line says which, and ends this run too
             raise ModelCallTimeoutError(JobOutcome(code, None, errors).last_line())
         if errors.strip():
@@ -119,7 +119,7 @@ class WorkerProcess:
     """``python -m module *args`` with this package importable and ``env`` added to its
     environment. ``name`` says which worker in errors, raised as ``error``. ``own_group``: it
     leads a process group of its own, so that a
-    :class:`~optimizer.system.memory_watchdog.MemoryWatchdog` can kill it (a terminal's Ctrl-C
+    :class:`~tfopt.optimizer.system.memory_watchdog.MemoryWatchdog` can kill it (a terminal's Ctrl-C
     then does not reach it; it exits on EOF when this process is gone)."""
 
     def __init__(self, module: str, args: Sequence[str], name: str,

@@ -5,7 +5,7 @@ graph, returns a new graph, keeps the name of any node it replaces (so nothing d
 rewiring), and leaves a pattern that does not match untouched (logged at debug level). The base
 class validates the graph before and after, and logs the op-count delta.
 
-Functional control flow (:mod:`optimizer.graph.functional_control_flow`): a transform sees a
+Functional control flow (:mod:`tfopt.optimizer.graph.functional_control_flow`): a transform sees a
 While/If as one node of the main graph and its cond and body as library functions. Unless it
 says it rewrites function bodies (``rewrites_function_bodies``), the base class warns once that
 those are left as they are; and a library function whose body a transform did change gets a
@@ -20,14 +20,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from optimizer.errors import TfoptError
-from optimizer.graph.functional_control_flow import (
+from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.graph.functional_control_flow import (
     describe_functional_nodes,
     rename_changed_functions,
 )
-from optimizer.graph.validate import validate_graph
+from tfopt.optimizer.graph.validate import validate_graph
 
-log = logging.getLogger("optimizer.transforms")
+log = logging.getLogger("tfopt.optimizer.transforms")
 
 
 class TransformConfigError(TfoptError):

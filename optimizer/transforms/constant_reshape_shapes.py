@@ -7,7 +7,7 @@ unknown when the model is exported, so the shapes are computed on every call. At
 executor's cost per op is what such a model spends beside its matrix products. On the
 BERT-style encoder of ``benchmarks/families.py`` these shape computations are 56 of the
 optimized graph's 390 non-constant nodes. (:mod:`flatten_dense_matmuls
-<optimizer.transforms.flatten_dense_matmuls>` writes the reshapes it adds with constant targets
+<tfopt.optimizer.transforms.flatten_dense_matmuls>` writes the reshapes it adds with constant targets
 itself where it can.)
 
 Grappler's constant folding cannot remove them (a shape with an unknown dimension is not a
@@ -34,14 +34,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer.graph.const_eval import is_pure
-from optimizer.graph.consts import values_from_const
-from optimizer.graph.control_flow import nodes_under_control_flow
-from optimizer.graph.names import is_control_input, node_name_from_input, output_index
-from optimizer.graph.rewrite import add_node, remove_unread
-from optimizer.graph.shapes import infer_shapes, static_shape
-from optimizer.graph.traversal import nodes_by_name
-from optimizer.transforms.base import Transform, TransformContext
+from tfopt.optimizer.graph.const_eval import is_pure
+from tfopt.optimizer.graph.consts import values_from_const
+from tfopt.optimizer.graph.control_flow import nodes_under_control_flow
+from tfopt.optimizer.graph.names import is_control_input, node_name_from_input, output_index
+from tfopt.optimizer.graph.rewrite import add_node, remove_unread
+from tfopt.optimizer.graph.shapes import infer_shapes, static_shape
+from tfopt.optimizer.graph.traversal import nodes_by_name
+from tfopt.optimizer.transforms.base import Transform, TransformContext
 
 
 class ConstantReshapeShapes(Transform):

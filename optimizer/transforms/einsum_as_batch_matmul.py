@@ -43,11 +43,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.graph.names import canonical_input, is_control_input
-from optimizer.graph.rewrite import DT_INT32, FLOAT_TYPES, add_node, attr_value, replace_node
-from optimizer.graph.shapes import infer_shapes, static_shape
-from optimizer.graph.traversal import nodes_by_name
-from optimizer.transforms.base import Transform, TransformContext
+from tfopt.optimizer.graph.names import canonical_input, is_control_input
+from tfopt.optimizer.graph.rewrite import DT_INT32, FLOAT_TYPES, add_node, attr_value, replace_node
+from tfopt.optimizer.graph.shapes import infer_shapes, static_shape
+from tfopt.optimizer.graph.traversal import nodes_by_name
+from tfopt.optimizer.transforms.base import Transform, TransformContext
 
 log = logging.getLogger(__name__)
 

@@ -43,9 +43,9 @@ import math
 
 import numpy as np
 
-from optimizer.graph.consts import resolve_through_identity, values_from_const
-from optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
-from optimizer.graph.rewrite import (
+from tfopt.optimizer.graph.consts import resolve_through_identity, values_from_const
+from tfopt.optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
+from tfopt.optimizer.graph.rewrite import (
     DT_INT32,
     FLOAT_TYPES,
     add_node,
@@ -54,9 +54,9 @@ from optimizer.graph.rewrite import (
     only_reader,
     replace_node,
 )
-from optimizer.graph.shapes import infer_shapes, static_shape
-from optimizer.graph.traversal import consumers, nodes_by_name
-from optimizer.transforms.base import Transform, TransformContext
+from tfopt.optimizer.graph.shapes import infer_shapes, static_shape
+from tfopt.optimizer.graph.traversal import consumers, nodes_by_name
+from tfopt.optimizer.transforms.base import Transform, TransformContext
 
 log = logging.getLogger(__name__)
 

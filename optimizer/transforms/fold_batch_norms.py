@@ -15,7 +15,7 @@ The folded bias is a new Const ``<conv>_bn_offset``, GTT's name for it.
 
 Constants: in a frozen Keras graph ``s`` and ``t`` are still small constant subgraphs
 (``Rsqrt(var + eps) * gamma``, ``beta - mean * s``) and the bias is ``Squeeze(Reshape(b))``. They
-are evaluated here (``optimizer.graph.const_eval``), so this transform does not need
+are evaluated here (``tfopt.optimizer.graph.const_eval``), so this transform does not need
 ``fold_constants`` to run first. Weights are rewritten in place when nothing else reads them,
 otherwise through a new ``<conv>/folded_weights`` Const. Constant subgraphs that nothing reads
 afterwards are removed.
@@ -35,8 +35,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from optimizer.graph.const_eval import constant_subgraph, constant_values, is_pure
-from optimizer.graph.conv_weights import (
+from tfopt.optimizer.graph.const_eval import constant_subgraph, constant_values, is_pure
+from tfopt.optimizer.graph.conv_weights import (
     OUTPUT_RANK,
     SCALABLE_OPS,
     channels_last,
@@ -44,8 +44,8 @@ from optimizer.graph.conv_weights import (
     per_channel,
     scale_output_channels,
 )
-from optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
-from optimizer.graph.rewrite import (
+from tfopt.optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
+from tfopt.optimizer.graph.rewrite import (
     control_inputs,
     fold_each,
     make_const,
@@ -53,8 +53,8 @@ from optimizer.graph.rewrite import (
     unique_name,
     write_const_input,
 )
-from optimizer.graph.traversal import consumers, nodes_by_name
-from optimizer.transforms.base import Transform, TransformContext
+from tfopt.optimizer.graph.traversal import consumers, nodes_by_name
+from tfopt.optimizer.transforms.base import Transform, TransformContext
 
 log = logging.getLogger(__name__)
 

@@ -22,20 +22,20 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from optimizer.errors import first_line
-from optimizer.graph.colocation import redirect_colocation
-from optimizer.graph.const_eval import is_pure
-from optimizer.graph.control_flow import execution_order
-from optimizer.graph.names import (
+from tfopt.optimizer.errors import first_line
+from tfopt.optimizer.graph.colocation import redirect_colocation
+from tfopt.optimizer.graph.const_eval import is_pure
+from tfopt.optimizer.graph.control_flow import execution_order
+from tfopt.optimizer.graph.names import (
     canonical_input,
     is_control_input,
     node_name_from_input,
     output_index,
 )
-from optimizer.graph.rewrite import graph_with_only, unique_name
-from optimizer.graph.traversal import consumers, reachable_from
-from optimizer.graph.validate import InvalidGraphError
-from optimizer.transforms.base import Param, Transform, TransformContext, TransformRefused
+from tfopt.optimizer.graph.rewrite import graph_with_only, unique_name
+from tfopt.optimizer.graph.traversal import consumers, reachable_from
+from tfopt.optimizer.graph.validate import InvalidGraphError
+from tfopt.optimizer.transforms.base import Param, Transform, TransformContext, TransformRefused
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class FoldConstants(Transform):
 
 
 def _import_constant_subgraph(graph_def, foldable: set[str]):
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     subgraph = graph_with_only(graph_def, foldable)

@@ -33,16 +33,16 @@ import logging
 
 import numpy as np
 
-from optimizer.graph.consts import (
+from tfopt.optimizer.graph.consts import (
     PASS_THROUGH_OPS,
     resolve_through_identity,
     values_from_const,
 )
-from optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
-from optimizer.graph.rewrite import drop_nodes, only_reader, remove_unread, write_const_input
-from optimizer.graph.shapes import infer_shapes, static_shape
-from optimizer.graph.traversal import consumers, nodes_by_name
-from optimizer.transforms.base import Transform, TransformContext
+from tfopt.optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
+from tfopt.optimizer.graph.rewrite import drop_nodes, only_reader, remove_unread, write_const_input
+from tfopt.optimizer.graph.shapes import infer_shapes, static_shape
+from tfopt.optimizer.graph.traversal import consumers, nodes_by_name
+from tfopt.optimizer.transforms.base import Transform, TransformContext
 
 log = logging.getLogger(__name__)
 

@@ -32,15 +32,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.graph.const_eval import constant_subgraph, constant_values, is_pure
-from optimizer.graph.conv_weights import channels_last, output_channels, scale_output_channels
-from optimizer.graph.names import (
+from tfopt.optimizer.graph.const_eval import constant_subgraph, constant_values, is_pure
+from tfopt.optimizer.graph.conv_weights import channels_last, output_channels, scale_output_channels
+from tfopt.optimizer.graph.names import (
     canonical_input,
     is_control_input,
     node_name_from_input,
     output_index,
 )
-from optimizer.graph.rewrite import (
+from tfopt.optimizer.graph.rewrite import (
     control_inputs,
     fold_each,
     make_const,
@@ -48,8 +48,8 @@ from optimizer.graph.rewrite import (
     unique_name,
     write_const_input,
 )
-from optimizer.graph.traversal import consumers, nodes_by_name
-from optimizer.transforms.base import Transform, TransformContext
+from tfopt.optimizer.graph.traversal import consumers, nodes_by_name
+from tfopt.optimizer.transforms.base import Transform, TransformContext
 
 log = logging.getLogger(__name__)
 

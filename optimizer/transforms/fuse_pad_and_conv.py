@@ -55,14 +55,14 @@ import math
 
 import numpy as np
 
-from optimizer.graph.const_eval import constant_subgraph, constant_values, is_pure
-from optimizer.graph.names import (
+from tfopt.optimizer.graph.const_eval import constant_subgraph, constant_values, is_pure
+from tfopt.optimizer.graph.names import (
     is_control_input,
     node_name_from_input,
     output_index,
     tensor_name,
 )
-from optimizer.graph.rewrite import (
+from tfopt.optimizer.graph.rewrite import (
     control_inputs,
     drop_nodes,
     make_const,
@@ -70,8 +70,8 @@ from optimizer.graph.rewrite import (
     remove_unread,
     unique_name,
 )
-from optimizer.graph.traversal import consumers, nodes_by_name
-from optimizer.transforms.base import Transform, TransformContext
+from tfopt.optimizer.graph.traversal import consumers, nodes_by_name
+from tfopt.optimizer.transforms.base import Transform, TransformContext
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ def _nchw(conv) -> bool:
 
 def _static_shapes(graph_def, tensors) -> dict[str, tuple | None]:
     """``node:index -> static shape`` (None dims unknown) from shape inference on import."""
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     graph = tf.Graph()

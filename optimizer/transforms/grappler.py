@@ -29,10 +29,10 @@ that does not load is refused with the reason.
 
 from __future__ import annotations
 
-from optimizer.errors import first_line
-from optimizer.graph.validate import InvalidGraphError
-from optimizer.system.cpu_features import cpu_supports_bf16
-from optimizer.transforms.base import (
+from tfopt.optimizer.errors import first_line
+from tfopt.optimizer.graph.validate import InvalidGraphError
+from tfopt.optimizer.system.cpu_features import cpu_supports_bf16
+from tfopt.optimizer.transforms.base import (
     Param,
     Transform,
     TransformConfigError,
@@ -82,7 +82,7 @@ def import_error(graph_def) -> str | None:
     valid inside oneDNN's runtime but break the public op definitions, so an artifact holding
     them would not load.
     """
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     try:

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import logging
 
-from optimizer.graph.colocation import redirect_colocation
-from optimizer.graph.const_eval import is_pure
-from optimizer.graph.consts import values_from_const
-from optimizer.graph.names import (
+from tfopt.optimizer.graph.colocation import redirect_colocation
+from tfopt.optimizer.graph.const_eval import is_pure
+from tfopt.optimizer.graph.consts import values_from_const
+from tfopt.optimizer.graph.names import (
     canonical_input,
     is_control_input,
     node_name_from_input,
     output_index,
 )
-from optimizer.transforms.base import Transform, TransformContext
+from tfopt.optimizer.transforms.base import Transform, TransformContext
 
 log = logging.getLogger(__name__)
 

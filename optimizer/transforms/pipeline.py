@@ -12,11 +12,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from optimizer.errors import TfoptError
-from optimizer.graph.validate import InvalidGraphError
-from optimizer.model.frozen import FrozenModel
-from optimizer.records import record_to_dict
-from optimizer.transforms.base import Transform, TransformContext
+from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.graph.validate import InvalidGraphError
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.records import record_to_dict
+from tfopt.optimizer.transforms.base import Transform, TransformContext
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class TransformFailed(TfoptError):
 @dataclass(frozen=True)
 class TransformStep:
     """One step of a recipe's trace: the transform, and the graph's size before and after it.
-    (A search's step is :class:`optimizer.search.search.SubstitutionStep`.)"""
+    (A search's step is :class:`tfopt.optimizer.search.search.SubstitutionStep`.)"""
 
     transform: str
     nodes_before: int

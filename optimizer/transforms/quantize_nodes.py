@@ -32,14 +32,18 @@ from __future__ import annotations
 
 import logging
 
-from optimizer.errors import InvalidInputsError, first_line
-from optimizer.graph.consts import PASS_THROUGH_OPS, resolve_through_identity, values_from_const
-from optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
-from optimizer.graph.quantization import dequantize_node, quantized_const_nodes
-from optimizer.graph.rewrite import control_inputs, make_const, remove_unread
-from optimizer.graph.traversal import nodes_by_name
-from optimizer.transforms.base import Param, Transform, TransformContext, TransformRefused
-from optimizer.transforms.timing import median_run_seconds, placeholder_feeds
+from tfopt.optimizer.errors import InvalidInputsError, first_line
+from tfopt.optimizer.graph.consts import (
+    PASS_THROUGH_OPS,
+    resolve_through_identity,
+    values_from_const,
+)
+from tfopt.optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
+from tfopt.optimizer.graph.quantization import dequantize_node, quantized_const_nodes
+from tfopt.optimizer.graph.rewrite import control_inputs, make_const, remove_unread
+from tfopt.optimizer.graph.traversal import nodes_by_name
+from tfopt.optimizer.transforms.base import Param, Transform, TransformContext, TransformRefused
+from tfopt.optimizer.transforms.timing import median_run_seconds, placeholder_feeds
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +115,7 @@ class QuantizeNodes(Transform):
         except InvalidInputsError as exc:
             raise TransformRefused(
                 f"quantize_nodes refused: cannot time the graphs: {exc}") from None
-        from optimizer.tf_runtime import import_tensorflow
+        from tfopt.optimizer.tf_runtime import import_tensorflow
 
         tf = import_tensorflow()
         try:

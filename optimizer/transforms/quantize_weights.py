@@ -22,11 +22,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from optimizer.graph.consts import values_from_const
-from optimizer.graph.quantization import dequantize_node, quantized_const_nodes
-from optimizer.graph.rewrite import control_inputs
-from optimizer.graph.traversal import consumers
-from optimizer.transforms.base import Param, Transform, TransformContext
+from tfopt.optimizer.graph.consts import values_from_const
+from tfopt.optimizer.graph.quantization import dequantize_node, quantized_const_nodes
+from tfopt.optimizer.graph.rewrite import control_inputs
+from tfopt.optimizer.graph.traversal import consumers
+from tfopt.optimizer.transforms.base import Param, Transform, TransformContext
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from optimizer.transforms.base import Transform, TransformConfigError
+from tfopt.optimizer.transforms.base import Transform, TransformConfigError
 
 
 class LazyRegistry:
@@ -37,7 +37,7 @@ class LazyRegistry:
         raise LookupError(f"module {module_name} defines no {self.kind} '{name}'")
 
 
-# name -> module under optimizer.transforms that defines the Transform subclass of that name.
+# name -> module under tfopt.optimizer.transforms that defines the Transform subclass of that name.
 TRANSFORM_MODULES: dict[str, str] = {
     "strip_unused_nodes": "strip_unused_nodes",
     "remove_nodes": "remove_nodes",
@@ -60,7 +60,7 @@ TRANSFORM_MODULES: dict[str, str] = {
 }
 
 
-TRANSFORMS = LazyRegistry("optimizer.transforms", Transform, "transform", TRANSFORM_MODULES)
+TRANSFORMS = LazyRegistry("tfopt.optimizer.transforms", Transform, "transform", TRANSFORM_MODULES)
 
 
 def transform_class(name: str) -> type[Transform]:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import logging
 
-from optimizer.graph.control_flow import nodes_under_control_flow
-from optimizer.graph.names import is_control_input, node_name_from_input
-from optimizer.transforms.base import Transform, TransformContext
+from tfopt.optimizer.graph.control_flow import nodes_under_control_flow
+from tfopt.optimizer.graph.names import is_control_input, node_name_from_input
+from tfopt.optimizer.transforms.base import Transform, TransformContext
 
 log = logging.getLogger(__name__)
 

@@ -22,16 +22,21 @@ from __future__ import annotations
 
 import logging
 
-from optimizer.graph.colocation import redirect_colocation
-from optimizer.graph.control_flow import CONTROL_FLOW_OPS, EXIT_OPS, MERGE_OPS, NEXT_ITERATION_OPS
-from optimizer.graph.names import (
+from tfopt.optimizer.graph.colocation import redirect_colocation
+from tfopt.optimizer.graph.control_flow import (
+    CONTROL_FLOW_OPS,
+    EXIT_OPS,
+    MERGE_OPS,
+    NEXT_ITERATION_OPS,
+)
+from tfopt.optimizer.graph.names import (
     canonical_input,
     is_control_input,
     node_name_from_input,
     output_index,
 )
-from optimizer.graph.traversal import consumers, nodes_by_name
-from optimizer.transforms.base import Param, Transform, TransformConfigError, TransformContext
+from tfopt.optimizer.graph.traversal import consumers, nodes_by_name
+from tfopt.optimizer.transforms.base import Param, Transform, TransformConfigError, TransformContext
 
 log = logging.getLogger(__name__)
 

@@ -42,13 +42,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.graph.const_eval import is_pure
-from optimizer.graph.consts import resolve_through_identity, values_from_const
-from optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
-from optimizer.graph.rewrite import add_node, fold_each
-from optimizer.graph.shapes import infer_shapes, static_shape
-from optimizer.graph.traversal import consumers, nodes_by_name
-from optimizer.transforms.base import Transform, TransformContext
+from tfopt.optimizer.graph.const_eval import is_pure
+from tfopt.optimizer.graph.consts import resolve_through_identity, values_from_const
+from tfopt.optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
+from tfopt.optimizer.graph.rewrite import add_node, fold_each
+from tfopt.optimizer.graph.shapes import infer_shapes, static_shape
+from tfopt.optimizer.graph.traversal import consumers, nodes_by_name
+from tfopt.optimizer.transforms.base import Transform, TransformContext
 
 log = logging.getLogger(__name__)
 

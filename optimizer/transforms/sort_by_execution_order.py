@@ -15,9 +15,9 @@ Precondition: no cycles other than while loops (GTT refuses those too).
 
 from __future__ import annotations
 
-from optimizer.graph.control_flow import execution_order
-from optimizer.graph.validate import InvalidGraphError
-from optimizer.transforms.base import Transform, TransformContext, TransformRefused
+from tfopt.optimizer.graph.control_flow import execution_order
+from tfopt.optimizer.graph.validate import InvalidGraphError
+from tfopt.optimizer.transforms.base import Transform, TransformContext, TransformRefused
 
 
 class SortByExecutionOrder(Transform):

@@ -8,9 +8,9 @@ to the inputs' ``dtype``/``shape`` attrs.
 
 from __future__ import annotations
 
-from optimizer.graph.rewrite import graph_with_only
-from optimizer.graph.traversal import reachable_from
-from optimizer.transforms.base import Param, Transform, TransformContext
+from tfopt.optimizer.graph.rewrite import graph_with_only
+from tfopt.optimizer.graph.traversal import reachable_from
+from tfopt.optimizer.transforms.base import Param, Transform, TransformContext
 
 
 class StripUnusedNodes(Transform):

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from optimizer.graph.names import node_name_from_input
-from optimizer.inputs.generated import infer_int_ranges, make_inputs
-from optimizer.model.signature import SignatureInfo, TensorSpecInfo, dtype_name
+from tfopt.optimizer.graph.names import node_name_from_input
+from tfopt.optimizer.inputs.generated import infer_int_ranges, make_inputs
+from tfopt.optimizer.model.signature import SignatureInfo, TensorSpecInfo, dtype_name
 
 
 def placeholder_specs(graph_def, input_names: Sequence[str]) -> SignatureInfo:
@@ -46,7 +46,7 @@ def placeholder_feeds(graph_def, input_names: Sequence[str], batch_size: int = 8
 def median_run_seconds(graph_defs: Sequence, feeds: dict[str, np.ndarray],
                        fetches: Sequence[str], runs: int = 15, warmup: int = 3) -> list[float]:
     """Median wall time of one ``session.run`` for each graph, in the order given."""
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
 

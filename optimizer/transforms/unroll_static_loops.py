@@ -2,9 +2,9 @@
 
 A recurrent layer over a fixed sequence length (a Keras LSTM or GRU on inputs of length 20)
 runs its step function in a ``While`` loop whose trip count the frozen graph's constants fix.
-Unrolled, the loop is ``trips`` copies of its body (:mod:`optimizer.graph.static_loops`), its
+Unrolled, the loop is ``trips`` copies of its body (:mod:`tfopt.optimizer.graph.static_loops`), its
 per-step TensorList reads and writes become slices and a Pack
-(:mod:`optimizer.graph.tensor_lists`), and nothing is left of the loop machinery: the executor
+(:mod:`tfopt.optimizer.graph.tensor_lists`), and nothing is left of the loop machinery: the executor
 runs no frame per step, Grappler and oneDNN fuse across steps, the LiteRT converter sees only
 builtin ops, and a later rewrite (the substitution search) sees every step. The outputs are
 the same to the last bit: the same ops run on the same values.
@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import logging
 
-from optimizer.graph.functional_control_flow import WHILE_OPS, prune_unreachable_functions
-from optimizer.graph.static_loops import NotStatic, analyse_loop, unroll_loop
-from optimizer.graph.tensor_lists import simplify_tensor_lists
-from optimizer.transforms.base import Param, Transform, TransformContext
+from tfopt.optimizer.graph.functional_control_flow import WHILE_OPS, prune_unreachable_functions
+from tfopt.optimizer.graph.static_loops import NotStatic, analyse_loop, unroll_loop
+from tfopt.optimizer.graph.tensor_lists import simplify_tensor_lists
+from tfopt.optimizer.transforms.base import Param, Transform, TransformContext
 
 log = logging.getLogger(__name__)
 

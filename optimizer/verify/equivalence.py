@@ -11,7 +11,7 @@ the signature, both models run on each batch, and the report carries the largest
 - ``nan_values`` / ``inf_values``: values the candidate answers NaN / ±Inf where the original's
   are finite; ``original_nan_values`` / ``original_inf_values``: the original's own.
 
-NaN never equals NaN here (:mod:`optimizer.verify.finite`): a NaN on either side is an infinite
+NaN never equals NaN here (:mod:`tfopt.optimizer.verify.finite`): a NaN on either side is an infinite
 difference, and a row holding NaN agrees with nothing.
 
 Outputs that are not numbers (strings, from a table mapping ids back to tokens) either match
@@ -26,24 +26,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.errors import EquivalenceError
-from optimizer.inputs.generated import infer_int_ranges, make_inputs
-from optimizer.inputs.vocabulary import infer_vocabularies
-from optimizer.model.frozen import FrozenModel
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.model.signature import contract_difference
-from optimizer.records import JsonRecord, default_of
-from optimizer.runtime import Model, ModelRunner, load_runner
-from optimizer.system.free_memory import return_freed_memory
-from optimizer.verify.finite import (
+from tfopt.optimizer.errors import EquivalenceError
+from tfopt.optimizer.inputs.generated import infer_int_ranges, make_inputs
+from tfopt.optimizer.inputs.vocabulary import infer_vocabularies
+from tfopt.optimizer.model.frozen import FrozenModel
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.model.signature import contract_difference
+from tfopt.optimizer.records import JsonRecord, default_of
+from tfopt.optimizer.runtime import Model, ModelRunner, load_runner
+from tfopt.optimizer.system.free_memory import return_freed_memory
+from tfopt.optimizer.verify.finite import (
     NO_CLASS,
     count_nonfinite,
     nonfinite_counts,
     nonfinite_text,
     top1_predictions,
 )
-from optimizer.verify.tolerance import Tolerance
+from tfopt.optimizer.verify.tolerance import Tolerance
 
 DEFAULT_ATOL = default_of(Tolerance, "atol")  # one bound for every check: the tolerance's
 
@@ -126,8 +126,8 @@ def compare(
     One model is loaded at a time: ``original`` runs every batch and is released before
     ``candidate`` loads, so the check holds one copy of the weights (plus the outputs), not
     two; a runner passed in is the caller's and stays open. ``load_candidate`` loads the
-    candidate instead of :func:`~optimizer.runtime.load_runner`. A SavedModel on either side is
-    scanned under ``policy`` (:mod:`optimizer.model.op_scan`) before it loads."""
+    candidate instead of :func:`~tfopt.optimizer.runtime.load_runner`. A SavedModel on either side is
+    scanned under ``policy`` (:mod:`tfopt.optimizer.model.op_scan`) before it loads."""
     a = load_runner(original, signature_name, policy=policy)
     if inputs is None:
         frozen = next((m for m in (original, candidate) if isinstance(m, FrozenModel)), None)
@@ -170,7 +170,7 @@ def _model_bytes(model: Model) -> int:
     if isinstance(model, FrozenModel):
         return model.size_bytes
     if isinstance(model, (str, os.PathLike)):
-        from optimizer.model.footprint import disk_bytes
+        from tfopt.optimizer.model.footprint import disk_bytes
 
         return disk_bytes(model)
     return 0

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.errors import InvalidInputsError
-from optimizer.inputs.data_files import is_tfrecord, read_examples, read_npz, stack_feature
-from optimizer.model.signature import SignatureInfo
-from optimizer.runtime import ModelRunner
-from optimizer.verify.finite import count_nonfinite, refuse_nonfinite_source, top1_predictions
+from tfopt.optimizer.errors import InvalidInputsError
+from tfopt.optimizer.inputs.data_files import is_tfrecord, read_examples, read_npz, stack_feature
+from tfopt.optimizer.model.signature import SignatureInfo
+from tfopt.optimizer.runtime import ModelRunner
+from tfopt.optimizer.verify.finite import count_nonfinite, refuse_nonfinite_source, top1_predictions
 
 
 @dataclass(frozen=True)
@@ -262,10 +262,10 @@ def top1_accuracy(runner: ModelRunner, x: np.ndarray, y: np.ndarray, batch_size:
 def refuse_nonfinite_input_model(model: str | os.PathLike, data: LabelledData,
                                  signature_name: str, policy, name: str | None = None) -> None:
     """One line (exit 2) when the input ``model`` answers NaN or Inf on ``data``'s ``x``
-    (:func:`~optimizer.verify.finite.refuse_nonfinite_source`): every candidate's accuracy and
+    (:func:`~tfopt.optimizer.verify.finite.refuse_nonfinite_source`): every candidate's accuracy and
     agreement would be measured against outputs that mean nothing. ``name``: how the line
     names the model (default its path)."""
-    from optimizer.runtime import load_runner
+    from tfopt.optimizer.runtime import load_runner
 
     runner = load_runner(model, signature_name, policy=policy)
     try:

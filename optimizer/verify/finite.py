@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from optimizer.errors import InvalidInputsError
+from tfopt.optimizer.errors import InvalidInputsError
 
 NO_CLASS = -1
 

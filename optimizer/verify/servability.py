@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 
-from optimizer.errors import EXIT_NOT_SERVABLE, TfoptError, first_line
+from tfopt.optimizer.errors import EXIT_NOT_SERVABLE, TfoptError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +45,10 @@ def check_servable(path: str | os.PathLike, signature: str, *, label: str | None
 def _serve_once(path: str, signature: str) -> dict[str, list[int]]:
     import tensorflow as tf
 
-    from optimizer.errors import InvalidInputsError
-    from optimizer.inputs.generated import make_inputs
-    from optimizer.model.signature import SignatureInfo
-    from optimizer.runtime.call_deadline import current, deadline, past_deadline_line
+    from tfopt.optimizer.errors import InvalidInputsError
+    from tfopt.optimizer.inputs.generated import make_inputs
+    from tfopt.optimizer.model.signature import SignatureInfo
+    from tfopt.optimizer.runtime.call_deadline import current, deadline, past_deadline_line
 
     graph = tf.Graph()
     with tf.compat.v1.Session(graph=graph) as session:

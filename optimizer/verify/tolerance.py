@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from optimizer.errors import TfoptError, shown
-from optimizer.records import Settings
-from optimizer.verify.finite import nonfinite_text
+from tfopt.optimizer.errors import TfoptError, shown
+from tfopt.optimizer.records import Settings
+from tfopt.optimizer.verify.finite import nonfinite_text
 
 if TYPE_CHECKING:
-    from optimizer.verify.equivalence import EquivalenceReport
+    from tfopt.optimizer.verify.equivalence import EquivalenceReport
 
 
 class ToleranceError(TfoptError):

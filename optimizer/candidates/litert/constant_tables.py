@@ -20,7 +20,7 @@ when it converts such a SavedModel as it is (measured with TF 2.21 and ai-edge-l
 So for a model with tables the converter reads a rewrite instead (:func:`litert_source`): the
 signature frozen (variables as constants, functional control flow kept, which the converter
 takes), each table refilled with the contents TensorFlow loaded into it, read with
-``LookupTableExportV2`` (:func:`optimizer.graph.lookup_tables.export_table`), through a
+``LookupTableExportV2`` (:func:`tfopt.optimizer.graph.lookup_tables.export_table`), through a
 ``KeyValueTensorInitializer``, and each output that a lookup's result reaches with no such op
 in between reshaped to the signature's shape, where one unknown dimension at most makes that a
 static reshape (LiteRT has no ``EnsureShape``; :func:`lookup_shaped_outputs`). The other
@@ -32,7 +32,7 @@ against the source like any other's.
 A table whose one lookup only indexes constants through elementwise ops (``StringLookup`` ->
 ``Embedding``: the embedding's negative-id fix, ``Less``, ``AddV2``, ``SelectV2``) is refilled
 with the indices those ops compute from its values, and the ops go
-(:func:`optimizer.graph.lookup_gathers.fold_index_map_into_table`, the table-kept form of the
+(:func:`tfopt.optimizer.graph.lookup_gathers.fold_index_map_into_table`, the table-kept form of the
 frozen graph's lookup-into-gather fold): the converted model runs ``HASHTABLE_FIND``, ``GATHER``
 where a plain conversion runs ``HASHTABLE_FIND``, ``LESS``, ``ADD``, ``SELECT_V2``, ``GATHER``.
 The same rows are gathered, so it is exact.
@@ -44,9 +44,9 @@ import logging
 import os
 from pathlib import Path
 
-from optimizer.files.atomic import atomic_directory
-from optimizer.graph.lookup_gathers import fold_index_map_into_table
-from optimizer.graph.lookup_tables import (
+from tfopt.optimizer.files.atomic import atomic_directory
+from tfopt.optimizer.graph.lookup_gathers import fold_index_map_into_table
+from tfopt.optimizer.graph.lookup_tables import (
     FIND_OP,
     TABLE_CREATOR_OPS,
     captured_tables,
@@ -54,17 +54,17 @@ from optimizer.graph.lookup_tables import (
     export_table,
     table_uses,
 )
-from optimizer.graph.names import is_control_input, node_name_from_input
-from optimizer.model.assets import TEXT_FILE_TABLE_OPS
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import (
+from tfopt.optimizer.graph.names import is_control_input, node_name_from_input
+from tfopt.optimizer.model.assets import TEXT_FILE_TABLE_OPS
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import (
     DEFAULT_SIGNATURE,
     get_signature,
     op_histogram,
     read_saved_model_proto,
     serving_meta_graph,
 )
-from optimizer.tf_runtime import import_tensorflow
+from tfopt.optimizer.tf_runtime import import_tensorflow
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def has_lookup_tables(saved_model: str | os.PathLike, policy: ScanPolicy = DEFAU
 
 def _refilled_tables(fn, frozen_fn, graph_def, fetches: list[str]):
     """``graph_def`` with each table's index map folded in where it can be
-    (:func:`optimizer.graph.lookup_gathers.fold_index_map_into_table`), and resource input
+    (:func:`tfopt.optimizer.graph.lookup_gathers.fold_index_map_into_table`), and resource input
     name -> a new StaticHashTable holding what the loaded table holds, or the indices it
     now maps to."""
     tf = import_tensorflow()
@@ -160,7 +160,7 @@ def write_constant_table_model(saved_model: str | os.PathLike, dst: str | os.Pat
         convert_variables_to_constants_v2,
     )
 
-    from optimizer.model.freeze import load_signature_function
+    from tfopt.optimizer.model.freeze import load_signature_function
 
     tf = import_tensorflow()
     signature = get_signature(saved_model, signature_name, policy=policy)

@@ -6,7 +6,7 @@
 - ``dynamic_int8``: int8 weights; activations are quantized on the fly, per op, from their
   observed range (dynamic range quantization). No data needed.
 - ``full_int8``: int8 weights and activations, with activation ranges calibrated on
-  representative data (feed dicts of inputs, :mod:`optimizer.inputs.calibration`). The interface
+  representative data (feed dicts of inputs, :mod:`tfopt.optimizer.inputs.calibration`). The interface
   stays float32 (quantize at the input, dequantize at the output) so the serving signature is
   the SavedModel's. ``supported_ops`` is ``TFLITE_BUILTINS_INT8`` *plus* ``TFLITE_BUILTINS``:
   an op with no int8 kernel falls back to float between a dequantize and a quantize instead of
@@ -24,7 +24,7 @@ is kept on the exception as ``details``. ``TFOPT_NATIVE_LOGS=1`` lets the native
 untouched, as for the CLI.
 
 The ``.tflite`` is written to a hidden sibling and renamed into place, then its sidecar
-(:mod:`optimizer.candidates.litert.manifest`) the same way; a failure leaves neither.
+(:mod:`tfopt.optimizer.candidates.litert.manifest`) the same way; a failure leaves neither.
 """
 
 from __future__ import annotations
@@ -40,15 +40,15 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.candidates.litert import LITERT_SUFFIX
-from optimizer.candidates.litert.manifest import Manifest, manifest_path, write_manifest
-from optimizer.errors import DestinationError, InvalidInputsError, TfoptError
-from optimizer.files.atomic import atomic_file, check_file_writable
-from optimizer.inputs.calibration import checked_feeds
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE, get_signature
-from optimizer.model.signature import SignatureInfo, contract_difference
-from optimizer.system.native_output import captured_native_output
+from tfopt.optimizer.candidates.litert import LITERT_SUFFIX
+from tfopt.optimizer.candidates.litert.manifest import Manifest, manifest_path, write_manifest
+from tfopt.optimizer.errors import DestinationError, InvalidInputsError, TfoptError
+from tfopt.optimizer.files.atomic import atomic_file, check_file_writable
+from tfopt.optimizer.inputs.calibration import checked_feeds
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE, get_signature
+from tfopt.optimizer.model.signature import SignatureInfo, contract_difference
+from tfopt.optimizer.system.native_output import captured_native_output
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ def _configure(tf, converter, flavour: str, feeds: list | None) -> dict:
 
 def _convert_bytes(saved_model: Path, signature: str, flavour: str,
                    feeds: list | None, float_nodes=()) -> tuple[bytes, dict]:
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     # The calibrator runs TF's own deprecated tf.lite.Interpreter, which warns each time.
@@ -218,7 +218,7 @@ def _convert_bytes(saved_model: Path, signature: str, flavour: str,
 
 def _converted_signature(flatbuffer: bytes, name: str, failure: str) -> SignatureInfo:
     """The signature as the runtime that will serve the model reads it."""
-    from optimizer.runtime.litert import import_interpreter, litert_signature
+    from tfopt.optimizer.runtime.litert import import_interpreter, litert_signature
 
     try:
         interpreter = import_interpreter()(model_content=flatbuffer)
@@ -246,10 +246,10 @@ def convert_to_litert(
     """Write ``dst`` (a ``.tflite`` path) and its sidecar ``dst + '.json'``.
 
     ``float_nodes`` (``mixed_int8``): the ops, by their first output's name, kept in float
-    (:mod:`optimizer.search.precision`).
+    (:mod:`tfopt.optimizer.search.precision`).
 
     ``representative_data`` (``full_int8`` only): feed dicts ``{input key: array}``, e.g. a
-    :class:`optimizer.inputs.calibration.Calibration`'s ``feeds``; the first ``calibration_samples``
+    :class:`tfopt.optimizer.inputs.calibration.Calibration`'s ``feeds``; the first ``calibration_samples``
     are used. ``calibration_source`` (what they are, e.g. ``synthetic``) goes to the sidecar.
     """
     if flavour not in FLAVOURS:
@@ -277,7 +277,7 @@ def convert_to_litert(
         raise LiteRTConversionError(
             f"{failure}: the converted signature differs from the SavedModel's: {problem}")
 
-    from optimizer.tf_runtime import import_tensorflow
+    from tfopt.optimizer.tf_runtime import import_tensorflow
 
     manifest = Manifest(
         flavour=flavour, flavour_description=FLAVOURS[flavour], file=dst.name,

@@ -17,9 +17,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optimizer.errors import TfoptError
-from optimizer.model.sidecar import model_description, placeholder
-from optimizer.model.signature import SignatureInfo
+from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.model.sidecar import model_description, placeholder
+from tfopt.optimizer.model.signature import SignatureInfo
 
 FORMAT = "litert"
 MANIFEST_SUFFIX = ".json"
@@ -72,7 +72,7 @@ class Manifest:
     tensorflow_version: str
     converter: dict = field(default_factory=dict)
     calibration_samples: int | None = None
-    calibration_source: str | None = None  # optimizer.inputs.calibration.Calibration.source
+    calibration_source: str | None = None  # tfopt.optimizer.inputs.calibration.Calibration.source
 
     def to_dict(self) -> dict:
         return {
@@ -92,7 +92,7 @@ class Manifest:
 
 
 def write_manifest(manifest: Manifest, path: str | os.PathLike) -> None:
-    """Write ``path`` in place; the caller stages it (see :mod:`optimizer.files.atomic`)."""
+    """Write ``path`` in place; the caller stages it (see :mod:`tfopt.optimizer.files.atomic`)."""
     Path(path).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
 
 

@@ -25,8 +25,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.graph.functional_control_flow import WHILE_OPS
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.graph.functional_control_flow import WHILE_OPS
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +44,10 @@ def litert_source(source: str | os.PathLike, signature: str,
                   ) -> LiteRTSource:
     """``source``, or the frozen source with its static loops unrolled, written under
     ``workdir`` (the directory of the candidates); ``source`` is read under ``policy``."""
-    from optimizer.model.export import write_saved_model
-    from optimizer.model.freeze import freeze
-    from optimizer.transforms.pipeline import run_transforms
-    from optimizer.transforms.unroll_static_loops import UnrollStaticLoops
+    from tfopt.optimizer.model.export import write_saved_model
+    from tfopt.optimizer.model.freeze import freeze
+    from tfopt.optimizer.transforms.pipeline import run_transforms
+    from tfopt.optimizer.transforms.unroll_static_loops import UnrollStaticLoops
 
     source = Path(source)
     if not _holds_while_loops(source, policy):
@@ -74,15 +74,19 @@ def litert_source(source: str | os.PathLike, signature: str,
 def _holds_while_loops(source: Path, policy: ScanPolicy) -> bool:
     """Whether the SavedModel's graph or any function of its library has a while loop, read
     from ``saved_model.pb`` alone (the frozen graph cannot have more)."""
-    from optimizer.model.savedmodel import op_histogram, read_saved_model_proto, serving_meta_graph
+    from tfopt.optimizer.model.savedmodel import (
+        op_histogram,
+        read_saved_model_proto,
+        serving_meta_graph,
+    )
 
     meta_graph = serving_meta_graph(read_saved_model_proto(source, policy), source)
     return any(op in WHILE_OPS for op in op_histogram(meta_graph.graph_def))
 
 
 def _why_kept(graph_def, node) -> str:
-    from optimizer.graph.static_loops import NotStatic, analyse_loop
-    from optimizer.transforms.unroll_static_loops import DEFAULT_MAX_NODES
+    from tfopt.optimizer.graph.static_loops import NotStatic, analyse_loop
+    from tfopt.optimizer.transforms.unroll_static_loops import DEFAULT_MAX_NODES
 
     try:
         analyse_loop(graph_def, node, DEFAULT_MAX_NODES)

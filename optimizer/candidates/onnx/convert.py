@@ -3,7 +3,7 @@
 - ``fp32``: tf2onnx's graph as converted. ONNX Runtime applies its graph optimizations (constant
   folding, fusions, the CPU's blocked layouts) every time a session loads it.
 - ``optimized``: tf2onnx's graph simplified by tfopt's exact rewrites
-  (:mod:`optimizer.candidates.onnx.rewrites`: the shape bookkeeping tf2onnx computes from the
+  (:mod:`tfopt.optimizer.candidates.onnx.rewrites`: the shape bookkeeping tf2onnx computes from the
   unknown batch size, which ONNX Runtime cannot fold, proven away with symbolic shapes), then
   ONNX Runtime's offline optimization, saved
   (``SessionOptions.optimized_model_filepath``) at the ``extended`` level: fusions and folding
@@ -19,7 +19,7 @@
   5.4x (MobileNetV2) slower than the stock SavedModel call at batch 1 here
   (``benchmarks/runtimes.py``), and ONNX Runtime's own advice for CNNs is static quantization.
 - ``static_int8``: int8 weights (per channel) and activations in QDQ form, activation ranges
-  calibrated (min/max) on representative inputs: :attr:`optimizer.inputs.calibration.Calibration.feeds`,
+  calibrated (min/max) on representative inputs: :attr:`tfopt.optimizer.inputs.calibration.Calibration.feeds`,
   as LiteRT's full int8 takes them. Inputs and outputs stay float32.
 
 The int8 flavours start from the simplified graph too, then ONNX Runtime's quantization
@@ -37,10 +37,10 @@ file in ``assets/``) reach tf2onnx as its command line passes them: the contents
 initialized while loading, which tf2onnx writes as constants of the lookup. tf2onnx keeps going past an op it cannot convert and
 leaves it in the graph; such a model is refused with the ops named, not written. Exact GELU,
 which Keras writes with ``Erfc`` (no ONNX op), reaches tf2onnx written with ``Erf``
-(:mod:`optimizer.transforms.rewrite_gelu_erf`), so Keras transformers convert.
+(:mod:`tfopt.optimizer.transforms.rewrite_gelu_erf`), so Keras transformers convert.
 
-Each model is written beside its sidecar ``model.onnx.json`` (:mod:`optimizer.model.sidecar`); the
-converters' output goes to this module's logger at DEBUG (:mod:`optimizer.candidates.conversion`).
+Each model is written beside its sidecar ``model.onnx.json`` (:mod:`tfopt.optimizer.model.sidecar`); the
+converters' output goes to this module's logger at DEBUG (:mod:`tfopt.optimizer.candidates.conversion`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from optimizer.candidates.conversion import (
+from tfopt.optimizer.candidates.conversion import (
     CapturedOutput,
     ConversionError,
     SharedConversion,
@@ -66,13 +66,13 @@ from optimizer.candidates.conversion import (
     run_converter,
     staging_directory,
 )
-from optimizer.candidates.onnx import ONNX_SUFFIX
-from optimizer.errors import TfoptError
-from optimizer.inputs.calibration import Calibration
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.model.sidecar import Sidecar, feeds_literal, sidecar_path, snippet
-from optimizer.model.signature import SignatureInfo
+from tfopt.optimizer.candidates.onnx import ONNX_SUFFIX
+from tfopt.optimizer.errors import TfoptError
+from tfopt.optimizer.inputs.calibration import Calibration
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.model.sidecar import Sidecar, feeds_literal, sidecar_path, snippet
+from tfopt.optimizer.model.signature import SignatureInfo
 
 T = TypeVar("T")
 
@@ -126,12 +126,12 @@ class OnnxExport(SharedConversion):
         return self.result()
 
     def simplified(self) -> tuple[bytes, dict]:
-        """The converted model simplified (:mod:`optimizer.candidates.onnx.rewrites`) and what
+        """The converted model simplified (:mod:`tfopt.optimizer.candidates.onnx.rewrites`) and what
         the simplification did, for the sidecar: run once."""
         if self._simplified is None:
             import onnx
 
-            from optimizer.candidates.onnx.rewrites.simplify import simplify
+            from tfopt.optimizer.candidates.onnx.rewrites.simplify import simplify
 
             done = simplify(onnx.load_model_from_string(self.model_bytes()))
             self._simplified = (done.model.SerializeToString(), {
@@ -163,7 +163,7 @@ class OnnxExport(SharedConversion):
         import tf2onnx
         from tf2onnx import convert, tf_loader
 
-        from optimizer.tf_runtime import import_tensorflow
+        from tfopt.optimizer.tf_runtime import import_tensorflow
 
         import_tensorflow()
 
@@ -208,10 +208,10 @@ def _collecting_after(convert: Callable[[], T]) -> T:
 def _with_erf_gelu(graph_def, inputs: list[str], outputs: list[str]):
     """``graph_def`` with exact GELU written with Erf: Keras writes it with Erfc, which ONNX
     has no op for, so tf2onnx refused every Keras transformer (:mod:`rewrite_gelu_erf
-    <optimizer.transforms.rewrite_gelu_erf>`; the same function, to float32 rounding)."""
-    from optimizer.graph.names import node_name_from_input
-    from optimizer.transforms.base import TransformContext
-    from optimizer.transforms.registry import make_transform
+    <tfopt.optimizer.transforms.rewrite_gelu_erf>`; the same function, to float32 rounding)."""
+    from tfopt.optimizer.graph.names import node_name_from_input
+    from tfopt.optimizer.transforms.base import TransformContext
+    from tfopt.optimizer.transforms.registry import make_transform
 
     names = TransformContext(tuple(node_name_from_input(i) for i in inputs),
                              tuple(node_name_from_input(o) for o in outputs))
@@ -340,7 +340,7 @@ def convert_to_onnx(
     """Write ``dst`` (a ``.onnx`` path) and its sidecar ``dst + '.json'``.
 
     ``float_nodes`` (``mixed_int8`` only): the nodes of the pre-processed graph left in float
-    (:mod:`optimizer.search.precision`).
+    (:mod:`tfopt.optimizer.search.precision`).
     ``calibration`` (``static_int8`` only): its first ``calibration_samples`` feeds calibrate.
     ``export``: a tf2onnx conversion of the same model and signature to reuse.
     """
@@ -354,7 +354,7 @@ def convert_to_onnx(
     export.check_source(request.saved_model, signature)
     failure = f"cannot convert {request.saved_model} to ONNX {flavour}"
 
-    from optimizer.runtime.onnx import open_session, session_signature
+    from tfopt.optimizer.runtime.onnx import open_session, session_signature
 
     dst = request.dst
     with staging_directory(dst) as work:

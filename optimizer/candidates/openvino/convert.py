@@ -9,15 +9,15 @@ four flavours.
   elsewhere it would be emulated); skipped with the reason otherwise.
 - ``int8``: NNCF's post-training quantization of the IR (min/max ranges, fast bias correction,
   the default performance preset) calibrated on representative inputs:
-  :attr:`optimizer.inputs.calibration.Calibration.feeds`, as LiteRT's full int8 takes them. Ops NNCF
+  :attr:`tfopt.optimizer.inputs.calibration.Calibration.feeds`, as LiteRT's full int8 takes them. Ops NNCF
   leaves in float run in float32 (hint ``f32``), so this flavour is int8 and nothing else.
 - ``mixed_int8``: ``int8`` with the layers a precision search chose
-  (:mod:`optimizer.search.precision.openvino_runtime`) kept in float32: NNCF's
+  (:mod:`tfopt.optimizer.search.precision.openvino_runtime`) kept in float32: NNCF's
   ``IgnoredScope(names=...)``, the layers named by their OpenVINO op (friendly) names, recorded
   as the converter options' ``float_nodes``.
 
-The precision hint is recorded in the sidecar ``model.xml.json`` (:mod:`optimizer.model.sidecar`),
-which :mod:`optimizer.runtime.openvino` reads, so every runner of the candidate (benchmark,
+The precision hint is recorded in the sidecar ``model.xml.json`` (:mod:`tfopt.optimizer.model.sidecar`),
+which :mod:`tfopt.optimizer.runtime.openvino` reads, so every runner of the candidate (benchmark,
 evaluation, tuning, a champion) compiles it as it was measured; the IR cannot carry it itself.
 
 The SavedModel is converted once per signature (:class:`OpenVINOExport`), whatever the number of
@@ -34,7 +34,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.candidates.conversion import (
+from tfopt.optimizer.candidates.conversion import (
     ConversionError,
     SharedConversion,
     calibration_record,
@@ -44,12 +44,12 @@ from optimizer.candidates.conversion import (
     run_converter,
     staging_directory,
 )
-from optimizer.candidates.openvino import IR_SUFFIX, WEIGHTS_SUFFIX
-from optimizer.inputs.calibration import Calibration
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.model.savedmodel import DEFAULT_SIGNATURE
-from optimizer.model.sidecar import Sidecar, feeds_literal, sidecar_path, snippet
-from optimizer.model.signature import SignatureInfo
+from tfopt.optimizer.candidates.openvino import IR_SUFFIX, WEIGHTS_SUFFIX
+from tfopt.optimizer.inputs.calibration import Calibration
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.model.savedmodel import DEFAULT_SIGNATURE
+from tfopt.optimizer.model.sidecar import Sidecar, feeds_literal, sidecar_path, snippet
+from tfopt.optimizer.model.signature import SignatureInfo
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def bf16_unavailable_reason() -> str | None:
     """Why the CPU plugin cannot run bfloat16 natively here, or None."""
     import openvino as ov
 
-    from optimizer.system.cpu_features import cpu_supports_bf16
+    from tfopt.optimizer.system.cpu_features import cpu_supports_bf16
 
     if not cpu_supports_bf16():
         return "this CPU has no native bfloat16 (avx512_bf16 or amx_bf16): it would be emulated"
@@ -102,12 +102,12 @@ class OpenVINOExport(SharedConversion):
     def _convert(self):
         import openvino as ov
 
-        from optimizer.runtime.openvino import condense_openvino_error
+        from tfopt.optimizer.runtime.openvino import condense_openvino_error
 
         def run():
             if self.signature == DEFAULT_SIGNATURE:
                 return ov.convert_model(str(self.saved_model))
-            from optimizer.tf_runtime import import_tensorflow
+            from tfopt.optimizer.tf_runtime import import_tensorflow
 
             # The loaded object owns the variables the function reads: keep it alive.
             loaded = import_tensorflow().saved_model.load(str(self.saved_model))
@@ -213,7 +213,7 @@ def convert_to_openvino(
     export = export or OpenVINOExport(request.saved_model, signature)
     export.check_source(request.saved_model, signature)
 
-    from optimizer.runtime.openvino import model_signature, read_ir
+    from tfopt.optimizer.runtime.openvino import model_signature, read_ir
 
     dst, weights = request.files
     with staging_directory(dst) as work:

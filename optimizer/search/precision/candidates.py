@@ -3,8 +3,8 @@ candidate the benchmark, the evaluation and the gate treat like every other.
 
 :func:`mixed_candidate` runs on ONNX Runtime's static int8 (``onnx_mixed_int8``), LiteRT's
 full int8 (``litert_mixed_int8``) or OpenVINO's NNCF int8 (``openvino_mixed_int8``): the table
-is measured once (:func:`optimizer.search.precision.measure.build_table`), the search
-(:mod:`optimizer.search.precision.search`) proposes its few best assignments, each is built
+is measured once (:func:`tfopt.optimizer.search.precision.measure.build_table`), the search
+(:mod:`tfopt.optimizer.search.precision.search`) proposes its few best assignments, each is built
 and measured end to end (its error on the same data, its p50 at batch 1 on one thread,
 timed interleaved in blocks with the others), and the fastest inside the budget is written as
 the candidate, its float layers in :attr:`Candidate.float_layers` and its sidecar's converter
@@ -23,12 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.candidates.candidate import Candidate
-from optimizer.inputs.calibration import Calibration
-from optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
-from optimizer.search.precision.search import Measured, PrecisionResult, search_precision
-from optimizer.search.precision.settings import PrecisionSearchSettings
-from optimizer.search.precision.table import PrecisionTable
+from tfopt.optimizer.candidates.candidate import Candidate
+from tfopt.optimizer.inputs.calibration import Calibration
+from tfopt.optimizer.model.op_scan import DEFAULT_POLICY, ScanPolicy
+from tfopt.optimizer.search.precision.search import Measured, PrecisionResult, search_precision
+from tfopt.optimizer.search.precision.settings import PrecisionSearchSettings
+from tfopt.optimizer.search.precision.table import PrecisionTable
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def _inputs(signature, calibration: Calibration | None, eval_x: np.ndarray | Non
 
 def _measure(model, meter):
     """``measure(assignments)``: each built, its error, and its p50 timed interleaved."""
-    from optimizer.search.precision.measure import p50_seconds
+    from tfopt.optimizer.search.precision.measure import p50_seconds
 
     def measure(assignments) -> list[Measured]:
         paths = [model.build(float_layers=sorted(a)) for a in assignments]
@@ -124,9 +124,9 @@ def mixed_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
     one among them, ``auto`` reads uniform int8's error from those and, when it passes,
     converts nothing. ``export``: a tf2onnx conversion (onnx) or an OpenVINO conversion
     (openvino) of the source to share."""
-    from optimizer.files.atomic import atomic_directory
-    from optimizer.model.savedmodel import get_signature
-    from optimizer.search.precision.measure import (
+    from tfopt.optimizer.files.atomic import atomic_directory
+    from tfopt.optimizer.model.savedmodel import get_signature
+    from tfopt.optimizer.search.precision.measure import (
         EndToEndLayerCosts,
         ErrorMeter,
         build_table,
@@ -166,8 +166,8 @@ def mixed_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
             return off(why, uniform)
     feeds = calibration.feeds[:samples]
     if target == "onnx":
-        from optimizer.candidates.onnx.convert import OnnxExport
-        from optimizer.search.precision.onnx_runtime import OnnxLayerCosts, OnnxPrecisionModel
+        from tfopt.optimizer.candidates.onnx.convert import OnnxExport
+        from tfopt.optimizer.search.precision.onnx_runtime import OnnxLayerCosts, OnnxPrecisionModel
 
         export = export or OnnxExport(source, signature)
         model = OnnxPrecisionModel(export.pre_processed_bytes(), feeds,
@@ -177,13 +177,13 @@ def mixed_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
         costs = EndToEndLayerCosts(lambda paths: p50_seconds(paths, fmt, signature, x,
                                                              PROPOSAL_SECONDS))
         if target == "litert":
-            from optimizer.search.precision.litert_runtime import LiteRTPrecisionModel
+            from tfopt.optimizer.search.precision.litert_runtime import LiteRTPrecisionModel
 
             model = LiteRTPrecisionModel(Path(source), signature, feeds,
                                          workdir / f"{label}_search")
         else:
-            from optimizer.candidates.openvino.convert import OpenVINOExport
-            from optimizer.search.precision.openvino_runtime import OpenVINOPrecisionModel
+            from tfopt.optimizer.candidates.openvino.convert import OpenVINOExport
+            from tfopt.optimizer.search.precision.openvino_runtime import OpenVINOPrecisionModel
 
             export = export or OpenVINOExport(source, signature)
             model = OpenVINOPrecisionModel(export, signature, feeds,
@@ -222,9 +222,11 @@ def mixed_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
         if target in ("onnx", "openvino"):
             # the two share their converters' interface and their sidecars
             if target == "onnx":
-                from optimizer.candidates.onnx.convert import convert_to_onnx as convert
+                from tfopt.optimizer.candidates.onnx.convert import convert_to_onnx as convert
             else:
-                from optimizer.candidates.openvino.convert import convert_to_openvino as convert
+                from tfopt.optimizer.candidates.openvino.convert import (
+                    convert_to_openvino as convert,
+                )
             path = staging / ("model.onnx" if target == "onnx" else "model.xml")
             how = convert(
                 source, path, "mixed_int8", signature=signature, calibration=calibration,
@@ -232,7 +234,7 @@ def mixed_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
                 policy=policy, float_nodes=result.float_layers).sidecar.load_python
             runtime = "onnxruntime" if target == "onnx" else "openvino"
         else:
-            from optimizer.candidates.litert.convert import convert_to_litert
+            from tfopt.optimizer.candidates.litert.convert import convert_to_litert
 
             path = staging / "model.tflite"
             converted = convert_to_litert(

@@ -3,11 +3,11 @@
 - **Mixed models**: the SavedModel converted once with calibration only (the float model with
   its activation ranges recorded, as the quantization debugger converts it), then quantized by
   ``mlir_quantize`` with the float layers as ``denylisted_nodes``: each build is seconds, no
-  calibration (:func:`optimizer.candidates.litert.convert.quantize_calibrated`).
+  calibration (:func:`tfopt.optimizer.candidates.litert.convert.quantize_calibrated`).
 - **Layers**: the ops of the calibrated model that compute (fully connected, convolutions,
   element-wise arithmetic, pooling, softmax...), named by their first output tensor as
   ``denylisted_nodes`` names them.
-- **Costs** (:class:`~optimizer.search.precision.measure.EndToEndLayerCosts`): LiteRT has no
+- **Costs** (:class:`~tfopt.optimizer.search.precision.measure.EndToEndLayerCosts`): LiteRT has no
   per-op timer to call from Python, so a layer's float cost is measured end to end: the model
   with only that layer in float against uniform int8, interleaved in blocks at batch 1 on one
   thread (what keeping it in float costs, its boundaries included; int8 is the reference, 0).
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.search.precision.table import INPUT, OUTPUT
+from tfopt.optimizer.search.precision.table import INPUT, OUTPUT
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +44,10 @@ class LiteRTPrecisionModel:
 
     def __init__(self, saved_model: Path, signature: str,
                  feeds: Sequence[Mapping[str, np.ndarray]], work: Path):
-        from optimizer.candidates.conversion import run_converter
-        from optimizer.candidates.litert.convert import calibrate_only
-        from optimizer.runtime.litert import import_interpreter
-        from optimizer.tf_runtime import import_tensorflow
+        from tfopt.optimizer.candidates.conversion import run_converter
+        from tfopt.optimizer.candidates.litert.convert import calibrate_only
+        from tfopt.optimizer.runtime.litert import import_interpreter
+        from tfopt.optimizer.tf_runtime import import_tensorflow
 
         tf = import_tensorflow()
         self.work = Path(work)
@@ -76,8 +76,8 @@ class LiteRTPrecisionModel:
 
     def build(self, float_layers: Sequence[str] = (), only: Sequence[str] | None = None,
               dst: Path | None = None) -> Path:
-        from optimizer.candidates.conversion import run_converter
-        from optimizer.candidates.litert.convert import quantize_calibrated
+        from tfopt.optimizer.candidates.conversion import run_converter
+        from tfopt.optimizer.candidates.litert.convert import quantize_calibrated
 
         denied = (tuple(float_layers) if only is None
                   else tuple(n for n in self.layers if n not in set(only)))

@@ -1,7 +1,7 @@
 """What the precision search measures on built models, whatever their runtime: errors against
 the float model, end-to-end latency, and the table built from both
 (:func:`build_table`). Models are run through their runtime's runner
-(:func:`optimizer.runtime.load_runner`), so a mixed model is measured as the benchmark will
+(:func:`tfopt.optimizer.runtime.load_runner`), so a mixed model is measured as the benchmark will
 run it.
 
 - **Errors** (:class:`ErrorMeter`): with labelled data, the accuracy lost against the float
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.search.precision.table import PrecisionTable
+from tfopt.optimizer.search.precision.table import PrecisionTable
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ THREADS = 1
 
 
 def _runner(path: Path, format: str, signature: str):
-    from optimizer.runtime import load_runner
+    from tfopt.optimizer.runtime import load_runner
 
     return load_runner(path, signature, format=format, num_threads=THREADS)
 
@@ -58,7 +58,7 @@ class ErrorMeter:
     def _score(self, outputs: np.ndarray) -> float:
         if self.labels is None:
             return 1.0
-        from optimizer.verify.evaluation import get_metric
+        from tfopt.optimizer.verify.evaluation import get_metric
 
         return float(get_metric(self.metric).fn(outputs, self.labels))
 
@@ -66,7 +66,7 @@ class ErrorMeter:
         outputs = self._outputs(path)
         if self.labels is None:
             return float(np.mean(outputs.argmax(-1) != self.reference_outputs.argmax(-1)))
-        from optimizer.verify.evaluation import get_metric
+        from tfopt.optimizer.verify.evaluation import get_metric
 
         drop = self.reference_score - self._score(outputs)
         return drop if get_metric(self.metric).higher_is_better else -drop
@@ -75,7 +75,7 @@ class ErrorMeter:
 def p50_seconds(paths: Sequence[Path], format: str, signature: str,
                 feeds: Mapping[str, np.ndarray], seconds: float = 1.5) -> list[float]:
     """Each model's p50 call at batch 1 (the first row of ``feeds``), timed interleaved."""
-    from optimizer.benchmark.interleaved import time_interleaved
+    from tfopt.optimizer.benchmark.interleaved import time_interleaved
 
     runners = [_runner(p, format, signature) for p in paths]
     try:

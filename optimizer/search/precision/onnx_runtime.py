@@ -2,7 +2,7 @@
 float, their sensitivity, and assignments built for real.
 
 - **Layers**: the nodes of the pre-processed graph (what the ``static_int8`` flavour quantizes,
-  :mod:`optimizer.candidates.onnx.convert`) whose type ONNX Runtime's quantizer computes in int8
+  :mod:`tfopt.optimizer.candidates.onnx.convert`) whose type ONNX Runtime's quantizer computes in int8
   (matrix products, convolutions, element-wise arithmetic, pooling, softmax, normalizations);
   the ops it only moves data through (reshapes, transposes) and the activations it folds into
   the preceding op's output range (Relu, Clip) follow their neighbours and are not searched.
@@ -14,9 +14,9 @@ float, their sensitivity, and assignments built for real.
   DequantizeLinear of its tensor. A session call with nothing in it is taken off every figure.
   Timings are cached per machine by key (op type, input shapes, attributes, precision) in
   ``$TFOPT_PRECISION_COST_CACHE`` or ``~/.cache/tfopt/precision_costs.json``
-  (:class:`~optimizer.search.timing_cache.TimingCache`), so a second model with the same layer
+  (:class:`~tfopt.optimizer.search.timing_cache.TimingCache`), so a second model with the same layer
   shapes, or a second search on the same model, times nothing.
-- **Errors**: :mod:`optimizer.search.precision.measure`, for every runtime.
+- **Errors**: :mod:`tfopt.optimizer.search.precision.measure`, for every runtime.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.search.precision.table import INPUT, OUTPUT
-from optimizer.search.timing_cache import TimingCache
+from tfopt.optimizer.search.precision.table import INPUT, OUTPUT
+from tfopt.optimizer.search.timing_cache import TimingCache
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class OnnxPrecisionModel:
               dst: Path | None = None) -> Path:
         """The model with ``float_layers`` left in float (or only ``only`` quantized), written
         to ``dst`` (default: a fresh file under ``work``)."""
-        from optimizer.candidates.onnx.convert import quantize_static_int8
+        from tfopt.optimizer.candidates.onnx.convert import quantize_static_int8
 
         self._built += 1
         dst = dst or self.work / f"assignment_{self._built}.onnx"
@@ -138,7 +138,7 @@ class OnnxLayerCosts:
     def __init__(self, cache_path: str | os.PathLike | None = None):
         import onnxruntime as ort
 
-        from optimizer.system.cpu_features import cpu_model
+        from tfopt.optimizer.system.cpu_features import cpu_model
 
         machine = (f"{cpu_model() or 'unknown cpu'}; {os.cpu_count()} cpus; onnxruntime "
                    f"{ort.__version__}; {TIMING_THREADS} thread(s)")
@@ -190,7 +190,7 @@ class OnnxLayerCosts:
 
         import onnx
 
-        from optimizer.candidates.onnx.convert import quantize_static_int8
+        from tfopt.optimizer.candidates.onnx.convert import quantize_static_int8
 
         rng = np.random.default_rng(0)
         feeds = [{i.name: _random(rng, _dims(i)) for i in alone.graph.input} for _ in range(8)]
@@ -222,7 +222,7 @@ class OnnxLayerCosts:
 def _quiet_quantize(quantize) -> None:
     """``quantize()`` with ONNX Runtime's output captured to this module's log (its quantizer
     warns on the root logger at every call), a failure one :class:`ConversionError` line."""
-    from optimizer.candidates.conversion import run_converter
+    from tfopt.optimizer.candidates.conversion import run_converter
 
     run_converter(quantize, "cannot quantize for the precision search",
                   "ONNX Runtime static int8 (precision search)", ("onnxruntime", "root"))

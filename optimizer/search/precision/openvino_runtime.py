@@ -1,10 +1,10 @@
 """The precision search's view of a model in OpenVINO: NNCF's int8 with selected ops kept in
 float.
 
-- **Mixed models**: the SavedModel converted once (:class:`~optimizer.candidates.openvino.
+- **Mixed models**: the SavedModel converted once (:class:`~tfopt.optimizer.candidates.openvino.
   convert.OpenVINOExport`), then each assignment quantized by NNCF's post-training quantization
   (what the ``int8`` flavour runs) with the float layers as ``IgnoredScope(names=...)``
-  (:func:`optimizer.candidates.openvino.convert.quantize_int8`). NNCF caches statistics only
+  (:func:`tfopt.optimizer.candidates.openvino.convert.quantize_int8`). NNCF caches statistics only
   for weight compression, so each build calibrates again (about a second on a small model);
   an assignment built once is not built again (the table asks for uniform int8 and each
   single fallback twice: for the sensitivity and for the costs).
@@ -17,9 +17,9 @@ float.
   change it.
 - **Costs**: the CPU plugin fuses a layer with its quantizers, bias and activation, so a
   layer is not timed alone; as for LiteRT, a layer's float cost is measured end to end
-  (:class:`~optimizer.search.precision.measure.EndToEndLayerCosts`), its boundaries folded in.
+  (:class:`~tfopt.optimizer.search.precision.measure.EndToEndLayerCosts`), its boundaries folded in.
 - Every IR built carries its sidecar (hint ``f32``): the runner compiles it as the candidate
-  will run, not in the bf16 a bfloat16 CPU defaults to (:mod:`optimizer.runtime.openvino`).
+  will run, not in the bf16 a bfloat16 CPU defaults to (:mod:`tfopt.optimizer.runtime.openvino`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.search.precision.table import INPUT, OUTPUT
+from tfopt.optimizer.search.precision.table import INPUT, OUTPUT
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class OpenVINOPrecisionModel:
 
     def __init__(self, export, signature: str, feeds: Sequence[Mapping[str, np.ndarray]],
                  work: Path):
-        from optimizer.candidates.openvino.convert import quantize_int8
+        from tfopt.optimizer.candidates.openvino.convert import quantize_int8
 
         self.export, self.signature = export, signature
         self.work = Path(work)
@@ -98,9 +98,9 @@ class OpenVINOPrecisionModel:
     def _save(self, model, xml: Path, flavour: str, options: dict) -> Path:
         import openvino as ov
 
-        from optimizer.candidates.openvino.convert import ir_sidecar
-        from optimizer.model.sidecar import write_sidecar
-        from optimizer.runtime.openvino import model_signature
+        from tfopt.optimizer.candidates.openvino.convert import ir_sidecar
+        from tfopt.optimizer.model.sidecar import write_sidecar
+        from tfopt.optimizer.runtime.openvino import model_signature
 
         ov.save_model(model, str(xml), compress_to_fp16=False)
         write_sidecar(ir_sidecar(xml, flavour, model_signature(model, self.signature), options,
@@ -111,7 +111,7 @@ class OpenVINOPrecisionModel:
               dst: Path | None = None) -> Path:
         """The IR with ``float_layers`` left in float (or only ``only`` quantized), written
         to ``dst`` (default: a fresh file under ``work``)."""
-        from optimizer.candidates.openvino.convert import quantize_int8
+        from tfopt.optimizer.candidates.openvino.convert import quantize_int8
 
         ignored = (tuple(float_layers) if only is None
                    else tuple(n for n in self.layers if n not in set(only)))

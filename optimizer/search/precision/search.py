@@ -1,6 +1,6 @@
 """Search per-layer precision (int8 or float) for the fastest assignment inside an error budget.
 
-Both searches work on a :class:`~optimizer.search.precision.table.PrecisionTable` (measured
+Both searches work on a :class:`~tfopt.optimizer.search.precision.table.PrecisionTable` (measured
 once) and its predictions; the few best assignments they propose are then built and measured
 for real, end to end (:func:`measure_proposals`), and the fastest measured inside the budget is
 returned.
@@ -11,7 +11,7 @@ returned.
   float in that order until the budget holds. It never weighs what a layer costs, and never
   undoes a fallback.
 - :func:`relaxed_precision_search` is the substitution search's queue
-  (:mod:`optimizer.search.search`: MetaFlow's relaxation) over assignments: a priority queue
+  (:mod:`tfopt.optimizer.search.search`: MetaFlow's relaxation) over assignments: a priority queue
   ordered by predicted latency; each popped assignment is expanded by every move (fall one
   layer back to float, quantize one float layer again, or merge two float regions by making the
   int8 layers between them float: one island and two boundaries fewer); a new assignment
@@ -37,9 +37,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from optimizer.records import record_to_dict
-from optimizer.search.precision.table import Assignment, PrecisionTable
-from optimizer.search.search import SearchStats, stop_reason
+from tfopt.optimizer.records import record_to_dict
+from tfopt.optimizer.search.precision.table import Assignment, PrecisionTable
+from tfopt.optimizer.search.search import SearchStats, stop_reason
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from optimizer.errors import InvalidInputsError
-from optimizer.records import Settings
+from tfopt.optimizer.errors import InvalidInputsError
+from tfopt.optimizer.records import Settings
 
 PRECISION_SEARCH_MODES = ("auto", "off", "greedy", "relaxed")
 

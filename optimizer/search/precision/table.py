@@ -4,7 +4,7 @@ An *assignment* is the set of quantizable layers kept in float (every other one 
 table holds, per layer:
 
 - ``int8_seconds`` and ``float_seconds``: the layer's own cost in each precision, timed alone
-  on this machine (cached per machine: :mod:`optimizer.search.precision.onnx_runtime`);
+  on this machine (cached per machine: :mod:`tfopt.optimizer.search.precision.onnx_runtime`);
 - the error of quantizing it alone (``quantized_alone``: every other layer float) and of keeping
   it alone in float (``float_alone``: every other layer int8), measured once on labelled data
   (accuracy lost) or on calibration data (top-1 disagreement with the float model);

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from optimizer.search.substitution import Substitution
-from optimizer.transforms.registry import LazyRegistry
+from tfopt.optimizer.search.substitution import Substitution
+from tfopt.optimizer.transforms.registry import LazyRegistry
 
-# rule name -> module under optimizer.search.rules defining the Substitution of that name.
+# rule name -> module under tfopt.optimizer.search.rules defining the Substitution of that name.
 RULE_MODULES: dict[str, str] = {
     "fold_conv_batchnorm": "fold_conv_batchnorm",
     "remove_concat_split": "remove_concat_split",
@@ -19,7 +19,7 @@ RULE_MODULES: dict[str, str] = {
 }
 
 
-RULES = LazyRegistry("optimizer.search.rules", Substitution, "substitution rule", RULE_MODULES)
+RULES = LazyRegistry("tfopt.optimizer.search.rules", Substitution, "substitution rule", RULE_MODULES)
 
 
 def rule_class(name: str) -> type[Substitution]:

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer.graph.rewrite import write_const_input
-from optimizer.graph.shapes import infer_shapes, static_shape
-from optimizer.graph.traversal import consumers, nodes_by_name
-from optimizer.search.rules.parallel_ops import (
+from tfopt.optimizer.graph.rewrite import write_const_input
+from tfopt.optimizer.graph.shapes import infer_shapes, static_shape
+from tfopt.optimizer.graph.traversal import consumers, nodes_by_name
+from tfopt.optimizer.search.rules.parallel_ops import (
     CONV_ATTRS,
     attrs_key,
     const_weights,
@@ -35,8 +35,8 @@ from optimizer.search.rules.parallel_ops import (
     int_list,
     siblings_by_input,
 )
-from optimizer.search.substitution import Match, Substitution
-from optimizer.transforms.base import TransformContext
+from tfopt.optimizer.search.substitution import Match, Substitution
+from tfopt.optimizer.transforms.base import TransformContext
 
 
 def same_pad_before(size: int | None, stride: int, kernel: int) -> int | None:

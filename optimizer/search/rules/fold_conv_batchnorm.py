@@ -8,11 +8,11 @@ by the code of the transform that folds them all (one match here, so the search 
       Conv2D|DepthwiseConv2dNative|MatMul -> [BiasAdd(b)] -> Mul(s) -> [Add|AddV2(t)]
       ==> conv(W * s) -> BiasAdd(b * s + t)
 
-  via :class:`optimizer.transforms.fold_batch_norms.FoldBatchNorms`;
+  via :class:`tfopt.optimizer.transforms.fold_batch_norms.FoldBatchNorms`;
 - a monolithic ``FusedBatchNorm``/``V2``/``V3`` (``is_training=false``) or
   ``BatchNormWithGlobalNormalization`` after a Conv2D/DepthwiseConv2dNative, with an optional
   BiasAdd or BatchToSpaceND between them, via
-  :class:`optimizer.transforms.fold_old_batch_norms.FoldOldBatchNorms`.
+  :class:`tfopt.optimizer.transforms.fold_old_batch_norms.FoldOldBatchNorms`.
 
 Preconditions are those transforms' own (constant weights and parameters, one value per output
 channel, NHWC, every intermediate node read by the next one only, no boundary node folded
@@ -22,10 +22,10 @@ every match it returns applies. The last node of the chain keeps its name.
 
 from __future__ import annotations
 
-from optimizer.search.substitution import Match, Substitution
-from optimizer.transforms.base import TransformContext
-from optimizer.transforms.fold_batch_norms import FoldBatchNorms
-from optimizer.transforms.fold_old_batch_norms import FoldOldBatchNorms
+from tfopt.optimizer.search.substitution import Match, Substitution
+from tfopt.optimizer.transforms.base import TransformContext
+from tfopt.optimizer.transforms.fold_batch_norms import FoldBatchNorms
+from tfopt.optimizer.transforms.fold_old_batch_norms import FoldOldBatchNorms
 
 _ARITHMETIC = "arithmetic"
 _FUSED = "batch_norm_op"

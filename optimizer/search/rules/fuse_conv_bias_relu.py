@@ -13,13 +13,13 @@ tensor. The node keeps the activation's device string: an empty device runs on C
 
 from __future__ import annotations
 
-from optimizer.graph.const_eval import constant_subgraph
-from optimizer.graph.names import canonical_input
-from optimizer.graph.rewrite import control_inputs, only_reader
-from optimizer.graph.traversal import consumers, nodes_by_name
-from optimizer.search.rules.parallel_ops import data_format, data_inputs, int_list
-from optimizer.search.substitution import Match, Substitution
-from optimizer.transforms.base import TransformContext
+from tfopt.optimizer.graph.const_eval import constant_subgraph
+from tfopt.optimizer.graph.names import canonical_input
+from tfopt.optimizer.graph.rewrite import control_inputs, only_reader
+from tfopt.optimizer.graph.traversal import consumers, nodes_by_name
+from tfopt.optimizer.search.rules.parallel_ops import data_format, data_inputs, int_list
+from tfopt.optimizer.search.substitution import Match, Substitution
+from tfopt.optimizer.transforms.base import TransformContext
 
 ACTIVATIONS = frozenset({"Relu", "Relu6"})
 CONV_ATTRS_KEPT = ("T", "strides", "padding", "explicit_paddings", "data_format", "dilations",

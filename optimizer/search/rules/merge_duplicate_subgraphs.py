@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import logging
 
-from optimizer.graph.colocation import redirect_colocation
-from optimizer.graph.const_eval import is_pure
-from optimizer.search.substitution import Match, Substitution
-from optimizer.transforms.base import TransformContext
-from optimizer.transforms.merge_duplicate_nodes import identity_key, rewire_dropped
+from tfopt.optimizer.graph.colocation import redirect_colocation
+from tfopt.optimizer.graph.const_eval import is_pure
+from tfopt.optimizer.search.substitution import Match, Substitution
+from tfopt.optimizer.transforms.base import TransformContext
+from tfopt.optimizer.transforms.merge_duplicate_nodes import identity_key, rewire_dropped
 
 log = logging.getLogger(__name__)
 

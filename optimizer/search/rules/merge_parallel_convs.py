@@ -13,16 +13,16 @@ One wide convolution keeps the cores busier than several narrow ones.
 
 from __future__ import annotations
 
-from optimizer.graph.traversal import nodes_by_name
-from optimizer.search.rules.parallel_ops import (
+from tfopt.optimizer.graph.traversal import nodes_by_name
+from tfopt.optimizer.search.rules.parallel_ops import (
     CONV_ATTRS,
     attrs_key,
     group_matches,
     merge_parallel,
     mergeable_groups,
 )
-from optimizer.search.substitution import Match, Substitution
-from optimizer.transforms.base import TransformContext
+from tfopt.optimizer.search.substitution import Match, Substitution
+from tfopt.optimizer.transforms.base import TransformContext
 
 
 def _conv_key(conv, weights_shape) -> tuple | None:

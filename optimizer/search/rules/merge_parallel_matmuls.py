@@ -11,14 +11,14 @@ narrow ones (e.g. the query/key/value projections of attention).
 
 from __future__ import annotations
 
-from optimizer.search.rules.parallel_ops import (
+from tfopt.optimizer.search.rules.parallel_ops import (
     attrs_key,
     group_matches,
     merge_parallel,
     mergeable_groups,
 )
-from optimizer.search.substitution import Match, Substitution
-from optimizer.transforms.base import TransformContext
+from tfopt.optimizer.search.substitution import Match, Substitution
+from tfopt.optimizer.transforms.base import TransformContext
 
 
 def _matmul_key(matmul, weights_shape) -> tuple | None:

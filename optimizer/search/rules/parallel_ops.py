@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer.graph.const_eval import constant_subgraph, constant_values, is_pure
-from optimizer.graph.consts import const_shape, resolve_through_identity, values_from_const
-from optimizer.graph.control_flow import nodes_under_control_flow
-from optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
-from optimizer.graph.rewrite import (
+from tfopt.optimizer.graph.const_eval import constant_subgraph, constant_values, is_pure
+from tfopt.optimizer.graph.consts import const_shape, resolve_through_identity, values_from_const
+from tfopt.optimizer.graph.control_flow import nodes_under_control_flow
+from tfopt.optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
+from tfopt.optimizer.graph.rewrite import (
     control_inputs,
     make_const,
     only_reader,
     remove_unread,
     unique_name,
 )
-from optimizer.graph.traversal import consumers, nodes_by_name
-from optimizer.search.substitution import Match
+from tfopt.optimizer.graph.traversal import consumers, nodes_by_name
+from tfopt.optimizer.search.substitution import Match
 
 # Attributes that must agree for two convolutions to be slices of one (besides the kernel size).
 CONV_ATTRS = ("T", "strides", "padding", "explicit_paddings", "dilations", "data_format")

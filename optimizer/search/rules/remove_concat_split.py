@@ -25,21 +25,21 @@ from __future__ import annotations
 
 import logging
 
-from optimizer.graph.colocation import redirect_colocation
-from optimizer.graph.const_eval import is_pure
-from optimizer.graph.consts import resolve_through_identity, values_from_const
-from optimizer.graph.control_flow import nodes_under_control_flow
-from optimizer.graph.names import (
+from tfopt.optimizer.graph.colocation import redirect_colocation
+from tfopt.optimizer.graph.const_eval import is_pure
+from tfopt.optimizer.graph.consts import resolve_through_identity, values_from_const
+from tfopt.optimizer.graph.control_flow import nodes_under_control_flow
+from tfopt.optimizer.graph.names import (
     canonical_input,
     is_control_input,
     node_name_from_input,
     output_index,
 )
-from optimizer.graph.rewrite import only_reader, remove_unread
-from optimizer.graph.shapes import infer_shapes, static_shape
-from optimizer.graph.traversal import consumers, nodes_by_name
-from optimizer.search.substitution import Match, Substitution
-from optimizer.transforms.base import TransformContext
+from tfopt.optimizer.graph.rewrite import only_reader, remove_unread
+from tfopt.optimizer.graph.shapes import infer_shapes, static_shape
+from tfopt.optimizer.graph.traversal import consumers, nodes_by_name
+from tfopt.optimizer.search.substitution import Match, Substitution
+from tfopt.optimizer.transforms.base import TransformContext
 
 log = logging.getLogger(__name__)
 

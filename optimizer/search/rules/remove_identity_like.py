@@ -24,16 +24,16 @@ import logging
 
 import numpy as np
 
-from optimizer.graph.const_eval import is_pure
-from optimizer.graph.consts import resolve_through_identity, values_from_const
-from optimizer.graph.control_flow import nodes_under_control_flow
-from optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
-from optimizer.graph.rewrite import remove_unread
-from optimizer.graph.shapes import infer_shapes, static_shape
-from optimizer.graph.traversal import consumers, nodes_by_name
-from optimizer.search.substitution import Match, Substitution
-from optimizer.transforms.base import TransformContext
-from optimizer.transforms.remove_nodes import bypass_nodes, why_not_bypassable
+from tfopt.optimizer.graph.const_eval import is_pure
+from tfopt.optimizer.graph.consts import resolve_through_identity, values_from_const
+from tfopt.optimizer.graph.control_flow import nodes_under_control_flow
+from tfopt.optimizer.graph.names import canonical_input, is_control_input, node_name_from_input
+from tfopt.optimizer.graph.rewrite import remove_unread
+from tfopt.optimizer.graph.shapes import infer_shapes, static_shape
+from tfopt.optimizer.graph.traversal import consumers, nodes_by_name
+from tfopt.optimizer.search.substitution import Match, Substitution
+from tfopt.optimizer.transforms.base import TransformContext
+from tfopt.optimizer.transforms.remove_nodes import bypass_nodes, why_not_bypassable
 
 log = logging.getLogger(__name__)
 

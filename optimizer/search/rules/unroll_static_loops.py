@@ -1,7 +1,7 @@
 """unroll_static_loops: a While loop with a constant trip count -> its body, once per trip.
 
 The rule form of the ``unroll_static_loops`` transform (same analysis and rewrite:
-:mod:`optimizer.graph.static_loops`, :mod:`optimizer.graph.tensor_lists`), one loop per match.
+:mod:`tfopt.optimizer.graph.static_loops`, :mod:`tfopt.optimizer.graph.tensor_lists`), one loop per match.
 Unrolling alone may cost about what the loop did, or more (a copy of every body op per trip,
 slices and a Pack for the TensorLists): it is the relaxed search's kind of step, kept within
 ``alpha`` because the copies it exposes are what other rules rewrite next (duplicate weights
@@ -18,18 +18,18 @@ from __future__ import annotations
 
 import logging
 
-from optimizer.graph.functional_control_flow import WHILE_OPS, prune_unreachable_functions
-from optimizer.graph.static_loops import (
+from tfopt.optimizer.graph.functional_control_flow import WHILE_OPS, prune_unreachable_functions
+from tfopt.optimizer.graph.static_loops import (
     NotStatic,
     StaticLoop,
     analyse_loop,
     loop_key,
     unroll_loop,
 )
-from optimizer.graph.tensor_lists import simplify_tensor_lists
-from optimizer.search.substitution import Match, Substitution
-from optimizer.transforms.base import TransformContext
-from optimizer.transforms.unroll_static_loops import DEFAULT_MAX_NODES
+from tfopt.optimizer.graph.tensor_lists import simplify_tensor_lists
+from tfopt.optimizer.search.substitution import Match, Substitution
+from tfopt.optimizer.transforms.base import TransformContext
+from tfopt.optimizer.transforms.unroll_static_loops import DEFAULT_MAX_NODES
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """ONNX graph simplification: exact rewrites of what tf2onnx writes, before ONNX Runtime's own
-optimization (the ``optimized`` flavour, :mod:`optimizer.candidates.onnx.convert`).
+optimization (the ``optimized`` flavour, :mod:`tfopt.optimizer.candidates.onnx.convert`).
 
 ONNX Runtime's optimizers fold what they can prove with static shapes; tf2onnx's graphs compute
 much of their shape bookkeeping from the batch size, which is unknown, so it stays, run every

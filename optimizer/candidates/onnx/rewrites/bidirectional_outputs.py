@@ -22,7 +22,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from optimizer.candidates.onnx.rewrites.graph import (
+from tfopt.optimizer.candidates.onnx.rewrites.graph import (
     RECURRENT_OPS,
     GraphView,
     attribute,

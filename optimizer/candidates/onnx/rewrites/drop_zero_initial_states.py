@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import onnx
 
-from optimizer.candidates.onnx.rewrites.graph import (
+from tfopt.optimizer.candidates.onnx.rewrites.graph import (
     RECURRENT_OPS,
     GraphView,
     rebuilt,

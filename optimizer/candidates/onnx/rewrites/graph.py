@@ -95,7 +95,7 @@ class GraphView:
     def unique_name(self, base: str) -> str:
         """``base``, or ``base_1``..., a name no tensor of the graph, nor an earlier answer,
         has."""
-        from optimizer.graph.rewrite import unique_name
+        from tfopt.optimizer.graph.rewrite import unique_name
 
         name = unique_name(self._taken, base)
         self._taken.add(name)

@@ -1,7 +1,7 @@
 """The rewrites in the order the simplification runs them, and why in that order.
 
 The stage repeats the whole list until a round changes nothing
-(:func:`~optimizer.candidates.onnx.rewrites.simplify.simplify`), so the order does not decide
+(:func:`~tfopt.optimizer.candidates.onnx.rewrites.simplify.simplify`), so the order does not decide
 what is found, only how cheaply:
 
 1. ``drop_zero_initial_states`` and 2. ``gather_negative_ids`` need no shape inference and
@@ -21,14 +21,14 @@ A new rewrite is one module with its function, and one line here.
 
 from __future__ import annotations
 
-from optimizer.candidates.onnx.rewrites.base import Rewrite
-from optimizer.candidates.onnx.rewrites.bidirectional_outputs import bidirectional_outputs
-from optimizer.candidates.onnx.rewrites.constant_reshape_shapes import constant_reshape_shapes
-from optimizer.candidates.onnx.rewrites.drop_zero_initial_states import (
+from tfopt.optimizer.candidates.onnx.rewrites.base import Rewrite
+from tfopt.optimizer.candidates.onnx.rewrites.bidirectional_outputs import bidirectional_outputs
+from tfopt.optimizer.candidates.onnx.rewrites.constant_reshape_shapes import constant_reshape_shapes
+from tfopt.optimizer.candidates.onnx.rewrites.drop_zero_initial_states import (
     drop_zero_initial_states,
 )
-from optimizer.candidates.onnx.rewrites.gather_negative_ids import gather_negative_ids
-from optimizer.candidates.onnx.rewrites.tensordot_matmul import tensordot_matmul
+from tfopt.optimizer.candidates.onnx.rewrites.gather_negative_ids import gather_negative_ids
+from tfopt.optimizer.candidates.onnx.rewrites.tensordot_matmul import tensordot_matmul
 
 REWRITES: tuple[Rewrite, ...] = (
     Rewrite("drop_zero_initial_states", drop_zero_initial_states),

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import onnx
 
-from optimizer.candidates.onnx.rewrites.base import Rewrite, apply_rewrite
-from optimizer.candidates.onnx.rewrites.registry import REWRITES
+from tfopt.optimizer.candidates.onnx.rewrites.base import Rewrite, apply_rewrite
+from tfopt.optimizer.candidates.onnx.rewrites.registry import REWRITES
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from optimizer.candidates.onnx.rewrites.graph import GraphView, rebuilt
+from tfopt.optimizer.candidates.onnx.rewrites.graph import GraphView, rebuilt
 
 
 def _candidates(view: GraphView):
