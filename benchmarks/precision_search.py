@@ -14,7 +14,8 @@ keeps up.
 For each model, in one process: the stock SavedModel call, every uniform candidate the four
 targets build (SavedModel: the library's float rewrite ``optimized``, ``bf16``, ``xla``; LiteRT:
 fp32, fp16, dynamic-range int8, full int8; ONNX Runtime: fp32, optimized, dynamic int8, static
-int8; OpenVINO: fp32, bf16, int8), and ``onnx_mixed_int8`` and ``litert_mixed_int8`` as the
+int8; OpenVINO: fp32, bf16, int8), and ``onnx_mixed_int8``, ``litert_mixed_int8`` and
+``openvino_mixed_int8`` as the
 greedy search (INC/NNCF fallback) and the relaxed search chose them. Accuracy on the held-out
 quarter; latency p50 at batch 1, all of a model's candidates timed interleaved in blocks of 10
 calls (:func:`tfopt.optimizer.benchmark.interleaved.time_interleaved`, the order rotating each
@@ -49,7 +50,8 @@ TARGETS = ("savedmodel", "litert", "onnx", "openvino")
 # TensorFlow sets its threads once per process: these run on its defaults
 SAVEDMODEL_LABELS = ("stock", "optimized", "bf16", "xla")
 SEARCHES = ("greedy", "relaxed")
-MIXED = {"onnx": "onnx_mixed_int8", "litert": "litert_mixed_int8"}
+MIXED = {"onnx": "onnx_mixed_int8", "litert": "litert_mixed_int8",
+         "openvino": "openvino_mixed_int8"}
 
 
 def build_all(name: str, workdir: Path, budget: float, threads: int) -> tuple[dict, dict, object]:
@@ -91,7 +93,8 @@ def build_all(name: str, workdir: Path, budget: float, threads: int) -> tuple[di
             outcome = mixed_candidate(
                 model.saved_model, workdir / f"{name}_{target}_{strategy}",
                 PrecisionSearchSettings(mode=strategy), budget, signature="serving_default",
-                calibration=calibration, eval_data=eval_data, export=export,
+                calibration=calibration, eval_data=eval_data,
+                export=export if target == "onnx" else None,
                 cost_cache=workdir / "precision_costs.json", target=target)
             wall = time.perf_counter() - started
             label = f"{mixed} ({strategy})"

@@ -189,3 +189,26 @@ def test_an_unknown_precision_search_in_the_config_is_one_line_naming_it():
 
     with pytest.raises(TfoptError, match="precision_search"):
         config_from_mapping({"source": "/x", "candidates": {"precision_search": "fast"}})
+
+
+def test_a_layer_that_reads_one_tensor_twice_is_costed(tmp_path):
+    # a square as Mul(d, d), as TensorFlow's LayerNormalization converts: timed alone, its
+    # one-node model declared d twice as a graph input, which ONNX Runtime refused to load
+    from onnx import TensorProto, helper
+
+    from tfopt.optimizer.search.precision.onnx_runtime import OnnxLayerCosts, OnnxPrecisionModel
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])
+    mean = helper.make_tensor("mean", TensorProto.FLOAT, [64], [0.5] * 64)
+    nodes = [helper.make_node("Add", ["x", "mean"], ["d"], name="centre"),
+             helper.make_node("Mul", ["d", "d"], ["y"], name="square")]
+    graph = helper.make_graph(nodes, "squared", [x], [y], [mean])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.standard_normal((1, 64)).astype(np.float32)} for _ in range(4)]
+    precision = OnnxPrecisionModel(model.SerializeToString(), feeds, tmp_path / "search")
+    int8, floats, edges = OnnxLayerCosts(tmp_path / "costs.json").table_costs(precision)
+    assert set(int8) == set(floats) == {"centre", "square"}
+    assert [(a, b) for a, b, _ in edges] == [("<input>", "centre"), ("centre", "square"),
+                                            ("square", "<output>")]

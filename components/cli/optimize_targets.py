@@ -45,8 +45,9 @@ def add_arguments(p) -> None:
     group.add_argument("--precision-search", dest="precision_search",
                        choices=PRECISION_SEARCH_MODES, **setting_flag(
                            PrecisionSearchSettings, "mode",
-                           "with the onnx and litert targets, onnx_mixed_int8 and "
-                           "litert_mixed_int8 candidates: int8 with the layers a search keeps in "
+                           "with the onnx, litert and openvino targets, onnx_mixed_int8, "
+                           "litert_mixed_int8 and openvino_mixed_int8 candidates: int8 with the "
+                           "layers a search keeps in "
                            "float (docs/precision_search.md); {description}"))
     group.add_argument("--tune", action="store_true",
                        help="search thread settings for the chosen candidate and write "

@@ -43,16 +43,6 @@ log = logging.getLogger(__name__)
 STAGES = ("candidates", "precision search")  # what ``around`` is entered with, in order
 
 
-def searched_targets(targets, mode: str) -> list[str]:
-    """The targets whose mixed int8 candidate is searched: those that have one, when the
-    search is not off."""
-    # One line at the merge: tfopt.optimizer.search.precision.candidates.searched_targets (which
-    # adds openvino) replaces this definition.
-    if mode == "off":
-        return []
-    return [t for t in ("onnx", "litert") if t in targets]
-
-
 @dataclass
 class BuiltCandidates:
     """What the stage built: the candidates (mixed int8 ones last), those not built and why,
@@ -114,7 +104,11 @@ def build_candidates(
     from tfopt.optimizer.errors import first_line
     from tfopt.optimizer.inputs.calibration import choose_calibration
     from tfopt.optimizer.model.savedmodel import get_signature
-    from tfopt.optimizer.search.precision.candidates import TARGETS, mixed_candidate
+    from tfopt.optimizer.search.precision.candidates import (
+        TARGETS,
+        mixed_candidate,
+        searched_targets,
+    )
 
     precision = precision or PrecisionSearchSettings()
     around = around or (lambda stage: nullcontext())

@@ -1,5 +1,5 @@
 """Convert a SavedModel signature to an OpenVINO IR (``model.xml`` + ``model.bin``), in one of
-three flavours.
+four flavours.
 
 - ``fp32``: ``openvino.convert_model`` on the SavedModel, weights kept float32
   (``compress_to_fp16=False``), compiled with ``INFERENCE_PRECISION_HINT`` ``f32``. The hint is
@@ -11,6 +11,10 @@ three flavours.
   the default performance preset) calibrated on representative inputs:
   :attr:`tfopt.optimizer.inputs.calibration.Calibration.feeds`, as LiteRT's full int8 takes them. Ops NNCF
   leaves in float run in float32 (hint ``f32``), so this flavour is int8 and nothing else.
+- ``mixed_int8``: ``int8`` with the layers a precision search chose
+  (:mod:`tfopt.optimizer.search.precision.openvino_runtime`) kept in float32: NNCF's
+  ``IgnoredScope(names=...)``, the layers named by their OpenVINO op (friendly) names, recorded
+  as the converter options' ``float_nodes``.
 
 The precision hint is recorded in the sidecar ``model.xml.json`` (:mod:`tfopt.optimizer.model.sidecar`),
 which :mod:`tfopt.optimizer.runtime.openvino` reads, so every runner of the candidate (benchmark,
@@ -55,9 +59,11 @@ FLAVOURS: dict[str, str] = {
             "bf16); native bfloat16 CPUs only",
     "int8": "int8 where NNCF quantized, calibrated on representative data; float32 "
             "elsewhere (INFERENCE_PRECISION_HINT f32)",
+    "mixed_int8": "int8 with the layers a precision search chose kept in float32 (NNCF "
+                  "ignored_scope; the converter options' float_nodes name them)",
 }
-PRECISION = {"fp32": "f32", "bf16": "bf16", "int8": "f32"}
-CALIBRATING = ("int8",)
+PRECISION = {"fp32": "f32", "bf16": "bf16", "int8": "f32", "mixed_int8": "f32"}
+CALIBRATING = ("int8", "mixed_int8")
 DEFAULT_CALIBRATION_SAMPLES = 100
 _LOGGERS = ("nncf",)
 
@@ -112,7 +118,22 @@ class OpenVINOExport(SharedConversion):
                              condense=condense_openvino_error)
 
 
-def _build_flavour(export: OpenVINOExport, flavour: str, xml: Path, feeds: list | None) -> dict:
+def quantize_int8(model, feeds: list, float_nodes=(), what: str = "the model"):
+    """``model`` quantized by NNCF (post-training, performance preset, fast bias correction)
+    on ``feeds``, the ops named in ``float_nodes`` (friendly names) left in float
+    (``IgnoredScope``; a name the model lacks is refused); a failure one
+    :class:`ConversionError` line."""
+    import nncf
+
+    ignored = nncf.IgnoredScope(names=list(float_nodes)) if float_nodes else None
+    return run_converter(
+        lambda: nncf.quantize(model, nncf.Dataset(feeds), subset_size=len(feeds),
+                              ignored_scope=ignored),
+        f"cannot quantize {what} to OpenVINO int8", "NNCF quantize", _LOGGERS)
+
+
+def _build_flavour(export: OpenVINOExport, flavour: str, xml: Path, feeds: list | None,
+                   float_nodes=()) -> dict:
     """Save the flavour's IR at ``xml``; return the converter options it took."""
     import openvino as ov
 
@@ -120,17 +141,31 @@ def _build_flavour(export: OpenVINOExport, flavour: str, xml: Path, feeds: list 
         raise ConversionError(f"OpenVINO bf16 is not built: {reason}")
     options = {"openvino_version": ov.get_version(), "compress_to_fp16": False}
     model = export.model()
-    if flavour == "int8":
+    if flavour in CALIBRATING:
         import nncf
 
-        model = run_converter(
-            lambda: nncf.quantize(model, nncf.Dataset(feeds), subset_size=len(feeds)),
-            f"cannot quantize {export.saved_model} to OpenVINO int8", "NNCF quantize",
-            _LOGGERS)
+        model = quantize_int8(model, feeds, float_nodes if flavour == "mixed_int8" else (),
+                              str(export.saved_model))
         options.update({"nncf_version": nncf.__version__, "quantization": "post-training",
                         "preset": "performance", "fast_bias_correction": True})
+        if flavour == "mixed_int8":
+            options["float_nodes"] = list(float_nodes)
     ov.save_model(model, str(xml), compress_to_fp16=False)
     return options
+
+
+def ir_sidecar(xml: Path, flavour: str, signature: SignatureInfo, options: dict,
+               source_path: str, source_digest: str | None = None,
+               calibration: dict | None = None) -> Sidecar:
+    """The sidecar of the IR ``xml`` (its weights beside it) in ``flavour``: above all the
+    precision hint its runner compiles it with."""
+    precision = PRECISION[flavour]
+    return Sidecar(
+        format="openvino", flavour=flavour, flavour_description=FLAVOURS[flavour],
+        files=(xml, xml.with_suffix(WEIGHTS_SUFFIX)), signature=signature,
+        source_path=source_path, source_digest=source_digest, converter=options,
+        runtime_package="openvino", runtime_options={"INFERENCE_PRECISION_HINT": precision},
+        load_python=load_snippet(xml.name, signature, precision), calibration=calibration)
 
 
 def load_snippet(file_name: str, signature: SignatureInfo, precision: str) -> str:
@@ -159,12 +194,14 @@ def convert_to_openvino(
     overwrite: bool = False,
     export: OpenVINOExport | None = None,
     policy: ScanPolicy = DEFAULT_POLICY,
+    float_nodes: tuple[str, ...] = (),
 ) -> OpenVINOModel:
     """Write ``dst`` (a ``.xml`` path), its weights (``.bin``) and its sidecar
     (``dst + '.json'``).
 
-    ``calibration`` (``int8`` only): its first ``calibration_samples`` feeds calibrate.
-    ``export``: a conversion of the same model and signature to reuse.
+    ``calibration`` (``int8``, ``mixed_int8``): its first ``calibration_samples`` feeds
+    calibrate. ``export``: a conversion of the same model and signature to reuse.
+    ``float_nodes`` (``mixed_int8`` only): the ops, by friendly name, left in float.
     """
     request = prepare(saved_model, dst, flavour, kind="OpenVINO", flavours=tuple(FLAVOURS),
                       policy=policy,
@@ -181,18 +218,12 @@ def convert_to_openvino(
     dst, weights = request.files
     with staging_directory(dst) as work:
         staged = Path(work) / dst.name
-        options = _build_flavour(export, flavour, staged, request.feeds)
+        options = _build_flavour(export, flavour, staged, request.feeds, float_nodes)
         converted = model_signature(read_ir(staged), signature)
         check_contract(request.contract, converted,
                        f"cannot convert {request.saved_model} to OpenVINO {flavour}")
-        precision = PRECISION[flavour]
-        sidecar = Sidecar(
-            format="openvino", flavour=flavour, flavour_description=FLAVOURS[flavour],
-            files=request.files, signature=converted, source_path=str(request.saved_model),
-            source_digest=source_digest, converter=options, runtime_package="openvino",
-            runtime_options={"INFERENCE_PRECISION_HINT": precision},
-            load_python=load_snippet(dst.name, converted, precision),
-            calibration=calibration_record(request.feeds, calibration))
+        sidecar = ir_sidecar(dst, flavour, converted, options, str(request.saved_model),
+                             source_digest, calibration_record(request.feeds, calibration))
         # Weights first: an .xml is what a reader looks for.
         install_files([(staged.with_suffix(WEIGHTS_SUFFIX), weights), (staged, dst)], sidecar,
                       overwrite)

@@ -1,11 +1,11 @@
 """Mixed-precision candidates: search which layers to keep in float, build the answer as a
 candidate the benchmark, the evaluation and the gate treat like every other.
 
-:func:`mixed_candidate` runs on ONNX Runtime's static int8 (``onnx_mixed_int8``) or LiteRT's
-full int8 (``litert_mixed_int8``): the table is measured once
-(:func:`tfopt.optimizer.search.precision.measure.build_table`), the
-search (:mod:`tfopt.optimizer.search.precision.search`) proposes its few best assignments, each is
-built and measured end to end (its error on the same data, its p50 at batch 1 on one thread,
+:func:`mixed_candidate` runs on ONNX Runtime's static int8 (``onnx_mixed_int8``), LiteRT's
+full int8 (``litert_mixed_int8``) or OpenVINO's NNCF int8 (``openvino_mixed_int8``): the table
+is measured once (:func:`tfopt.optimizer.search.precision.measure.build_table`), the search
+(:mod:`tfopt.optimizer.search.precision.search`) proposes its few best assignments, each is built
+and measured end to end (its error on the same data, its p50 at batch 1 on one thread,
 timed interleaved in blocks with the others), and the fastest inside the budget is written as
 the candidate, its float layers in :attr:`Candidate.float_layers` and its sidecar's converter
 options (``float_nodes``). :func:`should_search` is the ``auto`` rule: search only when uniform
@@ -95,7 +95,15 @@ def _measure(model, meter):
 
 # target -> (label, the uniform int8 flavour, the float flavours to read its error against)
 TARGETS = {"onnx": ("onnx_mixed_int8", "onnx_static_int8", ("onnx_optimized", "onnx_fp32")),
-           "litert": ("litert_mixed_int8", "litert_full_int8", ("litert_fp32",))}
+           "litert": ("litert_mixed_int8", "litert_full_int8", ("litert_fp32",)),
+           "openvino": ("openvino_mixed_int8", "openvino_int8", ("openvino_fp32",))}
+FORMATS = {"onnx": "onnx", "litert": "tflite", "openvino": "openvino"}  # target -> model format
+
+
+def searched_targets(targets, mode: str) -> list[str]:
+    """The targets among ``targets`` whose mixed int8 candidate is searched (all that have one,
+    in :data:`TARGETS`' order), none when the search ``mode`` is off."""
+    return [] if mode == "off" else [t for t in TARGETS if t in targets]
 
 
 def mixed_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
@@ -109,14 +117,21 @@ def mixed_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
                     target: str = "onnx") -> PrecisionOutcome:
     """Search (``settings.mode``; ``auto`` decided here from uniform int8's measured error) and,
     when an assignment measures inside ``max_error``, build ``onnx_mixed_int8`` (``target``
-    ``onnx``: ONNX Runtime static int8, ``nodes_to_exclude``) or ``litert_mixed_int8``
-    (``litert``: LiteRT full int8, ``denylisted_nodes``) under ``workdir``. ``built``: label ->
+    ``onnx``: ONNX Runtime static int8, ``nodes_to_exclude``), ``litert_mixed_int8``
+    (``litert``: LiteRT full int8, ``denylisted_nodes``) or ``openvino_mixed_int8``
+    (``openvino``: NNCF int8, ``IgnoredScope``) under ``workdir``. ``built``: label ->
     model file of the candidates already built; with the target's uniform int8 and a float
     one among them, ``auto`` reads uniform int8's error from those and, when it passes,
-    converts nothing. ``export``: a tf2onnx conversion to share (onnx)."""
+    converts nothing. ``export``: a tf2onnx conversion (onnx) or an OpenVINO conversion
+    (openvino) of the source to share."""
     from tfopt.optimizer.files.atomic import atomic_directory
     from tfopt.optimizer.model.savedmodel import get_signature
-    from tfopt.optimizer.search.precision.measure import ErrorMeter, build_table, p50_seconds
+    from tfopt.optimizer.search.precision.measure import (
+        EndToEndLayerCosts,
+        ErrorMeter,
+        build_table,
+        p50_seconds,
+    )
 
     label, uniform_label, float_labels = TARGETS[target]
     started = time.perf_counter()
@@ -139,7 +154,7 @@ def mixed_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
         return off(f"int8 calibration cannot feed string input '{strings[0]}'")
     info = get_signature(source, signature, policy=policy)
     x = _inputs(info, calibration, eval_data.x if eval_data is not None else None)
-    fmt = "onnx" if target == "onnx" else "tflite"
+    fmt = FORMATS[target]
     float_model = next((built[f] for f in float_labels if built and f in built), None)
     if settings.mode == "auto" and float_model and uniform_label in built:
         # uniform int8's error from the candidates already built: no conversion when it passes
@@ -159,14 +174,20 @@ def mixed_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
                                    workdir / f"{label}_search")
         costs = OnnxLayerCosts(cost_cache)
     else:
-        from tfopt.optimizer.search.precision.litert_runtime import (
-            LiteRTLayerCosts,
-            LiteRTPrecisionModel,
-        )
+        costs = EndToEndLayerCosts(lambda paths: p50_seconds(paths, fmt, signature, x,
+                                                             PROPOSAL_SECONDS))
+        if target == "litert":
+            from tfopt.optimizer.search.precision.litert_runtime import LiteRTPrecisionModel
 
-        model = LiteRTPrecisionModel(Path(source), signature, feeds, workdir / f"{label}_search")
-        costs = LiteRTLayerCosts(lambda paths: p50_seconds(paths, fmt, signature, x,
-                                                           PROPOSAL_SECONDS))
+            model = LiteRTPrecisionModel(Path(source), signature, feeds,
+                                         workdir / f"{label}_search")
+        else:
+            from tfopt.optimizer.candidates.openvino.convert import OpenVINOExport
+            from tfopt.optimizer.search.precision.openvino_runtime import OpenVINOPrecisionModel
+
+            export = export or OpenVINOExport(source, signature)
+            model = OpenVINOPrecisionModel(export, signature, feeds,
+                                           workdir / f"{label}_search")
     meter = ErrorMeter(model.prepared, fmt, signature, x, labels, metric)
     uniform_int8 = model.build()
     uniform = meter.error(uniform_int8)
@@ -198,15 +219,20 @@ def mixed_candidate(source: str | os.PathLike, workdir: str | os.PathLike,
     dst = workdir / label
     with atomic_directory(dst, overwrite=True) as staging:
         staging.mkdir(parents=True, exist_ok=True)
-        if target == "onnx":
-            from tfopt.optimizer.candidates.onnx.convert import convert_to_onnx
-
-            path = staging / "model.onnx"
-            how = convert_to_onnx(
+        if target in ("onnx", "openvino"):
+            # the two share their converters' interface and their sidecars
+            if target == "onnx":
+                from tfopt.optimizer.candidates.onnx.convert import convert_to_onnx as convert
+            else:
+                from tfopt.optimizer.candidates.openvino.convert import (
+                    convert_to_openvino as convert,
+                )
+            path = staging / ("model.onnx" if target == "onnx" else "model.xml")
+            how = convert(
                 source, path, "mixed_int8", signature=signature, calibration=calibration,
                 calibration_samples=samples, source_digest=source_digest, export=export,
                 policy=policy, float_nodes=result.float_layers).sidecar.load_python
-            runtime = "onnxruntime"
+            runtime = "onnxruntime" if target == "onnx" else "openvino"
         else:
             from tfopt.optimizer.candidates.litert.convert import convert_to_litert
 

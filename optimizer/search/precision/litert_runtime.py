@@ -7,11 +7,12 @@
 - **Layers**: the ops of the calibrated model that compute (fully connected, convolutions,
   element-wise arithmetic, pooling, softmax...), named by their first output tensor as
   ``denylisted_nodes`` names them.
-- **Costs** (:class:`LiteRTLayerCosts`): LiteRT has no per-op timer to call from Python, so a
-  layer's float cost is measured end to end: the model with only that layer in float against
-  uniform int8, interleaved in blocks at batch 1 on one thread (what keeping it in float costs,
-  its boundaries included; int8 is the reference, 0). Boundaries are therefore not costed apart
-  (0): the relaxed search's merges get no credit here, only its latency-aware fallbacks.
+- **Costs** (:class:`~tfopt.optimizer.search.precision.measure.EndToEndLayerCosts`): LiteRT has no
+  per-op timer to call from Python, so a layer's float cost is measured end to end: the model
+  with only that layer in float against uniform int8, interleaved in blocks at batch 1 on one
+  thread (what keeping it in float costs, its boundaries included; int8 is the reference, 0).
+  Boundaries are therefore not costed apart (0): the relaxed search's merges get no credit
+  here, only its latency-aware fallbacks.
 """
 
 from __future__ import annotations
@@ -112,22 +113,3 @@ class LiteRTPrecisionModel:
         edges += [(s, OUTPUT, t) for t in self._outputs
                   if (s := source(t)) not in (None, INPUT)]
         return list(dict.fromkeys(edges))
-
-
-class LiteRTLayerCosts:
-    """Each layer's cost of staying in float, measured end to end (see the module's
-    docstring)."""
-
-    def __init__(self, measure_seconds):
-        self._measure_seconds = measure_seconds  # list of paths -> p50 seconds, interleaved
-        self.timings = 0
-
-    def table_costs(self, model: LiteRTPrecisionModel
-                    ) -> tuple[dict, dict, list[tuple[str, str, float]]]:
-        paths = [model.build()] + [model.build(float_layers=[n]) for n in model.layers]
-        seconds = self._measure_seconds(paths)
-        self.timings += len(paths)
-        int8 = dict.fromkeys(model.layers, 0.0)
-        floats = {n: max(0.0, s - seconds[0]) for n, s in zip(model.layers, seconds[1:])}
-        edges = [(a, b, 0.0) for a, b, _ in model.edges()]
-        return int8, floats, edges

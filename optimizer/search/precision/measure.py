@@ -89,6 +89,27 @@ def p50_seconds(paths: Sequence[Path], format: str, signature: str,
             r.close()
 
 
+class EndToEndLayerCosts:
+    """Each layer's cost of staying in float, measured end to end, for a runtime with no
+    per-op timer (LiteRT) or whose compiler fuses a layer with its quantizers (OpenVINO's CPU
+    plugin): the model with only that layer in float against uniform int8, timed interleaved
+    by ``measure_seconds`` (paths -> p50 seconds). int8 is the reference (0); boundaries are
+    folded into the float costs (0 apart)."""
+
+    def __init__(self, measure_seconds):
+        self._measure_seconds = measure_seconds
+        self.timings = 0
+
+    def table_costs(self, model) -> tuple[dict, dict, list[tuple[str, str, float]]]:
+        paths = [model.build()] + [model.build(float_layers=[n]) for n in model.layers]
+        seconds = self._measure_seconds(paths)
+        self.timings += len(paths)
+        int8 = dict.fromkeys(model.layers, 0.0)
+        floats = {n: max(0.0, s - seconds[0]) for n, s in zip(model.layers, seconds[1:])}
+        edges = [(a, b, 0.0) for a, b, _ in model.edges()]
+        return int8, floats, edges
+
+
 def build_table(model, meter: ErrorMeter, costs,
                 int8_seconds_end_to_end: float | None = None) -> PrecisionTable:
     """Measure each layer's sensitivity (quantized alone, kept alone in float) and cost, once.

@@ -161,7 +161,7 @@ class OnnxLayerCosts:
             alone = _node_model(shaped, node, shapes, initializers)
             key = _node_key(node, shapes, initializers)
             floats[node.name] = self._cached(f"float:{key}", functools.partial(self._time, alone))
-            io = [t for t in node.input if t and t not in initializers] + list(node.output[:1])
+            io = _activations(node, initializers) + list(node.output[:1])
             io_cost = sum(self._boundary(shapes[t]) for t in io)
             int8[node.name] = max(0.0, self._cached(
                 f"int8:{key}", functools.partial(self._time_quantized, alone)) - io_cost)
@@ -271,13 +271,20 @@ def _node_key(node, shapes, initializers) -> str:
     return f"{node.op_type}({', '.join(parts)}){{{attrs[:12]}}}"
 
 
+def _activations(node, initializers) -> list[str]:
+    """The tensors ``node`` reads that are not weights, each once: a node may read one twice
+    (a square as ``Mul(d, d)``, as TensorFlow's LayerNormalization converts), and a model
+    with one graph input declared twice does not load."""
+    return list(dict.fromkeys(t for t in node.input if t and t not in initializers))
+
+
 def _node_model(model, node, shapes, initializers):
     """``node`` alone: its activations as the graph's inputs, its weights as initializers."""
     import onnx
     from onnx import helper
 
     inputs = [helper.make_tensor_value_info(t, shapes[t][1], shapes[t][0])
-              for t in node.input if t and t not in initializers]
+              for t in _activations(node, initializers)]
     outputs = [helper.make_tensor_value_info(t, shapes[t][1], shapes[t][0])
                for t in node.output if t in shapes]
     weights = [initializers[t] for t in node.input if t in initializers]
