@@ -2,6 +2,7 @@
 user's own ``optimizer``, ``components`` or ``dags`` (an Airflow dags folder is on sys.path)
 never collides with ours."""
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -27,9 +28,17 @@ def test_every_package_folder_is_declared_under_the_tfopt_name():
 
 
 def test_the_wheel_holds_tfopt_alone_with_the_dags_yaml(tmp_path):
+    # built from a copy: setuptools leaves its build/ tree beside the sources
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    for folder in FOLDERS:
+        shutil.copytree(REPO / folder, source / folder,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     uv = Path(sys.executable).with_name("uv")
     done = subprocess.run([str(uv), "build", "--wheel", "--quiet", "--out-dir", str(tmp_path),
-                           str(REPO)], capture_output=True, text=True, timeout=600,
+                           str(source)], capture_output=True, text=True, timeout=600,
                           check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     (wheel,) = tmp_path.glob("tfopt-*.whl")

@@ -90,7 +90,8 @@ def derive(config: PipelineConfig, pulled: PulledModel, optimized, step_dir: Pat
     and trace in ``trace``."""
     from tfopt.components.steps.evaluate import local_data_file
     from tfopt.optimizer.benchmark.environment import model_digest
-    from tfopt.optimizer.optimize.candidates_stage import build_candidates, searched_targets
+    from tfopt.optimizer.optimize.candidates_stage import build_candidates
+    from tfopt.optimizer.search.precision.candidates import searched_targets
     from tfopt.optimizer.search.precision.settings import PrecisionSearchSettings
     from tfopt.optimizer.system.memory_budget import memory_budget
 
