@@ -181,6 +181,15 @@ def test_the_pipelines_optimize_step_adds_the_mixed_candidate_with_its_trace(win
     assert mixed.trace[0]["strategy"] == "relaxed"
     assert mixed.trace[0]["float_layers"] == list(mixed.float_layers)
     assert mixed.trace[0]["result"]["tried"]
+    # what the gate step hands the report: the search's outcome, read from the records
+    from tfopt.optimizer.report.precision_search import precision_outcomes, precision_search_lines
+
+    outcomes = precision_outcomes([m.to_dict() for m in made])
+    assert list(outcomes) == ["onnx_mixed_int8"]
+    section = "\n".join(precision_search_lines(outcomes))
+    assert all(f"`{layer}`" in section for layer in mixed.float_layers)
+    assert section.count("| yes |") + section.count("| no |") == len(
+        mixed.trace[0]["result"]["tried"])
 
 
 def test_an_unknown_precision_search_in_the_config_is_one_line_naming_it():

@@ -45,6 +45,7 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace,
         from tfopt.optimizer.benchmark.result import load_result
         from tfopt.optimizer.candidates.candidate import Candidate, Skipped
         from tfopt.optimizer.gate.selection import CANDIDATES_FILE, judge
+        from tfopt.optimizer.report.precision_search import precision_outcomes
         from tfopt.optimizer.runtime import read_signature
 
         result = load_result(evaluation.result_path)
@@ -67,8 +68,9 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace,
         tuned, tune_cost = tune(config, chosen_path, step_dir) if chosen_path else (None, None)
         parts = {"tune": tune_cost.to_dict()} if tune_cost else {}
         # The report explains the best candidate even when it is rejected, for the reviewer.
-        report_dir = report(config, selection, publishable[0], signature, step_dir, {**(step_costs or {}), **named_part_costs("gate", parts)},
-                            tuned)
+        report_dir = report(config, selection, publishable[0], signature, step_dir,
+                            {**(step_costs or {}), **named_part_costs("gate", parts)}, tuned,
+                            precision_outcomes(evaluation.candidates))
         summary = (f"promote {decision.chosen}" if decision.promote
                    else "reject: " + "; ".join(
                        f"{v.candidate}: {v.summary()}" for v in decision.verdicts))
@@ -84,11 +86,13 @@ def gate(config: PipelineConfig, evaluation: EvaluationOutput, ws: Workspace,
 
 
 def report(config: PipelineConfig, selection, shown: str, signature, step_dir: Path,
-           step_costs: dict | None, tuned: Path | None = None) -> Path:
+           step_costs: dict | None, tuned: Path | None = None,
+           precision: dict | None = None) -> Path:
     """The before/after report of the gate's ``selection``
     (:class:`~tfopt.optimizer.gate.selection.Selection`) under ``step_dir/report``, with the op
     profile of the baseline and ``shown``, its title block and next steps (the chosen model's
-    load line with the ``tuned`` runtime settings); returns its directory."""
+    load line with the ``tuned`` runtime settings) and the ``precision`` searches of the mixed
+    int8 candidates; returns its directory."""
     from tfopt.optimizer.inputs.generated import make_inputs
     from tfopt.optimizer.report.profile import profile_baseline_and_candidate
     from tfopt.optimizer.report.write import write_report
@@ -104,7 +108,7 @@ def report(config: PipelineConfig, selection, shown: str, signature, step_dir: P
     rows = selection.rows()
     written = write_report(result, step_dir / "report", decision, profiles,
                            candidate_rows=rows, step_costs=step_costs,
-                           title=report_title(config, rows, decision, tuned))
+                           title=report_title(config, rows, decision, tuned), precision=precision)
     return written.directory
 
 

@@ -14,7 +14,9 @@ from collections.abc import Mapping, Sequence
 from tfopt.optimizer.benchmark.result import BenchmarkResult, ModelMeasurement
 from tfopt.optimizer.benchmark.stats import RatioInterval, promotion_bound, twin_discrepancy
 from tfopt.optimizer.report.heading import ReportTitle, gate_interval, heading_lines, speedup_text
+from tfopt.optimizer.report.precision_search import precision_search_lines
 from tfopt.optimizer.report.profile import OpProfile
+from tfopt.optimizer.report.table import markdown_table
 
 
 def human_bytes(n: float | None) -> str:
@@ -40,16 +42,6 @@ def ratio_comment(before: float | None, after: float | None, better: str, worse:
     if abs(ratio - 1) < 0.005:
         return "same"
     return f"{ratio:.2f}x {better}" if ratio > 1 else f"{1 / ratio:.2f}x {worse}"
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
-    def cell(value: object) -> str:
-        return str(value).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(cell(h) for h in headers) + " |",
-             "| " + " | ".join("---" for _ in headers) + " |"]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return lines
 
 
 def _quality_row(base: ModelMeasurement, cand: ModelMeasurement) -> list[object]:
@@ -106,7 +98,7 @@ def before_after_table(result: BenchmarkResult, candidate: ModelMeasurement,
          ratio_comment(base.peak_rss_growth_bytes, candidate.peak_rss_growth_bytes,
                        "less", "more")],
     ]
-    return _table(["", f"baseline: {base.label} ({base.role})",
+    return markdown_table(["", f"baseline: {base.label} ({base.role})",
                    f"candidate: {candidate.label}", "comment"], rows)
 
 
@@ -128,7 +120,7 @@ def _latency_detail(result: BenchmarkResult, decision=None) -> list[str]:
             rows.append([batch, m.label, s.runs, ms(s.p50), ms(s.p90), ms(s.p99), ms(s.mean),
                          f"{s.throughput:.1f}", vs])
     conf = f"{result.settings.confidence * 100:g}%"
-    return _table(["batch", "model", "runs", "p50", "p90", "p99", "mean", "items/s",
+    return markdown_table(["batch", "model", "runs", "p50", "p90", "p99", "mean", "items/s",
                    f"speedup [{conf} CI]"], rows)
 
 
@@ -157,7 +149,7 @@ def _profile_section(profiles: Sequence[OpProfile], top: int) -> list[str]:
         lines.append("")
         rows = [[o.op, f"{o.micros_per_run:.1f}", f"{o.share:.1%}", o.nodes]
                 for o in profile.top(top)]
-        lines += _table(["op", "µs/run", "share", "nodes"], rows)
+        lines += markdown_table(["op", "µs/run", "share", "nodes"], rows)
         lines.append("")
     lines.append("Times from TensorFlow step stats (FULL_TRACE), grouped by the kernel that ran; "
                  "tracing adds overhead, so compare shares rather than absolute times.")
@@ -181,7 +173,7 @@ def accuracy_table(result: BenchmarkResult) -> list[str]:
                      agreement])
     metric = next((m.quality.metric for m in result.measured if m.quality is not None),
                   "accuracy")
-    return _table(["model", "role", "runtime", metric, f"drop vs {reference.label}",
+    return markdown_table(["model", "role", "runtime", metric, f"drop vs {reference.label}",
                    f"top-1 agreement with {reference.label}"], rows)
 
 
@@ -190,13 +182,16 @@ VERDICT_WORDS = {"chosen": "PROMOTED", "passed": "passed, not chosen", "rejected
 
 def candidates_table(rows: Sequence[dict]) -> list[str]:
     """Every candidate, fastest first: format, runtime, what an int8 one was calibrated on
-    (``synthetic``: inputs generated from the signature), speedup, accuracy, size, verdict.
-    Only the chosen row says PROMOTED: the others that passed were not promoted."""
+    (``synthetic``: inputs generated from the signature), the layers a mixed int8 one keeps in
+    float (when there is one), speedup, accuracy, size, verdict. Only the chosen row says
+    PROMOTED: the others that passed were not promoted."""
+    mixed = any(r.get("float_layers") for r in rows)
     table_rows = []
     for r in rows:
+        kept = [", ".join(r.get("float_layers") or []) or "-"] if mixed else []
         if r["verdict"] == "skipped":
-            table_rows.append([r["label"], "-", "-", "-", "-", "-", "-", "skipped",
-                               "; ".join(r["reasons"])])
+            table_rows.append([r["label"], "-", "-", "-", *(["-"] if mixed else []), "-", "-",
+                               "-", "skipped", "; ".join(r["reasons"])])
             continue
         interval = r.get("ratio_interval")
         speedup = (speedup_text(RatioInterval(r["ratio_to_baseline"], interval[0], interval[1],
@@ -204,11 +199,12 @@ def candidates_table(rows: Sequence[dict]) -> list[str]:
                    if r.get("ratio_to_baseline") and interval else "-")
         accuracy = "-" if r.get("accuracy") is None else f"{r['accuracy']:.4f}"
         table_rows.append([r["label"], r["format"], r["runtime"], r.get("calibration") or "-",
-                           speedup, accuracy, human_bytes(r.get("size_bytes")),
+                           *kept, speedup, accuracy, human_bytes(r.get("size_bytes")),
                            VERDICT_WORDS.get(r["verdict"], r["verdict"]),
                            "; ".join(r["reasons"]) or "-"])
-    return _table(["candidate", "format", "runtime", "calibration", "p50 speedup [CI]",
-                   "accuracy", "size", "verdict", "why not"], table_rows)
+    return markdown_table(["candidate", "format", "runtime", "calibration",
+                           *(["kept in float"] if mixed else []), "p50 speedup [CI]",
+                           "accuracy", "size", "verdict", "why not"], table_rows)
 
 
 def step_costs_table(step_costs: Mapping[str, Mapping], model_bytes: int) -> list[str]:
@@ -220,18 +216,21 @@ def step_costs_table(step_costs: Mapping[str, Mapping], model_bytes: int) -> lis
         rows.append([step, f"{cost['wall_seconds']:.1f} s", human_bytes(peak),
                      f"{peak / model_bytes:.1f}x" if peak and model_bytes else "-"])
     return ([f"The input model: {human_bytes(model_bytes)} on disk.", ""]
-            + _table(["step", "wall", "peak memory (process tree)", "peak / model size"], rows))
+            + markdown_table(["step", "wall", "peak memory (process tree)", "peak / model size"], rows))
 
 
 def render_markdown(result: BenchmarkResult, decision=None,
                     profiles: Sequence[OpProfile] = (), charts: Sequence[str] = (),
                     top_ops: int = 12, candidate_rows: Sequence[dict] = (),
                     step_costs: Mapping[str, Mapping] | None = None,
-                    title: ReportTitle | None = None) -> str:
+                    title: ReportTitle | None = None,
+                    precision: Mapping[str, Mapping] | None = None) -> str:
     """The whole report. ``decision`` is an optional :class:`tfopt.optimizer.gate.verdict.GateDecision`;
     ``candidate_rows`` (:func:`tfopt.optimizer.gate.selection.candidate_rows`) adds the candidates table;
     ``step_costs`` (step -> :meth:`tfopt.optimizer.system.process_tree.Cost.to_dict`) the cost of each
-    pipeline step so far; ``title`` the title block and the next steps (load, serve, roll back).
+    pipeline step so far; ``title`` the title block and the next steps (load, serve, roll back);
+    ``precision`` each mixed int8 candidate's search, by label
+    (:mod:`tfopt.optimizer.report.precision_search`).
     The verdict and the title come first: they are what a reviewer decides on."""
     lines = heading_lines(result, decision, title)
     base = result.baseline
@@ -241,6 +240,8 @@ def render_markdown(result: BenchmarkResult, decision=None,
     lines.append("")
     if candidate_rows:
         lines += ["## Candidates", ""] + candidates_table(candidate_rows) + [""]
+    if precision:
+        lines += precision_search_lines(precision)
     if result.reference is not None or any(m.quality for m in result.models):
         lines += ["## Accuracy", ""] + accuracy_table(result) + [""]
     # The chosen candidate's table comes first: it is the one a reviewer is asked to accept.
@@ -261,7 +262,7 @@ def render_markdown(result: BenchmarkResult, decision=None,
             lines.append("")
             interval = gate_interval(result, decision, verdict.candidate,
                                      decision.latency_batch_size)
-            lines += _table(["check", "result", "measured", "threshold", "reason"],
+            lines += markdown_table(["check", "result", "measured", "threshold", "reason"],
                             [[c.name, "pass" if c.passed else "FAIL",
                               speedup_text(interval) if c.name == "latency" and interval
                               else c.measured_text, c.threshold_text, c.reason]
@@ -283,7 +284,7 @@ def render_markdown(result: BenchmarkResult, decision=None,
     if profiles:
         lines += _profile_section(profiles, top_ops) + [""]
     lines += ["## Models", ""]
-    lines += _table(["model", "role", "format", "runtime", "path", "digest", "rss growth",
+    lines += markdown_table(["model", "role", "format", "runtime", "path", "digest", "rss growth",
                      "first call"],
                     [[m.label, m.role, m.format, m.runtime
                       + (f" ({m.num_threads} threads)" if m.num_threads else ""), m.path,

@@ -45,11 +45,14 @@ def report_payload(result: BenchmarkResult, decision=None,
 def write_report(result: BenchmarkResult, directory: str | os.PathLike, decision=None,
                  profiles: Sequence[OpProfile] = (), charts: bool = True,
                  candidate_rows: Sequence[dict] = (), step_costs: dict | None = None,
-                 title: ReportTitle | None = None) -> ReportFiles:
+                 title: ReportTitle | None = None,
+                 precision: dict | None = None) -> ReportFiles:
     """``candidate_rows`` (:func:`tfopt.optimizer.gate.selection.candidate_rows`) add the candidates table
     and, with a decision, the latency-vs-accuracy Pareto chart; ``step_costs`` the wall time
     and peak memory of each pipeline step so far; ``title`` the title block and next steps
-    (:class:`tfopt.optimizer.report.heading.ReportTitle`).
+    (:class:`tfopt.optimizer.report.heading.ReportTitle`); ``precision`` each mixed int8
+    candidate's precision search, by label
+    (:func:`tfopt.optimizer.report.precision_search.precision_outcomes`).
 
     When a write fails (a full disk), the files this call added are removed again, and so is
     ``directory`` if this call made it: no half report is left for a reader to trust.
@@ -59,7 +62,7 @@ def write_report(result: BenchmarkResult, directory: str | os.PathLike, decision
     before = set() if created else set(directory.iterdir())
     try:
         return _write_report(result, directory, decision, profiles, charts, candidate_rows,
-                             step_costs, title)
+                             step_costs, title, precision)
     except OSError as exc:
         added = set(directory.iterdir()) - before if directory.is_dir() else set()
         for path in added:
@@ -72,8 +75,8 @@ def write_report(result: BenchmarkResult, directory: str | os.PathLike, decision
 
 def _write_report(result: BenchmarkResult, directory: Path, decision, profiles: Sequence,
                   charts: bool, candidate_rows: Sequence[dict],
-                  step_costs: dict | None = None, title: ReportTitle | None = None
-                  ) -> ReportFiles:
+                  step_costs: dict | None = None, title: ReportTitle | None = None,
+                  precision: dict | None = None) -> ReportFiles:
     from tfopt.optimizer.report.charts import (
         latency_distribution_chart,
         pareto_chart,
@@ -103,10 +106,13 @@ def _write_report(result: BenchmarkResult, directory: Path, decision, profiles: 
     payload["candidates"] = list(candidate_rows)
     if step_costs:
         payload["step_costs"] = dict(step_costs)
+    if precision:
+        payload["precision_search"] = dict(precision)
     json_path.write_text(json.dumps(payload, indent=2) + "\n")
     md_path = directory / "report.md"
     markdown = render_markdown(result, decision, profiles, [p.name for p in written],
-                               candidate_rows=candidate_rows, step_costs=step_costs, title=title)
+                               candidate_rows=candidate_rows, step_costs=step_costs, title=title,
+                               precision=precision)
     md_path.write_text(markdown)
     html_path = directory / "report.html"
     page_title = f"{title.registered_model}: optimization report" if title else "Benchmark report"
