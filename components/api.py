@@ -149,9 +149,8 @@ def _recipe(recipe: str | Recipe | None) -> Recipe | None:
 
     if recipe is None or isinstance(recipe, Recipe):
         return recipe
-    if recipe.strip() in RECIPES:
-        return Recipe.from_string(RECIPES[recipe.strip()], source=f"the {recipe.strip()} recipe")
-    return Recipe.from_string(recipe)
+    name = recipe.strip()
+    return Recipe.named(name) if name in RECIPES else Recipe.from_string(recipe)
 
 
 def _announcing(progress: Callable[[str], None]):

@@ -122,7 +122,7 @@ def _search_settings(args):
 def _recipe(args):
     """The recipe the flags name; none named: the inference recipe (GTT's own with the native
     backend, whose C++ tool lacks this package's transforms)."""
-    from tfopt.optimizer.optimize.recipe import Recipe, default_recipe
+    from tfopt.optimizer.optimize.recipe import Recipe
     from tfopt.optimizer.optimize.recipe_yaml import load_recipe_file
     from tfopt.optimizer.transforms.base import TransformConfigError
 
@@ -134,10 +134,8 @@ def _recipe(args):
                                        f"transform: use --recipe {args.transforms.strip()}")
         return Recipe.from_string(args.transforms)
     if args.recipe is not None:
-        return Recipe.from_string(RECIPES[args.recipe], source=f"the {args.recipe} recipe")
-    backend = args.backend or "python"
-    name = "gtt_inference" if backend == "native" else "inference"
-    return Recipe.from_string(default_recipe(backend), source=f"the {name} recipe")
+        return Recipe.named(args.recipe)
+    return Recipe.default(args.backend)
 
 
 def _tolerance(args, recipe):

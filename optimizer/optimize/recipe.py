@@ -73,6 +73,16 @@ class Recipe:
     def from_string(cls, text: str, source: str = "--transforms") -> Recipe:
         return cls(tuple(parse_transforms(text)), source=source)
 
+    @classmethod
+    def named(cls, name: str) -> Recipe:
+        """One of :data:`RECIPES`, by its name."""
+        return cls.from_string(RECIPES[name], source=f"the {name} recipe")
+
+    @classmethod
+    def default(cls, backend: str | None = None) -> Recipe:
+        """The recipe used when none is given (:func:`default_recipe`), named as such."""
+        return cls.named("gtt_inference" if backend == "native" else "inference")
+
     @property
     def text(self) -> str:
         return format_transforms(self.transforms)

@@ -198,7 +198,7 @@ def optimize_with_targets(
     from tfopt.optimizer.model.footprint import builds_in_workers
     from tfopt.optimizer.model.savedmodel import directory_size
     from tfopt.optimizer.optimize.flow import optimize, write_optimized
-    from tfopt.optimizer.optimize.recipe import Recipe, default_recipe
+    from tfopt.optimizer.optimize.recipe import Recipe
     from tfopt.optimizer.system.free_memory import return_freed_memory
     from tfopt.optimizer.verify.tolerance import Tolerance
 
@@ -207,9 +207,7 @@ def optimize_with_targets(
     checked = _check_targets(source, signature, targets, eval_data, calibration_data, policy,
                              accuracy_budget, min_speedup, seconds, precision_search)
     if search is None and recipe is None:
-        name = "gtt_inference" if backend == "native" else "inference"
-        recipe = Recipe.from_string(default_recipe(backend or "python"),
-                                    source=f"the {name} recipe")
+        recipe = Recipe.default(backend)
     tolerance = tolerance or (recipe.tolerance if recipe is not None else None) or Tolerance()
     dst = check_writable(dst, overwrite)  # absolute: what is written is said so
     budget = _check_memory(source, memory_gb, with_candidates=targets is not None)
