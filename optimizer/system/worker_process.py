@@ -24,12 +24,10 @@ from tfopt.optimizer.errors import ModelCallTimeoutError, TfoptError, first_line
 
 
 def child_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This process's environment for a child ``python -m optimizer...``: this package
-    importable, TensorFlow's C++ logs quiet unless asked for, plus ``env``."""
+    """This process's environment for a child ``python -m tfopt.optimizer...``, which finds
+    tfopt where this process did (it is installed); TensorFlow's C++ logs quiet unless asked
+    for, plus ``env``."""
     child_env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parents[1])
-    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root,
-                                                          child_env.get("PYTHONPATH")) if p)
     child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     child_env.update(env or {})
     return child_env
